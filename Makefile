@@ -1,0 +1,81 @@
+# The suite's commands. `make help` lists them. Every target works on a fresh clone: the first one that needs
+# Python creates .venv and installs the project (a stamp file makes later calls skip the install in seconds).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.install-stamp
+METHOD ?= leaderbot
+ARGS ?=
+CKPT ?=
+RUNS ?=
+OUT ?=
+PYTEST_ARGS ?=
+SLUGS := $(sort $(basename $(notdir $(wildcard conf/experiment/*.yaml))))
+
+export PYTHONPATH := $(CURDIR)
+export WANDB_SILENT ?= true
+export HYDRA_FULL_ERROR ?= 1
+
+define check_method
+	@if [ ! -f conf/experiment/$(METHOD).yaml ]; then \
+		echo "error: unknown METHOD '$(METHOD)'; valid: $(SLUGS)"; exit 2; fi
+endef
+
+.PHONY: help install train eval sweep claim compare bench test test-gpu lint format clean slurm
+
+help: ## Show this help
+	@echo "Usage: make <target> [METHOD=<slug>] [ARGS='hydra overrides']"
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
+	@echo "Methods: $(SLUGS)"
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install the project with its test extras (skipped when up to date)
+
+train: $(STAMP) ## Train one method: make train [METHOD=leaderbot] [ARGS="trainer=gpu data.batch_size=64"]
+	$(check_method)
+	$(PY) -m train experiment=$(METHOD) $(ARGS)
+
+eval: $(STAMP) ## Evaluate a checkpoint: make eval CKPT=path/to.ckpt (model rebuilt from the config saved in it)
+	@if [ -z "$(CKPT)" ]; then echo "error: make eval needs CKPT=<checkpoint file>"; exit 2; fi
+	$(PY) -m evaluate ckpt_path=$(CKPT) $(ARGS)
+
+sweep: $(STAMP) ## Hydra multirun of one method: make sweep METHOD=x ARGS="seed=0,1,2 model.lr=1e-3,1e-4"
+	$(check_method)
+	$(PY) -m train -m experiment=$(METHOD) $(ARGS)
+
+claim: $(STAMP) ## Claim check: method + baselines over seeds, writes docs/results/METHOD.md (+ PNG)
+	$(check_method)
+	$(PY) -m suite.claim $(METHOD) $(ARGS)
+
+compare: $(STAMP) ## Compare finished runs: make compare [METHOD=x | RUNS="dir1 dir2"] [OUT=folder]
+	$(PY) -m suite.compare $(if $(RUNS),--runs $(RUNS),--method $(METHOD)) $(if $(OUT),--out $(OUT),)
+
+bench: $(STAMP) ## Run every benchmark in benchmarks/ (speed/memory ratios, side by side)
+	@set -e; for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b; done
+
+test: $(STAMP) ## Run the test suite (CPU; what CI runs)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-gpu: $(STAMP) ## Run the GPU tests (needs CUDA)
+	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff check + format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP) ## ruff format + autofix
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean: ## Remove run outputs and caches (keeps .venv; `rm -rf .venv` for a full reset)
+	rm -rf logs outputs multirun .pytest_cache .ruff_cache
+	find . -name __pycache__ -not -path './.venv/*' -prune -exec rm -rf {} +

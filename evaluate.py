@@ -1,0 +1,19 @@
+"""Evaluate a checkpoint: ``python -m evaluate ckpt_path=<file>``; the model is rebuilt from its saved config."""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from suite.cli import run_main
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="eval")
+def main(cfg: DictConfig) -> None:
+    from suite.run import evaluate
+
+    evaluate(cfg)
+
+
+if __name__ == "__main__":
+    run_main(main)

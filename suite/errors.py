@@ -1,0 +1,36 @@
+"""Errors the suite reports to the user as one line (no traceback)."""
+
+from __future__ import annotations
+
+
+class SuiteError(Exception):
+    """A user-facing error: bad configuration, missing or corrupt data, a failed run.
+
+    ``train.py``/``evaluate.py`` print ``error: <message>`` on one line and exit with status 2.
+    """
+
+
+class ConfigError(SuiteError, ValueError):
+    """A configuration value is out of range or inconsistent. Raised at construction time."""
+
+
+class MissingDataError(SuiteError, FileNotFoundError):
+    """A dataset file is missing or unreadable; the message names the file and where to get it."""
+
+
+class DataFormatError(SuiteError, ValueError):
+    """A data file exists but its content is malformed; the message names the file and row."""
+
+
+class NonFiniteLossError(SuiteError, FloatingPointError):
+    """The training loss became NaN or infinite."""
+
+
+class CheckpointError(SuiteError):
+    """A checkpoint is missing, truncated or unsafe to load."""
+
+
+def check(condition: bool, message: str) -> None:
+    """Raise :class:`ConfigError` with ``message`` unless ``condition`` holds."""
+    if not condition:
+        raise ConfigError(message)

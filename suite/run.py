@@ -1,0 +1,144 @@
+"""Build and run one experiment from a composed Hydra config (used by ``train.py`` and ``evaluate.py``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning.pytorch as pl
+import torch
+from hydra.errors import InstantiationException
+from omegaconf import DictConfig, OmegaConf
+
+from callbacks.run_config import CONFIG_KEY, ConfigInCheckpoint
+from suite.errors import CheckpointError, ConfigError, SuiteError
+
+log = logging.getLogger(__name__)
+
+
+def instantiate(node: Any, what: str, **kwargs: Any) -> Any:
+    """``hydra.utils.instantiate`` that turns a constructor's validation error into a one-line :class:`SuiteError`."""
+    try:
+        return hydra.utils.instantiate(node, **kwargs)
+    except InstantiationException as err:
+        cause = err.__cause__
+        if isinstance(cause, SuiteError):
+            raise type(cause)(str(cause)) from None
+        if isinstance(cause, (ValueError, TypeError)):
+            target = node.get("_target_", "?") if isinstance(node, DictConfig) else "?"
+            raise ConfigError(f"{what} ({target}): {cause}") from None
+        first = str(err).strip().splitlines()[0]
+        raise ConfigError(f"{what}: {first}") from None
+
+
+def _instantiate_group(cfg: DictConfig | None, what: str) -> list[Any]:
+    out = []
+    for name, node in (cfg or {}).items():
+        if isinstance(node, DictConfig) and "_target_" in node:
+            obj = instantiate(node, f"{what}.{name}")
+            if obj is not None:
+                out.append(obj)
+    return out
+
+
+def resolve_checkpoint(ckpt_path: str | None, output_dir: Path, log_dir: Path | None = None) -> str | None:
+    """``None`` | ``last`` | a path. ``last`` is this run folder's ``checkpoints/last.ckpt``, else the newest
+    ``last.ckpt`` under ``log_dir``; a run with nothing to resume starts fresh (so requeued jobs just work)."""
+    if ckpt_path in (None, "", "null"):
+        return None
+    if ckpt_path == "last":
+        own = output_dir / "checkpoints" / "last.ckpt"
+        if own.exists():
+            return str(own)
+        found = sorted(log_dir.glob("runs/*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime) if log_dir else []
+        if found:
+            return str(found[-1])
+        log.warning("ckpt_path=last: no last.ckpt found; starting from scratch")
+        return None
+    path = Path(ckpt_path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    return str(path)
+
+
+def load_checkpoint(path: str) -> dict[str, Any]:
+    """Load a checkpoint without executing pickled code (``weights_only=True``); clear error if truncated/unsafe."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint not found: {path}") from None
+    except Exception as err:  # noqa: BLE001 - every failure mode gets the same one-line report
+        reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"checkpoint {path} is truncated, corrupt or not weights-only loadable ({reason})") from None
+
+
+def build(cfg: DictConfig) -> dict[str, Any]:
+    """Instantiate datamodule, model, callbacks, loggers and trainer from ``cfg``."""
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    datamodule = instantiate(cfg.data, "data")
+    model = instantiate(cfg.model, "model")
+    callbacks = _instantiate_group(cfg.get("callbacks"), "callbacks")
+    loggers = _instantiate_group(cfg.get("logger"), "logger")
+    config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
+    for cb in callbacks:
+        if isinstance(cb, ConfigInCheckpoint):
+            cb.config_yaml = config_yaml
+    trainer = instantiate(cfg.trainer, "trainer", callbacks=callbacks, logger=loggers or False)
+    return {"datamodule": datamodule, "model": model, "trainer": trainer, "config_yaml": config_yaml}
+
+
+def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for k, v in metrics.items():
+        if isinstance(v, torch.Tensor) and v.numel() == 1:
+            out[k] = float(v)
+        elif isinstance(v, (int, float)):
+            out[k] = float(v)
+    return out
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    """Fit and/or test; writes ``config.yaml`` and ``metrics.json`` into the run folder; returns final metrics."""
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    objs = build(cfg)
+    (output_dir / "config.yaml").write_text(objs["config_yaml"])
+    trainer: pl.Trainer = objs["trainer"]
+    log_dir = Path(cfg.paths.log_dir) / cfg.task_name / str(cfg.experiment_slug)
+    ckpt = resolve_checkpoint(cfg.get("ckpt_path"), output_dir, log_dir)
+    if ckpt is not None:
+        load_checkpoint(ckpt)  # fail early and clearly on a bad file
+        log.info("resuming from %s", ckpt)
+    metrics: dict[str, float] = {}
+    if cfg.get("train", True):
+        trainer.fit(objs["model"], datamodule=objs["datamodule"], ckpt_path=ckpt, weights_only=True)
+        metrics.update(_scalars(trainer.callback_metrics))
+    if cfg.get("test", True):
+        trainer.test(objs["model"], datamodule=objs["datamodule"], ckpt_path=None if cfg.get("train", True) else ckpt)
+        metrics.update(_scalars(trainer.callback_metrics))
+    if trainer.is_global_zero:
+        (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+    return metrics
+
+
+def evaluate(cfg: DictConfig) -> dict[str, float]:
+    """Rebuild model and data from the config saved in ``cfg.ckpt_path`` and run ``trainer.test``."""
+    ckpt = resolve_checkpoint(cfg.ckpt_path, Path(cfg.paths.output_dir))
+    state = load_checkpoint(ckpt)
+    if CONFIG_KEY not in state:
+        raise CheckpointError(f"checkpoint {ckpt} has no saved suite config (was it written by this suite?)")
+    saved = OmegaConf.create(state[CONFIG_KEY])
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    datamodule = instantiate(saved.data, "data")
+    model = instantiate(saved.model, "model")
+    loggers = _instantiate_group(cfg.get("logger"), "logger")
+    trainer = instantiate(cfg.trainer, "trainer", logger=loggers or False)
+    trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True)
+    metrics = _scalars(trainer.callback_metrics)
+    out = Path(cfg.paths.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+    return metrics

@@ -1,0 +1,21 @@
+"""Train/evaluate one experiment: ``python -m train experiment=<slug> [overrides]`` (``make train METHOD=<slug>``)."""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from suite.cli import run_main
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    from suite.run import train  # heavy imports after Hydra has parsed the command line
+
+    metrics = train(cfg)
+    # Returned for Hydra sweepers that optimise a metric.
+    return metrics.get(cfg.get("optimized_metric", ""), None)
+
+
+if __name__ == "__main__":
+    run_main(main)

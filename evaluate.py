@@ -5,14 +5,15 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from suite.cli import run_main
+from suite.cli import run_main, user_errors
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")
 def main(cfg: DictConfig) -> None:
     from suite.run import evaluate
 
-    evaluate(cfg)
+    with user_errors():
+        evaluate(cfg)
 
 
 if __name__ == "__main__":

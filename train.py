@@ -5,14 +5,15 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from suite.cli import run_main
+from suite.cli import run_main, user_errors
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     from suite.run import train  # heavy imports after Hydra has parsed the command line
 
-    metrics = train(cfg)
+    with user_errors():
+        metrics = train(cfg)
     # Returned for Hydra sweepers that optimise a metric.
     return metrics.get(cfg.get("optimized_metric", ""), None)
 

@@ -57,10 +57,16 @@ class SuiteLitModule(LightningModule):
     def configure_optimizers(self) -> Any:
         if self.optimizer_factory is None:
             return None
-        optimizer = self.optimizer_factory(self.trainable_parameters())
+        try:
+            optimizer = self.optimizer_factory(self.trainable_parameters())
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"model.optimizer: {err}") from None
         if self.scheduler_factory is None:
             return optimizer
-        scheduler = self.scheduler_factory(optimizer)
+        try:
+            scheduler = self.scheduler_factory(optimizer)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"model.scheduler: {err}") from None
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": self.scheduler_interval, "monitor": self.monitor},

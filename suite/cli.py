@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException, OverrideParseException
 from omegaconf.errors import OmegaConfBaseException
@@ -35,7 +36,24 @@ def _config_hint(err: BaseException) -> str:
         except Exception:  # noqa: BLE001 - the hint is best effort
             pass
         return f"unknown config key '{full_key}'{suggestion}"
-    return _one_line(msg.replace("\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.", ""))
+    msg = msg.split("Config search path")[0]
+    return _one_line(msg.replace("Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.", ""))
+
+
+def fail(message: str) -> None:
+    """Print ``error: <message>`` as one line on stderr and exit with status 2."""
+    print(f"error: {_one_line(message)}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Inside a Hydra task: turn :class:`SuiteError` into one line + exit 2 (``SystemExit`` passes through Hydra's
+    job runner without its multi-line "Error executing job" report)."""
+    try:
+        yield
+    except SuiteError as err:
+        fail(str(err))
 
 
 def run_main(hydra_main: Callable[[], object]) -> None:
@@ -44,11 +62,8 @@ def run_main(hydra_main: Callable[[], object]) -> None:
     try:
         hydra_main()
     except SuiteError as err:
-        print(f"error: {_one_line(err)}", file=sys.stderr)
-        sys.exit(2)
+        fail(str(err))
     except (ConfigCompositionException, OverrideParseException, MissingConfigException) as err:
-        print(f"error: {_config_hint(err)}", file=sys.stderr)
-        sys.exit(2)
+        fail(_config_hint(err))
     except (HydraException, OmegaConfBaseException) as err:
-        print(f"error: {_config_hint(err)}", file=sys.stderr)
-        sys.exit(2)
+        fail(_config_hint(err))

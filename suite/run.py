@@ -30,8 +30,8 @@ def instantiate(node: Any, what: str, **kwargs: Any) -> Any:
         if isinstance(cause, (ValueError, TypeError)):
             target = node.get("_target_", "?") if isinstance(node, DictConfig) else "?"
             raise ConfigError(f"{what} ({target}): {cause}") from None
-        first = str(err).strip().splitlines()[0]
-        raise ConfigError(f"{what}: {first}") from None
+        detail = f"{type(cause).__name__}: {cause}" if cause is not None else str(err)
+        raise ConfigError(f"{what}: " + " ".join(detail.split())) from None
 
 
 def _instantiate_group(cfg: DictConfig | None, what: str) -> list[Any]:
@@ -81,8 +81,13 @@ def build(cfg: DictConfig) -> dict[str, Any]:
     datamodule = instantiate(cfg.data, "data")
     model = instantiate(cfg.model, "model")
     callbacks = _instantiate_group(cfg.get("callbacks"), "callbacks")
+    if cfg.trainer.get("enable_progress_bar") is False:  # a bar callback with bars disabled is a Lightning error
+        callbacks = [cb for cb in callbacks if not isinstance(cb, pl.callbacks.ProgressBar)]
     loggers = _instantiate_group(cfg.get("logger"), "logger")
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
+    flat = OmegaConf.to_container(cfg, resolve=True)
+    for logger in loggers:  # the composed config, so dashboards can group and filter runs by any setting
+        logger.log_hyperparams({k: v for k, v in flat.items() if k not in ("hydra",)})
     for cb in callbacks:
         if isinstance(cb, ConfigInCheckpoint):
             cb.config_yaml = config_yaml
@@ -121,7 +126,18 @@ def train(cfg: DictConfig) -> dict[str, float]:
         metrics.update(_scalars(trainer.callback_metrics))
     if trainer.is_global_zero:
         (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+    finish_loggers(trainer)
     return metrics
+
+
+def finish_loggers(trainer: pl.Trainer) -> None:
+    """Close wandb runs (flushes the offline file; the next job of a multirun gets its own run)."""
+    for logger in trainer.loggers:
+        if type(logger).__name__ == "WandbLogger" and trainer.is_global_zero:
+            try:
+                logger.experiment.finish()
+            except Exception as err:  # noqa: BLE001 - never lose a finished run over a logger
+                log.warning("wandb finish failed: %s", err)
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:

@@ -1,0 +1,141 @@
+"""Claim check: run a paper's method and its baselines over seeds (Hydra multiruns), write its results page.
+
+``python -m suite.claim <slug> [extra overrides]`` (``make claim METHOD=<slug>``) reads ``conf/claim/<slug>.yaml``::
+
+    runs:                       # method and baselines, same budget
+      - {name: gdn, overrides: "model.mixer=gdn"}
+      - {name: softmax, overrides: "model.mixer=softmax"}
+    seeds: [0, 1, 2]
+    overrides: "trainer.max_epochs=20"      # applied to every run
+    metrics: [test/loss, test/acc]          # table columns
+    logger: csv                             # logger group for the runs (csv keeps claims fast; wandb works too)
+    report: lightning_modules.x.report:claim_report   # optional hook(records, out_dir) -> markdown
+
+Each entry becomes ``python -m train -m experiment=<slug> <overrides> seed=0,1,2``; a failing entry is reported on
+the page, not hidden. ``--report-only`` rebuilds the page from the runs already on disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import shlex
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from suite.compare import RunRecord, aggregate, find_runs, markdown_table, plot_curves, plot_final, read_run
+from suite.errors import ConfigError, SuiteError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_spec(slug: str, path: str | Path | None = None) -> dict:
+    path = Path(path) if path else ROOT / "conf" / "claim" / f"{slug}.yaml"
+    if not path.exists():
+        raise ConfigError(f"no claim check for '{slug}': {path} does not exist")
+    spec = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    if not spec.get("runs") or not all("name" in e for e in spec["runs"]):
+        raise ConfigError(f"{path} must list runs, each with a name")
+    return spec
+
+
+def run_entry(slug: str, entry: dict, spec: dict, out: Path, extra: list[str]) -> tuple[int, float]:
+    seeds = ",".join(str(s) for s in spec.get("seeds", [0]))
+    cmd = [
+        sys.executable, "-m", "train", "-m", f"experiment={slug}",
+        *shlex.split(spec.get("overrides", "")), *shlex.split(entry.get("overrides", "")), *extra,
+        f"seed={seeds}", f"logger={spec.get('logger', 'csv')}", "trainer.enable_progress_bar=false",
+        f"hydra.sweep.dir={out / entry['name']}",
+    ]  # fmt: skip
+    print("$", shlex.join(cmd[1:]), flush=True)
+    t0 = time.perf_counter()
+    rc = subprocess.call(cmd, cwd=ROOT)
+    return rc, time.perf_counter() - t0
+
+
+def collect(spec: dict, out: Path) -> list[RunRecord]:
+    records = []
+    for entry in spec["runs"]:
+        folder = out / entry["name"]
+        if folder.exists():
+            records += [read_run(p, name=entry["name"]) for p in find_runs([folder])]
+    return records
+
+
+def write_page(
+    slug: str, spec: dict, records: list[RunRecord], status: dict, out: Path, argv: list[str], page: Path | None = None
+) -> Path:
+    page = page or ROOT / "docs" / "results" / f"{slug}.md"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    keys, table = aggregate(records, spec.get("metrics"))
+    plot = plot_final(records, keys, page.parent / f"{slug}.png") if records else None
+    curves = plot_curves(records, ["train/loss"], page.parent / f"{slug}_curves.png") if records else None
+    lines = [
+        f"# Claim check: {slug}",
+        "",
+        f"Produced by `make claim METHOD={slug}{(' ARGS=' + shlex.quote(' '.join(argv))) if argv else ''}` "
+        f"(`python -m suite.claim {slug}{(' ' + ' '.join(argv)) if argv else ''}`) on "
+        f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}; spec: `conf/claim/{slug}.yaml`; runs in `{out}`.",
+        f"Seeds: {spec.get('seeds', [0])}. Every run uses the same budget: `{spec.get('overrides', '')}`.",
+        "",
+        "## Runs",
+        "",
+        "| name | overrides | status | wall time |",
+        "|---|---|---|---|",
+    ]
+    for entry in spec["runs"]:
+        rc, secs = status.get(entry["name"], (None, None))
+        state = "reused" if rc is None else ("ok" if rc == 0 else f"FAILED (exit {rc})")
+        wall = "—" if secs is None else f"{secs:.0f} s"
+        lines.append(f"| {entry['name']} | `{entry.get('overrides', '')}` | {state} | {wall} |")
+    lines += ["", "## Final metrics (mean ± std over seeds)", "", markdown_table(keys, table) if records else "none"]
+    if plot:
+        lines += ["", f"![final metrics]({plot.name})", "", f"![training loss]({curves.name})"]
+    hook = spec.get("report")
+    if hook:
+        mod, fn = hook.split(":")
+        try:
+            extra = getattr(importlib.import_module(mod), fn)(records, page.parent)
+        except Exception as err:  # noqa: BLE001 - a broken report hook must not lose the table above
+            extra = f"Report hook `{hook}` failed: {type(err).__name__}: {err}"
+        lines += ["", extra]
+    page.write_text("\n".join(lines) + "\n")
+    return page
+
+
+def main(argv: list[str] | None = None) -> None:
+    from suite.cli import fail
+
+    parser = argparse.ArgumentParser(description="Run a paper's claim check and write docs/results/<slug>.md")
+    parser.add_argument("slug")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides applied to every run")
+    parser.add_argument("--out", default=None, help="run folder (default: logs/claim/<slug>)")
+    parser.add_argument("--spec", default=None, help="claim spec (default: conf/claim/<slug>.yaml)")
+    parser.add_argument("--page", default=None, help="results page (default: docs/results/<slug>.md)")
+    parser.add_argument("--report-only", action="store_true", help="rebuild the page from existing runs")
+    args = parser.parse_intermixed_args(argv)
+    try:
+        spec = load_spec(args.slug, args.spec)
+        out = Path(args.out or ROOT / "logs" / "claim" / args.slug).resolve()
+        status = {}
+        if not args.report_only:
+            for entry in spec["runs"]:
+                status[entry["name"]] = run_entry(args.slug, entry, spec, out, args.overrides)
+        records = collect(spec, out)
+        page_path = Path(args.page).resolve() if args.page else None
+        page = write_page(args.slug, spec, records, status, out, args.overrides, page_path)
+        print(f"wrote {page} ({len(records)} runs)")
+        failed = [n for n, (rc, _) in status.items() if rc]
+        if failed:
+            fail(f"claim runs failed: {', '.join(failed)} (see {page})")
+    except SuiteError as err:
+        fail(str(err))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Shared test helpers: compose the suite's Hydra config in-process, or run the CLI in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, open_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE_CONF = "hydra.searchpath=[file://tests/fixtures/conf]"
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+
+
+def compose_train(overrides: list[str], out_dir: Path) -> DictConfig:
+    """The composed ``train`` config with the run folder redirected to ``out_dir`` (no Hydra run needed)."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(out_dir)
+        cfg.paths.log_dir = str(out_dir / "logs")
+        cfg.paths.root_dir = str(ROOT)
+    return cfg
+
+
+def run_cli(args: list[str], cwd: Path = ROOT, timeout: float = 600, env: dict | None = None):
+    """Run ``python -m <args>`` like a user would; returns the CompletedProcess (text)."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", **(env or {})}
+    full_env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture
+def fixture_conf() -> str:
+    return FIXTURE_CONF

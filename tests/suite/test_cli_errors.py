@@ -1,0 +1,45 @@
+"""Bad input gives one clear line on stderr and exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.conftest import FIXTURE_CONF, ROOT, run_cli
+
+
+def _error_lines(proc) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+
+
+def test_unknown_method_lists_valid_slugs():
+    proc = subprocess.run(
+        ["make", "-s", "--no-print-directory", "train", "METHOD=not_a_paper"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    out = (proc.stdout + proc.stderr).strip().splitlines()
+    assert out == [next(line for line in out if line.startswith("error:"))], f"expected one line, got {out}"
+    assert "unknown METHOD 'not_a_paper'" in out[0] and "leaderbot" in out[0]
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("model.lrr=1", "error: unknown config key 'model.lrr'"),
+        ("data.batch_size=0", "error: data.batch_size=0 must be >= 1"),
+        ("model.optimizer.lr=-1", "error: model.optimizer: Invalid learning rate: -1"),
+        ("trainer=nope", "error: In 'train': Could not find 'trainer/nope'"),
+    ],
+)
+def test_bad_config_is_one_clear_line(override: str, expected: str, tmp_path):
+    proc = run_cli(
+        ["train", FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", f"paths.log_dir={tmp_path}", override],
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = _error_lines(proc)
+    assert len(errors) == 1, proc.stderr[-2000:]
+    assert errors[0].startswith(expected), errors[0]
+    assert "Traceback" not in proc.stderr

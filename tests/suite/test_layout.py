@@ -1,0 +1,60 @@
+"""The layout rules of DESIGN.md that a test can check."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+SLUGS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("folder", ["ops", "layers"])
+def test_ops_and_layers_do_not_import_lightning(folder: str):
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in (ROOT / folder).rglob("*.py")
+        if _imports(p) & {"lightning", "pytorch_lightning", "lightning_modules", "datamodules", "callbacks"}
+    ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("folder", ["datamodules", "callbacks"])
+def test_datamodules_and_callbacks_do_not_import_papers(folder: str):
+    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / folder).rglob("*.py") if "lightning_modules" in _imports(p)]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_each_experiment_has_model_config_module_and_tests(slug: str):
+    import yaml
+
+    assert (ROOT / "conf" / "model" / f"{slug}.yaml").exists() or any(
+        slug in p.read_text() for p in (ROOT / "conf" / "experiment").glob(f"{slug}.yaml")
+    )
+    exp = (ROOT / "conf" / "experiment" / f"{slug}.yaml").read_text()
+    assert yaml.safe_load(exp).get("experiment_slug") == slug
+    # The model target named by the experiment's model config must be a module of the suite.
+    model_cfgs = [ROOT / "conf" / "model" / f"{slug}.yaml"]
+    targets = [yaml.safe_load(p.read_text())["_target_"] for p in model_cfgs if p.exists()]
+    for target in targets:
+        assert target.startswith("lightning_modules."), target
+        module_path = ROOT / Path(*target.split(".")[:-1])
+        assert module_path.with_suffix(".py").exists() or (module_path / "__init__.py").exists(), target
+    generic = {"test_experiments.py", "test_layout.py"}
+    tests = [p for p in (ROOT / "tests").rglob("test_*.py") if p.name not in generic and slug in p.read_text()]
+    assert tests, f"no test file besides the generic ones names '{slug}'"

@@ -1,0 +1,54 @@
+"""wandb runs offline with no network, and what it logged reads back from its files (cross-checked with CSV)."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from suite.run import train
+from suite.wandb_reader import find_wandb_files, wait_for_wandb_run
+from tests.conftest import FIXTURE_CONF, compose_train
+
+
+def test_wandb_offline_files_read_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    cfg = compose_train([FIXTURE_CONF, "experiment=spine_fixture", "logger=wandb", "trainer.max_epochs=2"], tmp_path)
+    metrics = train(cfg)
+    files = find_wandb_files(tmp_path)
+    assert len(files) == 1
+    run = wait_for_wandb_run(files[0])
+    assert run.complete
+    logged = [row["val/loss"] for row in run.history if "val/loss" in row]
+    assert len(logged) == 2  # one validation per epoch
+    assert run.summary["test/mse"] == pytest.approx(metrics["test/mse"], rel=1e-6)
+    assert run.config["seed"] == 0 and run.config["experiment_slug"] == "spine_fixture"
+    with open(tmp_path / "csv" / "metrics.csv") as fh:
+        csv_val = [float(r["val/loss"]) for r in csv.DictReader(fh) if r.get("val/loss")]
+    assert logged == pytest.approx(csv_val, rel=1e-6)
+
+
+def test_wandb_failure_never_fails_the_run(tmp_path, monkeypatch):
+    import lightning.pytorch.loggers as loggers
+
+    from suite.loggers import make_wandb_logger
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated wandb outage")
+
+    monkeypatch.setattr(loggers, "WandbLogger", broken)
+    with pytest.warns(UserWarning, match="wandb disabled for this run .*simulated wandb outage"):
+        assert make_wandb_logger(str(tmp_path), project="p", mode="online") is None
+
+
+def test_wandb_mode_resolution(monkeypatch, tmp_path):
+    from suite.loggers import wandb_mode
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "absent"))
+    assert wandb_mode("auto") == "offline"
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert wandb_mode("auto") == "online"
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert wandb_mode("auto") == "offline"

@@ -1,0 +1,46 @@
+"""`make claim` machinery (multirun over seeds -> results page) and `make compare` (table + PNGs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from suite.compare import compare, find_runs, read_run
+from tests.conftest import ROOT, run_cli
+
+
+@pytest.mark.slow
+def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
+    page = tmp_path / "page.md"
+    proc = run_cli(
+        ["suite.claim", "spine_fixture", "--spec", str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml"),
+         "--out", str(tmp_path / "runs"), "--page", str(page), "trainer.max_epochs=1"],
+        timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = page.read_text()
+    assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok |" in text
+    assert "(n=2)" in text  # two seeds aggregated
+    assert (tmp_path / "spine_fixture.png").stat().st_size > 1000
+    runs = find_runs([tmp_path / "runs"])
+    assert len(runs) == 4
+    records = [read_run(r) for r in runs]
+    assert {r.seed for r in records} == {0, 1}
+    # A higher learning rate fits this problem faster at an equal budget: the table must show it.
+    lr05 = [r.metrics["test/mse"] for r in records if "sgd_lr005" in str(r.path)]
+    lr01 = [r.metrics["test/mse"] for r in records if "sgd_lr001" in str(r.path)]
+    assert max(lr05) < min(lr01)
+    md = compare(records, tmp_path / "cmp", ["test/mse"])
+    assert md.count("\n") == 3  # header, rule, 2 groups
+    assert (tmp_path / "cmp" / "curves.png").exists()
+
+
+def test_claim_unknown_spec_is_one_line(tmp_path):
+    proc = run_cli(["suite.claim", "no_such_paper", "--out", str(tmp_path)])
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: no claim check for 'no_such_paper'")
+
+
+def test_compare_no_runs_is_one_line(tmp_path):
+    proc = run_cli(["suite.compare", "--method", "leaderbot", "--logs", str(tmp_path)])
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: no runs of 'leaderbot'")

@@ -32,8 +32,11 @@ help: ## Show this help
 	@echo "Methods: $(SLUGS)"
 
 $(STAMP): pyproject.toml
+	@# Fashion-MNIST (embedded default of badloss, rx_dpm, sumi) ships as a Debian package; best effort, root only.
+	@if [ ! -d /usr/share/datasets/fashion-mnist ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist) >/dev/null 2>&1 \
+		|| echo "note: could not apt-get install dataset-fashion-mnist (see README, Data)"; fi
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $(STAMP)

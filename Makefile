@@ -59,6 +59,10 @@ claim: $(STAMP) ## Claim check: method + baselines over seeds, writes docs/resul
 	$(check_method)
 	$(PY) -m suite.claim $(METHOD) $(ARGS)
 
+slurm: $(STAMP) ## Submit to SLURM via submitit: make slurm METHOD=x ARGS="trainer=ddp trainer.devices=4 seed=0,1"
+	$(check_method)
+	$(PY) -m train -m experiment=$(METHOD) launcher=slurm $(ARGS)
+
 compare: $(STAMP) ## Compare finished runs: make compare [METHOD=x | RUNS="dir1 dir2"] [OUT=folder]
 	$(PY) -m suite.compare $(if $(RUNS),--runs $(RUNS),--method $(METHOD)) $(if $(OUT),--out $(OUT),)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+import suite.resolvers  # noqa: F401 - registers the config resolvers
 from suite.cli import run_main, user_errors
 
 

@@ -67,3 +67,8 @@ def run_main(hydra_main: Callable[[], object]) -> None:
         fail(_config_hint(err))
     except (HydraException, OmegaConfBaseException) as err:
         fail(_config_hint(err))
+    except Exception as err:
+        # Launcher failures (e.g. sbatch refusing a job) are the user's to fix, not a traceback.
+        if type(err).__module__.startswith("submitit"):
+            fail(f"SLURM submission failed: {err}")
+        raise

@@ -11,6 +11,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
+import suite.resolvers  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_CONF = "hydra.searchpath=[file://tests/fixtures/conf]"
 

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# A real single-node SLURM cluster (munge, MariaDB, slurmdbd, slurmctld, slurmd) from Debian packages, for tests.
+#   local_cluster.sh install          apt-get the packages if missing (root only)
+#   local_cluster.sh start DIR        start the daemons with state in DIR; prints `export SLURM_CONF=...`
+#   local_cluster.sh stop DIR         kill each daemon by the PID in its pid file
+# No systemd here: every daemon is started by hand and stopped by PID. slurmdbd makes `sacct` work, without
+# which submitit hangs on a job that SLURM killed.
+set -euo pipefail
+trap 'echo "local_cluster.sh: line $LINENO failed: $BASH_COMMAND" >&2' ERR
+cmd=${1:?install|start|stop}
+
+if [ "$cmd" = install ]; then
+  need=()
+  command -v slurmctld >/dev/null || need+=(slurm-wlm)
+  command -v munged >/dev/null || need+=(munge)
+  command -v slurmdbd >/dev/null || need+=(slurmdbd)
+  command -v mariadbd >/dev/null || need+=(mariadb-server)
+  if [ ${#need[@]} -gt 0 ]; then
+    [ "$(id -u)" = 0 ] || { echo "need root to install ${need[*]}" >&2; exit 3; }
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+  exit 0
+fi
+
+B=$(realpath -m "${2:?state dir}")
+if [ "$cmd" = stop ]; then
+  if [ -f "$B/slurm.conf" ]; then   # no job may outlive the cluster
+    export SLURM_CONF="$B/slurm.conf"
+    scancel --full --quiet --user="$(id -un)" 2>/dev/null || true
+    for _ in $(seq 100); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.1; done
+  fi
+  for f in "$B"/run/slurmd.pid "$B"/run/slurmctld.pid "$B"/run/slurmdbd.pid /run/mysqld/mariadbd-suite.pid /run/munge/munged-suite.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done   # wait up to 10 s
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$f"
+  done
+  exit 0
+fi
+
+mkdir -p "$B"/{state,spool,log,run}
+install -d -o munge -g munge -m 755 /run/munge
+if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+  runuser -u munge -- /usr/sbin/munged --pid-file=/run/munge/munged-suite.pid
+  until munge -n | unmunge >/dev/null 2>&1; do sleep 0.1; done
+fi
+install -d -o mysql -g mysql "$B/mysql" /run/mysqld
+[ -d "$B/mysql/mysql" ] || mariadb-install-db --user=mysql --datadir="$B/mysql" >"$B/log/mariadb-install.log" 2>&1
+SOCK=/run/mysqld/mysqld-suite.sock
+(mariadbd --user=mysql --datadir="$B/mysql" --socket=$SOCK --skip-networking=0 --bind-address=127.0.0.1 --port=3306 \
+   --pid-file=/run/mysqld/mariadbd-suite.pid >"$B/log/mariadb.log" 2>&1 &)
+until mariadb -uroot -S $SOCK -e 'select 1' >/dev/null 2>&1; do sleep 0.2; done
+mariadb -uroot -S $SOCK -e "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurmtest'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;"
+cat >"$B/slurmdbd.conf" <<EOC
+AuthType=auth/munge
+DbdHost=localhost
+DbdPort=6819
+SlurmUser=root
+LogFile=$B/log/slurmdbd.log
+PidFile=$B/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=3306
+StorageLoc=slurm_acct_db
+StorageUser=slurm
+StoragePass=slurmtest
+EOC
+chmod 600 "$B/slurmdbd.conf"
+cat >"$B/slurm.conf" <<EOC
+ClusterName=suite
+SlurmctldHost=localhost
+AuthType=auth/munge
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort=6817
+SlurmdPort=6818
+StateSaveLocation=$B/state
+SlurmdSpoolDir=$B/spool
+SlurmctldPidFile=$B/run/slurmctld.pid
+SlurmdPidFile=$B/run/slurmd.pid
+SlurmctldLogFile=$B/log/slurmctld.log
+SlurmdLogFile=$B/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=6819
+JobRequeue=1
+MpiDefault=none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+SlurmdTimeout=300
+NodeName=localhost CPUs=$(nproc) RealMemory=16000 State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+EOC
+export SLURM_CONF="$B/slurm.conf"
+slurmdbd
+until sacctmgr -n list cluster >/dev/null 2>&1; do sleep 0.2; done
+sacctmgr -i add cluster suite >/dev/null 2>&1 || true
+slurmctld -i
+slurmd -N localhost
+until sinfo -h -o %T 2>/dev/null | grep -qx idle; do sleep 0.2; done
+echo "export SLURM_CONF=$B/slurm.conf"

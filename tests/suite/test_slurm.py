@@ -1,0 +1,110 @@
+"""Real single-node SLURM: a 2-task DDP run through Hydra's submitit launcher, and a requeue mid-training.
+
+Starts munge, MariaDB, slurmdbd, slurmctld and slurmd from Debian packages (installed here when running as root and
+missing; skipped with the reason otherwise), and stops every daemon by PID afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURE_CONF, ROOT, run_cli
+
+SCRIPT = ROOT / "tests" / "slurm" / "local_cluster.sh"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
+        pytest.skip("no SLURM and no apt-get to install it")
+    if os.geteuid() != 0:
+        pytest.skip("starting a local SLURM cluster needs root")
+    inst = subprocess.run(["bash", str(SCRIPT), "install"], capture_output=True, text=True, timeout=900)
+    if inst.returncode != 0:
+        pytest.skip(f"could not install SLURM packages: {inst.stderr.strip()[-300:]}")
+    # Not under pytest's tmp root (mode 700): the daemons run as the munge and mysql users.
+    state = Path(tempfile.mkdtemp(prefix="suite-slurm-"))
+    state.chmod(0o755)
+    start = subprocess.run(["bash", str(SCRIPT), "start", str(state)], capture_output=True, text=True, timeout=300)
+    try:
+        assert start.returncode == 0, start.stderr[-2000:]
+        yield {"SLURM_CONF": str(state / "slurm.conf")}
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "stop", str(state)], timeout=60)
+        time.sleep(1)
+        pids = [state / "run" / f for f in ("slurmd.pid", "slurmctld.pid", "slurmdbd.pid")]
+        assert not any(p.exists() for p in pids), "a daemon pid file survived stop"
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _launch(env: dict, sweep: Path, *overrides: str) -> subprocess.Popen:
+    full_env = {**os.environ, **env, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
+    full_env.pop("HYDRA_FULL_ERROR", None)
+    cmd = ["python", "-m", "train", "-m", "launcher=slurm", "trainer=ddp_cpu", "logger=csv",
+           "trainer.enable_progress_bar=false", "hydra.launcher.mem_gb=1", "hydra.launcher.timeout_min=20",
+           f"hydra.sweep.dir={sweep}", *overrides]  # fmt: skip
+    cmd[0] = str(Path(os.sys.executable))
+    return subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _job_id(sweep: Path) -> str:
+    ids = [p.name for p in (sweep / ".submitit").iterdir() if p.name.isdigit()]
+    assert len(ids) == 1, ids
+    return ids[0]
+
+
+def test_two_task_ddp_run_of_a_real_experiment(slurm, tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = _launch(slurm, sweep, "experiment=leaderbot")
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-3000:]
+    metrics = json.loads((sweep / "0" / "metrics.json").read_text())
+    job = _job_id(sweep)
+    log = (sweep / ".submitit" / job / f"{job}_0_log.out").read_text()
+    assert "distributed_backend=gloo" in log and "All distributed processes registered. Starting with 2 processes" in log
+    local = run_cli(["train", "experiment=leaderbot", "trainer=cpu", "logger=csv", f"hydra.run.dir={tmp_path / 'one'}"])
+    assert local.returncode == 0, local.stderr[-3000:]
+    single = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    assert metrics["test/nll"] == pytest.approx(single["test/nll"], rel=1e-6)
+
+
+def test_requeued_job_resumes_from_checkpoint_with_same_metrics(slurm, tmp_path):
+    common = [FIXTURE_CONF, "experiment=spine_fixture", "trainer.max_epochs=5", "model.sleep_s=0.1"]
+    ref = _launch(slurm, tmp_path / "ref", *common)
+    ref_out, _ = ref.communicate(timeout=900)
+    assert ref.returncode == 0, ref_out[-3000:]
+
+    sweep = tmp_path / "requeued"
+    proc = _launch(slurm, sweep, *common)
+    ckpt_dir = sweep / "0" / "checkpoints"
+    deadline = time.monotonic() + 600
+    while not list(ckpt_dir.glob("epoch_*.ckpt")):  # after epoch 0: requeue mid-training
+        assert proc.poll() is None and time.monotonic() < deadline, "job ended before it could be requeued"
+        time.sleep(0.5)
+    job = _job_id(sweep)
+    env = {**os.environ, **slurm}
+    subprocess.run(["scontrol", "requeue", job], env=env, check=True, timeout=60)
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-3000:]
+    deadline = time.monotonic() + 120
+    while True:  # the result file lands before slurmctld books the job as completed
+        states = subprocess.run(
+            ["sacct", "-j", job, "-D", "-X", "-n", "-o", "State"], env=env, capture_output=True, text=True, timeout=60
+        ).stdout.split()
+        if states[-1:] == ["COMPLETED"] or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert "REQUEUED" in states and states[-1] == "COMPLETED", states
+    a = json.loads((tmp_path / "ref" / "0" / "metrics.json").read_text())
+    b = json.loads((sweep / "0" / "metrics.json").read_text())
+    for key in ("val/loss", "test/mse"):
+        assert b[key] == pytest.approx(a[key], rel=1e-6), key

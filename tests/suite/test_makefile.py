@@ -1,0 +1,37 @@
+"""The Makefile: every target documented in `make help`; the install is skipped once done (stamp file)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from tests.conftest import ROOT
+
+TARGETS = ["install", "train", "eval", "sweep", "claim", "compare", "bench", "test", "test-gpu", "lint", "format",
+           "clean", "slurm"]  # fmt: skip
+
+
+def _make(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_help_documents_every_target():
+    out = _make("help").stdout
+    for target in TARGETS:
+        assert re.search(rf"^\s+(\x1b\[36m)?{re.escape(target)}\b", out, re.M), f"`make help` misses {target}"
+    declared = re.findall(r"^([a-z][a-z-]*):", (ROOT / "Makefile").read_text(), re.M)
+    undocumented = [t for t in declared if t not in TARGETS + ["help"]]
+    assert undocumented == []
+
+
+def test_install_is_skipped_when_up_to_date():
+    # `make test` (how CI got here) has just run the install: the stamp must be newer than pyproject.toml.
+    proc = _make("--question", ".venv/.install-stamp")
+    assert proc.returncode == 0, "a second `make train`/`make test` would reinstall"
+
+
+def test_unknown_method_for_every_method_target():
+    for target in ("train", "sweep", "claim", "slurm"):
+        proc = _make("-s", target, "METHOD=nope")
+        assert proc.returncode == 2
+        assert proc.stdout.strip().startswith("error: unknown METHOD 'nope'; valid: "), proc.stdout

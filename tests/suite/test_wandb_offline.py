@@ -52,3 +52,18 @@ def test_wandb_mode_resolution(monkeypatch, tmp_path):
     assert wandb_mode("auto") == "online"
     monkeypatch.setenv("WANDB_MODE", "offline")
     assert wandb_mode("auto") == "offline"
+
+
+def test_compare_reads_a_wandb_only_run(tmp_path, monkeypatch):
+    import shutil
+
+    from suite.compare import read_run
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    cfg = compose_train([FIXTURE_CONF, "experiment=spine_fixture", "logger=wandb", "trainer.max_epochs=1"], tmp_path)
+    metrics = train(cfg)
+    shutil.rmtree(tmp_path / "csv")
+    (tmp_path / "metrics.json").unlink()
+    rec = read_run(tmp_path)
+    assert rec.metrics["test/mse"] == pytest.approx(metrics["test/mse"], rel=1e-6)
+    assert len(rec.curves["val/loss"]) == 1

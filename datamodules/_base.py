@@ -148,7 +148,12 @@ class SuiteDataModule(LightningDataModule):
     """
 
     def __init__(
-        self, source: str = "embedded", data_dir: str = "data", batch_size: int = 64, num_workers: int = 0, seed: int = 0
+        self,
+        source: str = "embedded",
+        data_dir: str = "data",
+        batch_size: int = 64,
+        num_workers: int = 0,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         if source not in SOURCES:

@@ -202,8 +202,13 @@ def plot_curves(records: list[RunRecord], keys: list[str], out: Path) -> Path:
             pts = series(r, k)
             if pts:
                 xs, ys = zip(*pts, strict=True)
-                ax.plot(xs, ys, color=f"C{list(dict.fromkeys(x.name for x in records)).index(r.name) % 10}", lw=1,
-                        label=r.name[:30] if i == [x.name for x in records].index(r.name) else None)
+                ax.plot(
+                    xs,
+                    ys,
+                    color=f"C{list(dict.fromkeys(x.name for x in records)).index(r.name) % 10}",
+                    lw=1,
+                    label=r.name[:30] if i == [x.name for x in records].index(r.name) else None,
+                )
         ax.set_title(k, fontsize=9)
         ax.set_xlabel("step")
     if axes.flat[0].get_legend_handles_labels()[0]:

@@ -72,7 +72,9 @@ def load_checkpoint(path: str) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint not found: {path}") from None
     except Exception as err:  # noqa: BLE001 - every failure mode gets the same one-line report
         reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"checkpoint {path} is truncated, corrupt or not weights-only loadable ({reason})") from None
+        raise CheckpointError(
+            f"checkpoint {path} is truncated, corrupt or not weights-only loadable ({reason})"
+        ) from None
 
 
 def build(cfg: DictConfig) -> dict[str, Any]:
@@ -98,9 +100,7 @@ def build(cfg: DictConfig) -> dict[str, Any]:
 def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
     out = {}
     for k, v in metrics.items():
-        if isinstance(v, torch.Tensor) and v.numel() == 1:
-            out[k] = float(v)
-        elif isinstance(v, (int, float)):
+        if isinstance(v, torch.Tensor) and v.numel() == 1 or isinstance(v, (int, float)):
             out[k] = float(v)
     return out
 

@@ -12,7 +12,9 @@ TARGETS = ["install", "train", "eval", "sweep", "claim", "compare", "bench", "te
 
 
 def _make(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_help_documents_every_target():

@@ -70,7 +70,9 @@ def test_two_task_ddp_run_of_a_real_experiment(slurm, tmp_path):
     metrics = json.loads((sweep / "0" / "metrics.json").read_text())
     job = _job_id(sweep)
     log = (sweep / ".submitit" / job / f"{job}_0_log.out").read_text()
-    assert "distributed_backend=gloo" in log and "All distributed processes registered. Starting with 2 processes" in log
+    assert (
+        "distributed_backend=gloo" in log and "All distributed processes registered. Starting with 2 processes" in log
+    )
     local = run_cli(["train", "experiment=leaderbot", "trainer=cpu", "logger=csv", f"hydra.run.dir={tmp_path / 'one'}"])
     assert local.returncode == 0, local.stderr[-3000:]
     single = json.loads((tmp_path / "one" / "metrics.json").read_text())

@@ -73,5 +73,6 @@ def make_wandb_logger(
         _ = logger.experiment  # start the run now, so a failure is caught here
         return logger
     except Exception as err:  # noqa: BLE001 - wandb must never fail a run
-        warnings.warn(f"wandb disabled for this run ({type(err).__name__}: {err}); CSV logs are still written.", stacklevel=2)
+        message = f"wandb disabled for this run ({type(err).__name__}: {err}); CSV logs are still written."
+        warnings.warn(message, stacklevel=2)
         return None

@@ -1,0 +1,83 @@
+"""Gated delta rule forward+backward: chunked (WY/UT) vs token-by-token recurrence, side by side in one run.
+
+Also reports the achieved GFLOP/s of the chunked path as a fraction of a plain ``torch.matmul`` on the same machine.
+Run: ``python -m benchmarks.gated_delta_rule [--B 2 --H 4 --T 4096 --D 64 --chunk 64]`` (issue goal: >= 20x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+
+from ops.gated_delta_rule import chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
+
+
+def timed(fn, repeat: int) -> float:
+    fn()  # warm-up
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def chunk_flops(b: int, h: int, t: int, d: int, c: int) -> float:
+    """Matmul flops of the chunked forward (x3 for forward+backward): KK^T, solves, QK^T, state reads/writes."""
+    n = t / c
+    per_chunk = 2 * c * c * d * 2 + 2 * c * c * d * 2 + 2 * c * c * d + 2 * c * d * d * 4
+    return 3 * b * h * n * per_chunk
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--B", type=int, default=2)
+    p.add_argument("--H", type=int, default=4)
+    p.add_argument("--T", type=int, default=4096)
+    p.add_argument("--D", type=int, default=64)
+    p.add_argument("--chunk", type=int, default=64)
+    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    a = p.parse_args()
+    dev = torch.device(a.device)
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(a.B, a.T, a.H, a.D, generator=gen)
+    k = F.normalize(torch.randn(a.B, a.T, a.H, a.D, generator=gen), dim=-1)
+    v = torch.randn(a.B, a.T, a.H, a.D, generator=gen)
+    beta = torch.rand(a.B, a.T, a.H, generator=gen)
+    g = F.logsigmoid(torch.randn(a.B, a.T, a.H, generator=gen))
+    leaves = [x.to(dev).requires_grad_(True) for x in (q, k, v, beta, g)]
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    def run(fn, **kw):
+        def go():
+            o, _ = fn(*leaves, **kw)
+            o.sum().backward()
+            sync()
+
+        return go
+
+    t_chunk = timed(run(chunk_gated_delta_rule, chunk_size=a.chunk), a.repeat)
+    t_rec = timed(run(naive_recurrent_gated_delta_rule), 1)
+    n = 2048 if dev.type == "cpu" else 8192
+    x, y = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
+    t_mm = timed(lambda: (x @ y, sync()), 3)
+    mm_gflops = 2 * n**3 / t_mm / 1e9
+    ck_gflops = chunk_flops(a.B, a.H, a.T, a.D, a.chunk) / t_chunk / 1e9
+    print(f"gated delta rule fwd+bwd  B={a.B} H={a.H} T={a.T} D={a.D} C={a.chunk} device={dev}")
+    print(f"{'path':<12}{'time [ms]':>12}{'speed-up':>10}")
+    print(f"{'recurrent':<12}{t_rec * 1e3:>12.1f}{1.0:>10.1f}")
+    print(f"{'chunked':<12}{t_chunk * 1e3:>12.1f}{t_rec / t_chunk:>10.1f}   (goal >= 20x)")
+    print(
+        f"chunked GFLOP/s {ck_gflops:.1f} vs torch.matmul {n}^3 {mm_gflops:.1f}: {ck_gflops / mm_gflops:.1%} of matmul"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""Fit Davidson(k_cov=0, k_tie=1) on the bundled Chatbot Arena data with the suite and with the leaderbot package.
+
+Prints both wall times, both NLLs (mean per vote, no constraint terms) and the time ratio suite / package
+(goal: <= 0.1 at an equal or lower NLL). Both run in this one process on the same data. The package's numba
+kernels are compiled before timing (one loss call), so its time is the optimisation only.
+
+    python benchmarks/leaderbot_fit.py [--kind davidson --k-cov 0 --k-tie 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from datamodules.arena import embedded_path, read_votes  # noqa: E402
+from lightning_modules.leaderbot import likelihoods as lk  # noqa: E402
+from lightning_modules.leaderbot.fit import fit_lbfgs  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kind", default="davidson", choices=["bradley_terry", "rao_kupper", "davidson"])
+    parser.add_argument("--k-cov", default="0", help="'none' or an integer")
+    parser.add_argument("--k-tie", type=int, default=1)
+    parser.add_argument("--max-steps", type=int, default=150, help="suite: L-BFGS steps of 20 iterations")
+    args = parser.parse_args()
+    k_cov = None if args.k_cov.lower() == "none" else int(args.k_cov)
+    import leaderbot as lb
+    from scipy.stats import kendalltau
+
+    votes = read_votes(embedded_path())
+    data = {"models": votes["models"], "X": votes["pairs"], "Y": votes["counts"]}
+    pairs, counts = torch.as_tensor(votes["pairs"]), torch.as_tensor(votes["counts"], dtype=torch.float64)
+    layout = lk.Layout(args.kind, len(votes["models"]), k_cov, args.k_tie if args.kind != "bradley_terry" else 0)
+
+    cls = {"bradley_terry": lb.BradleyTerry, "rao_kupper": lb.RaoKupper, "davidson": lb.Davidson}[args.kind]
+    pkg = cls(data, k_cov=k_cov) if args.kind == "bradley_terry" else cls(data, k_cov=k_cov, k_tie=args.k_tie)
+    pkg.loss(np.zeros(pkg.n_param) + 0.1, return_jac=True, constraint=True)  # JIT-compile outside the timing
+    t0 = time.perf_counter()
+    pkg.train()
+    t_pkg = time.perf_counter() - t0
+    nll_pkg = float(pkg.loss(constraint=False))
+
+    res = fit_lbfgs(layout, pairs, counts, max_steps=args.max_steps)
+    tau = kendalltau(res.w[: layout.m].numpy(), pkg.param[: layout.m]).statistic
+    print(f"model: {args.kind}(k_cov={k_cov}, k_tie={layout.k_tie}), {layout.n_param} parameters, {len(pairs)} pairs")
+    print(f"package (scipy BFGS, numba): {t_pkg:8.2f} s  NLL {nll_pkg:.8f}")
+    print(f"suite   (torch L-BFGS)     : {res.seconds:8.2f} s  NLL {res.nll:.8f}  ({res.iterations} iterations)")
+    print(f"time ratio suite/package: {res.seconds / t_pkg:.3f}   NLL suite - package: {res.nll - nll_pkg:+.2e}")
+    print(f"Kendall tau between the two rankings: {tau:.4f}")
+
+
+if __name__ == "__main__":
+    main()

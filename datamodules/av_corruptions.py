@@ -1,0 +1,132 @@
+"""Synthesised class-conditional "audio" spectrograms and Kinetics50-C / VGGSound-C-style corruptions.
+
+The embedded default of :mod:`datamodules.multimodal` pairs each real Fashion-MNIST image with a power spectrogram
+``[T, F]`` generated for its class (AV-MNIST style, ``papers/DATA.md`` section 10):
+
+* the **pitch** (fundamental frequency bin, with harmonics) encodes the class *pair* ``c // 2`` (5 pitches), so
+  audio separates T-shirt / Pullover / Coat / Shirt, which the images confuse;
+* the **pitch contour** encodes ``c % 2`` (steady vs. rising chirp) only weakly (a small slope, jittered), so
+  audio alone cannot separate the two classes of a pair, which the images separate easily.
+
+Part of the evidence is unimodal and part shared, so fusion beats either modality, as in audio-visual action
+recognition. Per sample the onset, duration, gain, pitch and a background noise floor are random.
+
+Corruptions follow READ's Kinetics50-C / VGGSound-C: ImageNet-C-style video corruptions (a subset of the 15) and
+the 6 audio corruptions (gaussian_noise, traffic, crowd, rain, thunder, wind), each at severities 1-5. Audio noise
+is added in the power domain (the READ benchmark mixes noise waveforms into the audio), as spectral signatures:
+traffic = low-frequency rumble, crowd = babble of other classes' harmonics, rain = broadband crackle, thunder =
+loud low-frequency bursts, wind = slowly modulated low-mid band.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+VIDEO_CORRUPTIONS = ("gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "contrast", "brightness")
+AUDIO_CORRUPTIONS = ("gaussian_noise", "traffic", "crowd", "rain", "thunder", "wind")
+
+
+def _harmonics(t_len: int, f_len: int, f0: np.ndarray, slope: np.ndarray, width: float = 0.6) -> np.ndarray:
+    """Harmonic stack ``[N, T, F]`` with fundamental ``f0 + slope * t/T`` (bins), harmonics decaying as 1/h."""
+    tt = np.linspace(0.0, 1.0, t_len)[None, :, None]
+    ff = np.arange(f_len)[None, None, :]
+    pitch = f0[:, None, None] + slope[:, None, None] * tt
+    out = np.zeros((len(f0), t_len, f_len))
+    for h in (1, 2, 3):
+        out += np.exp(-((ff - h * pitch) ** 2) / (2 * width**2)) / h
+    return out
+
+
+def synth_spectrograms(labels: np.ndarray, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
+    """Class-conditional power spectrograms.
+
+    Args:
+        labels: ``[N]`` classes in ``0..9``.
+        shape: ``(T, F)``.
+        rng: Numpy generator (sample randomness).
+
+    Returns:
+        ``[N, T, F]`` float32 power (non-negative).
+    """
+    t_len, f_len = shape
+    n = len(labels)
+    f0 = 1.2 + 1.0 * (labels // 2) * (f_len / 16) + rng.uniform(-0.35, 0.35, n)
+    slope = np.where(labels % 2 == 1, 1.2, 0.0) * (f_len / 16) + rng.normal(0.0, 0.6, n)
+    tone = _harmonics(t_len, f_len, f0, slope)
+    onset = rng.uniform(0.0, 0.3, n)
+    dur = rng.uniform(0.5, 0.7, n)
+    tt = np.linspace(0.0, 1.0, t_len)[None, :]
+    env = 1.0 / (1 + np.exp(-(tt - onset[:, None]) * 30)) * 1.0 / (1 + np.exp((tt - (onset + dur)[:, None]) * 30))
+    gain = rng.uniform(0.6, 1.4, n)[:, None, None]
+    floor = rng.exponential(0.05, (n, t_len, f_len))
+    return (gain * env[:, :, None] * tone + floor).astype(np.float32)
+
+
+def audio_features(power: np.ndarray) -> np.ndarray:
+    """Log-compressed spectrogram ``log(1 + 10 P)`` (the models see these, standardised)."""
+    return np.log1p(10.0 * power).astype(np.float32)
+
+
+def corrupt_audio(power: np.ndarray, kind: str, severity: int, rng: np.random.Generator) -> np.ndarray:
+    """Add a READ-style audio corruption to power spectrograms ``[N, T, F]`` at ``severity`` in 1..5."""
+    if kind not in AUDIO_CORRUPTIONS:
+        raise ValueError(f"audio corruption {kind!r} must be one of {list(AUDIO_CORRUPTIONS)}")
+    n, t_len, f_len = power.shape
+    level = [0.15, 0.3, 0.5, 0.8, 1.2][severity - 1]
+    ff = np.arange(f_len)[None, None, :] / f_len
+    tt = np.linspace(0.0, 1.0, t_len)[None, :, None]
+    if kind == "gaussian_noise":
+        noise = rng.exponential(1.0, power.shape)
+    elif kind == "traffic":
+        noise = np.exp(-ff / 0.15) * (1 + 0.5 * np.sin(2 * np.pi * rng.uniform(0.5, 2, (n, 1, 1)) * tt)) * 2.0
+        noise = noise * rng.exponential(1.0, power.shape)
+    elif kind == "crowd":
+        others = rng.integers(0, 10, (n, 3))
+        noise = sum(synth_spectrograms(others[:, j], (t_len, f_len), rng) for j in range(3)) * 0.7
+    elif kind == "rain":
+        hits = rng.random((n, t_len, 1)) < 0.5
+        noise = hits * (0.3 + ff) * rng.exponential(1.5, power.shape)
+    elif kind == "thunder":
+        bursts = np.zeros((n, t_len, 1))
+        for _ in range(2):
+            c = rng.uniform(0, 1, (n, 1, 1))
+            bursts += np.exp(-((tt - c) ** 2) / 0.005)
+        noise = bursts * np.exp(-ff / 0.3) * 4.0 * rng.exponential(1.0, power.shape)
+    else:  # wind
+        mod = 1 + np.sin(2 * np.pi * rng.uniform(0.2, 1.0, (n, 1, 1)) * tt + rng.uniform(0, 6.3, (n, 1, 1)))
+        noise = mod * np.exp(-((ff - 0.3) ** 2) / 0.03) * 1.5 * rng.exponential(1.0, power.shape)
+    return (power + level * noise).astype(np.float32)
+
+
+def corrupt_video(images: torch.Tensor, kind: str, severity: int, gen: torch.Generator) -> torch.Tensor:
+    """ImageNet-C-style corruption of images ``[N, C, H, W]`` in ``[0, 1]`` at ``severity`` in 1..5."""
+    if kind not in VIDEO_CORRUPTIONS:
+        raise ValueError(f"video corruption {kind!r} must be one of {list(VIDEO_CORRUPTIONS)}")
+    s = severity - 1
+    x = images
+    if kind == "gaussian_noise":
+        x = x + torch.randn(x.shape, generator=gen) * [0.08, 0.12, 0.18, 0.26, 0.38][s]
+    elif kind == "shot_noise":
+        lam = [60.0, 25.0, 12.0, 5.0, 3.0][s]
+        x = torch.poisson(x * lam, generator=gen) / lam
+    elif kind == "impulse_noise":
+        amount = [0.03, 0.06, 0.09, 0.17, 0.27][s]
+        u = torch.rand(x.shape, generator=gen)
+        x = torch.where(u < amount / 2, torch.zeros_like(x), torch.where(u > 1 - amount / 2, torch.ones_like(x), x))
+    elif kind == "defocus_blur":
+        sigma = [0.6, 0.9, 1.2, 1.6, 2.2][s]
+        r = int(np.ceil(2 * sigma))
+        k = torch.exp(-(torch.arange(-r, r + 1, dtype=x.dtype) ** 2) / (2 * sigma**2))
+        k = k / k.sum()
+        c = x.shape[1]
+        x = F.conv2d(F.pad(x, (r, r, 0, 0), mode="reflect"), k.view(1, 1, 1, -1).repeat(c, 1, 1, 1), groups=c)
+        x = F.conv2d(F.pad(x, (0, 0, r, r), mode="reflect"), k.view(1, 1, -1, 1).repeat(c, 1, 1, 1), groups=c)
+    elif kind == "contrast":
+        c = [0.4, 0.3, 0.2, 0.1, 0.05][s]
+        mean = x.mean(dim=(1, 2, 3), keepdim=True)
+        x = (x - mean) * c + mean
+    else:  # brightness
+        x = x + [0.1, 0.2, 0.3, 0.4, 0.5][s]
+    return x.clamp(0.0, 1.0)

@@ -1,0 +1,86 @@
+"""Claim-check report for BaDLoss: per-attack ASR table and loss-trajectory plots (clean vs each attack).
+
+Called by ``suite/claim.py`` as ``claim_report(records, out_dir)``; reads each run's ``metrics.json`` (via the
+records) and the ``badloss_detection.npz`` that :class:`BadlossLitModule` writes at detection time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _mean_std(values: list[float]) -> str:
+    v = np.asarray([x for x in values if np.isfinite(x)], dtype=float)
+    if len(v) == 0:
+        return "—"
+    return f"{100 * v.mean():.2f} ± {100 * v.std():.2f}"
+
+
+def asr_table(records: list[Any]) -> str:
+    """Markdown table: clean accuracy, mean ASR, per-attack ASR and detection AUC (in %, mean ± std over seeds)."""
+    by_name: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for r in records:
+        by_name[r.name].append(r.metrics)
+    attacks = sorted(
+        {k[len("test/asr_") :] for r in records for k in r.metrics if k.startswith("test/asr_")} - {"mean"}
+    )
+    cols = ["test/acc", "test/asr_mean", *[f"test/asr_{a}" for a in attacks], "detect/auc"]
+    head = ["defence", "clean acc", "mean ASR", *[f"ASR {a}" for a in attacks], "detection AUC"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, ms in by_name.items():
+        cells = [_mean_std([m.get(c, float("nan")) for m in ms]) for c in cols]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_trajectories(npz: Path, out_png: Path, max_per_group: int = 40) -> Path:
+    """Loss trajectories of clean examples vs each attack's poisons (thin lines) and their medians (thick)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    d = np.load(npz)
+    traj, attack, kind, names = d["trajectories"], d["poison_attack"], d["probe_kind"], list(d["attack_names"])
+    groups = {"clean": (attack < 0) & (kind == 0), "clean probes": kind == 1}
+    groups.update({n: attack == i for i, n in enumerate(names)})
+    fig, axes = plt.subplots(1, len(groups), figsize=(2.6 * len(groups), 2.6), sharey=True)
+    rng = np.random.default_rng(0)
+    epochs = np.arange(1, traj.shape[1] + 1)
+    for ax, (name, mask) in zip(np.atleast_1d(axes), groups.items()):
+        rows = np.nonzero(mask)[0]
+        for i in rng.permutation(rows)[:max_per_group]:
+            ax.plot(epochs, traj[i], color="tab:gray" if "clean" in name else "tab:red", alpha=0.25, lw=0.6)
+        if len(rows):
+            ax.plot(epochs, np.median(traj[rows], 0), color="k", lw=2)
+        ax.set_title(f"{name} (n={len(rows)})", fontsize=8)
+        ax.set_xlabel("epoch", fontsize=8)
+        ax.set_yscale("symlog", linthresh=0.01)
+    np.atleast_1d(axes)[0].set_ylabel("training loss")
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return out_png
+
+
+def claim_report(records: list[Any], out_dir: Path) -> str:
+    """Markdown appended to ``docs/results/badloss.md``."""
+    out_dir = Path(out_dir)
+    lines = ["## Attack success rate per attack (%, mean ± std over seeds)", "", asr_table(records), ""]
+    npzs = sorted(
+        (r for r in records if r.name == "badloss" and (Path(r.path) / "badloss_detection.npz").exists()),
+        key=lambda r: r.seed if r.seed is not None else 0,
+    )
+    if npzs:
+        png = plot_trajectories(Path(npzs[0].path) / "badloss_detection.npz", out_dir / "badloss_trajectories.png")
+        lines += [
+            "## Loss trajectories (BaDLoss detection phase, seed " + str(npzs[0].seed) + ")",
+            "",
+            f"![trajectories]({png.name})",
+            "",
+        ]
+    return "\n".join(lines)

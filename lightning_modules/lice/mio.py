@@ -1,0 +1,456 @@
+"""LiCE's mixed-integer optimisation (MIO) for likely counterfactual explanations, in Pyomo, solved by HiGHS.
+
+One Pyomo model per factual ``x0`` (table form, see :mod:`datamodules.tabular`) encodes, following the paper:
+
+* **Input encoding** (Sec. 4.1). Continuous: ``x = x0 + d+ - d-`` with ``d+- >= 0`` bounded by ``[0, 1]`` and by
+  monotonicity (an ``increasing`` feature has ``d- = 0``), an exclusivity binary lets only one of them be nonzero,
+  immutable features are constants, integer-valued features get an integer shadow ``x = k / (hi - lo)``. Binary: one
+  binary variable. Categorical: one-hot binaries with ``sum_k o_k = 1``.
+* **Distance** (Eq. (2)): ``sum_j cost_j |x_j - x0_j|`` with inverse-MAD costs ``cost_j = 1 / max(MAD_j, 1e-4)`` for
+  continuous features and a unit cost per changed binary/categorical feature.
+* **Classifier** (Sec. 4.2): a ReLU MLP ``z_l = ReLU(W_l z_{l-1} + b_l)`` in the big-M form
+  ``z >= a, z >= 0, z <= a - L (1 - s), z <= U s`` (``s`` binary) with ``[L, U]`` from interval arithmetic on the
+  input bounds; neurons with ``U <= 0`` are 0, with ``L >= 0`` linear. Validity: ``sign * logit >= 1e-4``.
+* **SPN** (Sec. 4.3), every node value is a log-density, the label leaf is fixed to the desired class:
+  histogram leaf (Eq. (5)): binaries ``nib_i`` ("not in bin i"), ``sum_i nib_i = B - 1``,
+  ``M nib_i >= b_i - x``, ``M nib_i >= x - b_{i+1} + eps``, output ``sum_i (1 - nib_i) log rho_i`` (consecutive bins
+  of equal density merged first); categorical/binary leaves are linear in the one-hot; a product node is the sum of
+  its children (Eq. (6)); a sum node is the max-approximation (Eq. (7)): ``out <= l_c + log w_c + M_c s_c`` with
+  binaries ``sum_c s_c = n - 1``.
+* **Objective**: ``mio`` (distance only, the baseline), ``threshold`` (distance s.t. ``SPN(x') >= tau``, LiCE with
+  the median training log-likelihood) or ``optimize`` (distance ``- alpha * SPN(x')``, Eq. (8)).
+
+Deviations from the official code (documented in docs/methods/lice.md): the sum-node big-M is computed from interval
+bounds of the node values (the official code uses 100, which is invalid when log-likelihoods span more than 100
+nats); counterfactuals are snapped into the histogram bins the solver chose, so the reported LL is the one the MIO
+optimised (the official 6-decimal rounding can land in the next bin).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyomo.environ as pyo
+
+from lightning_modules.lice.spn import SPN, CategoricalLeaf, HistogramLeaf, ProductNode, SumNode, histogram_bin
+from suite.errors import ConfigError
+
+OBJECTIVES = ("mio", "threshold", "optimize")
+SUM_APPROX = ("lower", "upper")
+
+
+@dataclass
+class CounterfactualResult:
+    """Outcome of one counterfactual search.
+
+    Attributes:
+        status: ``optimal``; ``time_limit`` (a feasible, not proven optimal CE); ``infeasible`` (no
+            counterfactual exists under the constraints, e.g. immutable features make the class unreachable);
+            ``time_limit_no_solution``; ``not_found`` (heuristics); ``error: <reason>`` (solver failure, reported
+            not raised).
+        x: Counterfactual in table form ``[F]`` or ``None``.
+        objective: Solver objective or ``None``.
+        spn_value: The MIO's root SPN value (max-approximation) or ``None``.
+        seconds: Wall time of the solve.
+    """
+
+    status: str
+    x: np.ndarray | None = None
+    objective: float | None = None
+    spn_value: float | None = None
+    seconds: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def found(self) -> bool:
+        return self.x is not None
+
+
+def mlp_forward(layers: Sequence[tuple[np.ndarray, np.ndarray]], x: np.ndarray) -> np.ndarray:
+    """Logits ``[N]`` of a ReLU MLP given as ``[(W [out, in], b [out]), ...]`` on inputs ``[N, D]``."""
+    h = np.atleast_2d(x)
+    for i, (w, b) in enumerate(layers):
+        h = h @ w.T + b
+        if i < len(layers) - 1:
+            h = np.maximum(h, 0.0)
+    return h[:, 0]
+
+
+def interval_bounds(
+    layers: Sequence[tuple[np.ndarray, np.ndarray]], lo: np.ndarray, hi: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Pre-activation bounds ``[(L_l, U_l)]`` of every layer by interval arithmetic from inputs in ``[lo, hi]``."""
+    out = []
+    for i, (w, b) in enumerate(layers):
+        wp, wn = np.maximum(w, 0.0), np.minimum(w, 0.0)
+        low, up = wp @ lo + wn @ hi + b, wp @ hi + wn @ lo + b
+        out.append((low, up))
+        if i < len(layers) - 1:
+            lo, hi = np.maximum(low, 0.0), np.maximum(up, 0.0)
+    return out
+
+
+def feature_costs(features: Sequence[Any], train_table: np.ndarray, mad_floor: float = 1e-4) -> np.ndarray:
+    """Per-feature distance weights: ``1 / max(MAD_j, mad_floor)`` for continuous features, 1 otherwise."""
+    costs = np.ones(len(features))
+    for j, f in enumerate(features):
+        if f.kind == "continuous":
+            col = train_table[:, j]
+            costs[j] = 1.0 / max(float(np.median(np.abs(col - np.median(col)))), mad_floor)
+    return costs
+
+
+def inverse_mad_l1(x: np.ndarray, x_cf: np.ndarray, mads: np.ndarray) -> float:
+    """``sum_j |x_cf_j - x_j| / mad_j`` over continuous features (Eq. (2))."""
+    return float(np.sum(np.abs(np.asarray(x_cf) - np.asarray(x)) / np.asarray(mads)))
+
+
+def distance(x: np.ndarray, x_cf: np.ndarray, features: Sequence[Any], costs: np.ndarray) -> float:
+    """The MIO's distance of a table-form counterfactual: weighted L1 (continuous) + cost per changed discrete."""
+    total = 0.0
+    for j, f in enumerate(features):
+        if f.kind == "continuous":
+            total += costs[j] * abs(float(x_cf[j]) - float(x[j]))
+        else:
+            total += costs[j] * float(round(float(x_cf[j])) != round(float(x[j])))
+    return total
+
+
+def sparsity(x: np.ndarray, x_cf: np.ndarray, features: Sequence[Any], tol: float = 1e-6) -> int:
+    """Number of changed features."""
+    return int(
+        sum(
+            abs(float(x_cf[j]) - float(x[j])) > (tol if f.kind == "continuous" else 0.5) for j, f in enumerate(features)
+        )
+    )
+
+
+class LiceMIO:
+    """Builds and solves the LiCE MIO for single factuals (see the module docstring for the encoding).
+
+    Args:
+        features: Feature specs (``kind``, ``immutable``, ``monotone``, ``discrete``, ``n_categories``, ``step``).
+        layers: The classifier as ``[(W, b), ...]`` (float64), acting on the one-hot encoding; last layer 1 output.
+        costs: ``[F]`` distance weights (:func:`feature_costs`).
+        spn: SPN over ``F + 1`` variables (features then label) or ``None`` (plain MIO).
+        objective: ``mio`` | ``threshold`` | ``optimize``.
+        threshold: ``tau`` of the threshold variant.
+        alpha: Weight of the SPN value in the optimise variant.
+        time_limit: Solver limit in seconds.
+        eps: Histogram-bin separation and minimal change (normalised units).
+        margin: Classifier margin on the logit.
+        sum_approx: ``lower`` (``log w_c``, the max lower bound) or ``upper`` (``min(0, log(n w_c))``).
+    """
+
+    def __init__(
+        self,
+        features: Sequence[Any],
+        layers: Sequence[tuple[np.ndarray, np.ndarray]],
+        costs: np.ndarray,
+        spn: SPN | None = None,
+        objective: str = "mio",
+        threshold: float | None = None,
+        alpha: float = 0.1,
+        time_limit: float = 60.0,
+        eps: float = 1e-4,
+        margin: float = 1e-4,
+        sum_approx: str = "lower",
+    ) -> None:
+        if objective not in OBJECTIVES:
+            raise ConfigError(f"objective={objective!r} must be one of {list(OBJECTIVES)}")
+        if objective != "mio" and spn is None:
+            raise ConfigError(f"objective={objective!r} needs an SPN")
+        if objective == "threshold" and threshold is None:
+            raise ConfigError("objective='threshold' needs a threshold")
+        if time_limit <= 0:
+            raise ConfigError(f"model.time_limit={time_limit} must be > 0")
+        if alpha < 0:
+            raise ConfigError(f"model.alpha={alpha} must be >= 0")
+        if sum_approx not in SUM_APPROX:
+            raise ConfigError(f"model.sum_approx={sum_approx!r} must be one of {list(SUM_APPROX)}")
+        self.features, self.layers, self.costs = list(features), list(layers), np.asarray(costs, np.float64)
+        self.spn, self.objective, self.threshold, self.alpha = spn, objective, threshold, alpha
+        self.time_limit, self.eps, self.margin, self.sum_approx = time_limit, eps, margin, sum_approx
+
+    # -- model building ---------------------------------------------------------------------------------------------
+    def build(
+        self,
+        x0: np.ndarray,
+        desired: int,
+        use_classifier: bool = True,
+        use_spn: bool | None = None,
+        fix_x: np.ndarray | None = None,
+    ) -> pyo.ConcreteModel:
+        """The Pyomo model for factual ``x0`` ``[F]`` and target class ``desired``.
+
+        ``use_classifier=False`` drops the validity constraint; ``use_spn`` overrides whether the SPN is encoded;
+        ``fix_x`` ``[F]`` pins the counterfactual to a point (then the objective maximises the SPN value: the MIO's
+        root equals the max-approximation, the parity check).
+        """
+        x0 = np.asarray(x0, np.float64)
+        use_spn = (self.objective != "mio") if use_spn is None else use_spn
+        m = pyo.ConcreteModel()
+        m.cons = pyo.ConstraintList()
+        m.nib_records = []  # (variable, merged breaks, nib binaries) of every encoded histogram leaf
+        values, inputs, in_lo, in_hi, dist_terms = [], [], [], [], []
+        for j, f in enumerate(self.features):
+            value, cols, lo, hi, dist = self._encode_feature(m, j, f, x0[j], None if fix_x is None else fix_x[j])
+            values.append(value)
+            inputs += cols
+            in_lo += lo
+            in_hi += hi
+            dist_terms.append(dist)
+        m.values = values
+        m.distance = pyo.Expression(expr=sum(dist_terms))
+        if use_classifier:
+            m.logit = pyo.Expression(expr=self._encode_mlp(m, inputs, np.array(in_lo), np.array(in_hi)))
+            sign = 1.0 if desired == 1 else -1.0
+            m.validity = pyo.Constraint(expr=sign * m.logit >= self.margin)
+        root = None
+        if use_spn and self.spn is not None:
+            m.spn_root = pyo.Expression(expr=self._encode_spn(m, values, desired))
+            root = m.spn_root
+        if fix_x is not None:
+            m.obj = pyo.Objective(expr=-(root if root is not None else 0.0), sense=pyo.minimize)
+        elif self.objective == "threshold" and root is not None:
+            m.cons.add(root >= float(self.threshold))
+            m.obj = pyo.Objective(expr=m.distance, sense=pyo.minimize)
+        elif self.objective == "optimize" and root is not None:
+            m.obj = pyo.Objective(expr=m.distance - self.alpha * root, sense=pyo.minimize)
+        else:
+            m.obj = pyo.Objective(expr=m.distance, sense=pyo.minimize)
+        return m
+
+    def _encode_feature(self, m: pyo.ConcreteModel, j: int, f: Any, x0: float, fixed: float | None) -> tuple:
+        """Returns (table value: expr | list of one-hot exprs, classifier input exprs, their lower/upper bounds,
+        distance expr)."""
+        blk = pyo.Block()
+        m.add_component(f"f{j}", blk)
+        if f.kind == "continuous":
+            if f.immutable:
+                return x0, [x0], [x0], [x0], 0.0
+            up = 0.0 if f.monotone == "decreasing" else max(1.0 - x0, 0.0)
+            down = 0.0 if f.monotone == "increasing" else max(x0, 0.0)
+            blk.dp = pyo.Var(bounds=(0.0, up))
+            blk.dm = pyo.Var(bounds=(0.0, down))
+            if up > 0 and down > 0:  # exclusivity: only one direction changes
+                blk.e = pyo.Var(domain=pyo.Binary)
+                blk.c_up = pyo.Constraint(expr=blk.dp <= up * blk.e)
+                blk.c_down = pyo.Constraint(expr=blk.dm <= down * (1 - blk.e))
+            x = x0 + blk.dp - blk.dm
+            if f.discrete and f.step < 1.0:
+                k0 = round(x0 / f.step)
+                blk.k = pyo.Var(domain=pyo.Integers, bounds=(k0 - round(down / f.step), k0 + round(up / f.step)))
+                blk.c_grid = pyo.Constraint(expr=x == blk.k * f.step)
+            if fixed is not None:
+                blk.c_fix = pyo.Constraint(expr=x == float(fixed))
+            return x, [x], [x0 - down], [x0 + up], self.costs[j] * (blk.dp + blk.dm)
+        if f.kind == "binary":
+            if f.immutable:
+                return x0, [x0], [x0], [x0], 0.0
+            lo = x0 if f.monotone == "increasing" else 0.0
+            hi = x0 if f.monotone == "decreasing" else 1.0
+            blk.b = pyo.Var(domain=pyo.Binary, bounds=(lo, hi))
+            if fixed is not None:
+                blk.b.fix(round(float(fixed)))
+            change = blk.b if round(x0) == 0 else 1 - blk.b
+            return blk.b, [blk.b], [lo], [hi], self.costs[j] * change
+        k = f.n_categories
+        c0 = int(round(x0))
+        if f.immutable:
+            onehot = [float(i == c0) for i in range(k)]
+            return onehot, onehot, onehot, onehot, 0.0
+        allowed = [
+            i
+            for i in range(k)
+            if not (f.monotone == "increasing" and i < c0) and not (f.monotone == "decreasing" and i > c0)
+        ]
+        blk.o = pyo.Var(range(k), domain=pyo.Binary)
+        for i in range(k):
+            if i not in allowed:
+                blk.o[i].fix(0)
+        blk.c_one = pyo.Constraint(expr=sum(blk.o[i] for i in range(k)) == 1)
+        if fixed is not None:
+            for i in range(k):
+                blk.o[i].fix(int(i == round(float(fixed))))
+        onehot = [blk.o[i] for i in range(k)]
+        return onehot, onehot, [0.0] * k, [float(i in allowed) for i in range(k)], self.costs[j] * (1 - blk.o[c0])
+
+    def _encode_mlp(self, m: pyo.ConcreteModel, inputs: list[Any], lo: np.ndarray, hi: np.ndarray) -> Any:
+        """Big-M ReLU encoding of the MLP; returns the logit expression."""
+        bounds = interval_bounds(self.layers, lo, hi)
+        h = inputs
+        m.relu = pyo.Block()
+        for li, ((w, b), (low, up)) in enumerate(zip(self.layers, bounds)):
+            pre = [sum(float(w[o, i]) * h[i] for i in range(w.shape[1]) if w[o, i] != 0.0) + float(b[o])
+                   for o in range(w.shape[0])]  # fmt: skip
+            if li == len(self.layers) - 1:
+                return pre[0]
+            out = []
+            for o in range(w.shape[0]):
+                if up[o] <= 0:
+                    out.append(0.0)
+                elif low[o] >= 0:
+                    out.append(pre[o])
+                else:
+                    z = pyo.Var(bounds=(0.0, float(up[o])))
+                    s = pyo.Var(domain=pyo.Binary)
+                    m.relu.add_component(f"z{li}_{o}", z)
+                    m.relu.add_component(f"s{li}_{o}", s)
+                    m.cons.add(z >= pre[o])
+                    m.cons.add(z <= pre[o] - float(low[o]) * (1 - s))
+                    m.cons.add(z <= float(up[o]) * s)
+                    out.append(z)
+            h = out
+        raise AssertionError("unreachable")
+
+    def _encode_spn(self, m: pyo.ConcreteModel, values: list[Any], desired: int) -> Any:
+        """SPN encoding; returns the root's log-value expression (max-approximation)."""
+        spn = self.spn
+        assert spn is not None
+        n_feat = len(self.features)
+        bounds = spn.node_bounds()
+        m.spn = pyo.Block()
+        out: list[Any] = []
+        for node in spn.nodes:
+            if isinstance(node, (HistogramLeaf, CategoricalLeaf)):
+                v = node.scope[0]
+                value = float(desired) if v == n_feat else values[v]
+                out.append(self._encode_leaf(m, node, value))
+            elif isinstance(node, ProductNode):
+                out.append(sum(out[c.id] for c in node.children))  # Eq. (6)
+            else:
+                assert isinstance(node, SumNode)
+                n = len(node.children)
+                logw = np.log(node.weights)
+                if self.sum_approx == "upper":
+                    logw = np.minimum(0.0, np.log(node.weights * n))
+                hi = max(bounds[c.id][1] + lw for c, lw in zip(node.children, logw))
+                y = pyo.Var(bounds=(None, float(hi)))
+                s = pyo.Var(range(n), domain=pyo.Binary)
+                m.spn.add_component(f"sum{node.id}", y)
+                m.spn.add_component(f"slack{node.id}", s)
+                m.cons.add(sum(s[c] for c in range(n)) == n - 1)
+                for ci, (c, lw) in enumerate(zip(node.children, logw)):
+                    big_m = hi - (bounds[c.id][0] + lw)  # valid: out <= hi and l_c >= lower bound of c
+                    m.cons.add(y <= out[c.id] + float(lw) + float(big_m) * s[ci])  # Eq. (7)
+                out.append(y)
+        return out[spn.root.id]
+
+    def _encode_leaf(self, m: pyo.ConcreteModel, leaf: Any, value: Any) -> Any:
+        if isinstance(leaf, CategoricalLeaf):
+            logs = np.log(leaf.probs)
+            if isinstance(value, list):  # categorical one-hot
+                return sum(float(lp) * o for lp, o in zip(logs, value))
+            if isinstance(value, (int, float)):
+                return float(logs[int(round(value))])
+            return float(logs[0]) * (1 - value) + float(logs[1]) * value
+        if isinstance(value, (int, float)):  # immutable feature: constant
+            return float(np.log(leaf.densities[histogram_bin(leaf.breaks, np.array([value]))[0]]))
+        breaks, dens = merge_equal_bins(leaf.breaks, leaf.densities)
+        if len(dens) == 1:
+            return float(np.log(dens[0]))
+        nb = len(dens)
+        big_m = max(1.0, float(breaks[-1] - breaks[0]))
+        nib = pyo.Var(range(nb), domain=pyo.Binary)
+        m.spn.add_component(f"nib{leaf.id}", nib)
+        m.cons.add(sum(nib[i] for i in range(nb)) == nb - 1)
+        for i in range(nb):  # Eq. (5): x in bin i unless nib_i = 1
+            if i > 0:
+                m.cons.add(big_m * nib[i] >= float(breaks[i]) - value)
+            if i < nb - 1:
+                m.cons.add(big_m * nib[i] >= value - float(breaks[i + 1]) + self.eps)
+        m.nib_records.append((leaf.scope[0], breaks, [nib[i] for i in range(nb)]))
+        return sum(float(np.log(dens[i])) * (1 - nib[i]) for i in range(nb))
+
+    # -- solving ----------------------------------------------------------------------------------------------------
+    def solve_model(self, m: pyo.ConcreteModel) -> tuple[str, float | None, float]:
+        """Solve with HiGHS (``appsi_highs``); returns ``(status, objective, seconds)`` and loads the solution."""
+        from pyomo.contrib.appsi.base import TerminationCondition as TC
+        from pyomo.contrib.appsi.solvers import Highs
+
+        solver = Highs()
+        solver.config.time_limit = float(self.time_limit)
+        solver.config.load_solution = False
+        solver.config.stream_solver = False
+        solver.config.log_level = logging.DEBUG  # HiGHS's log goes to DEBUG, not the run's INFO log
+        solver.highs_options = {"mip_feasibility_tolerance": 1e-7, "primal_feasibility_tolerance": 1e-7}
+        start = time.perf_counter()
+        try:
+            res = solver.solve(m)
+        except Exception as err:  # noqa: BLE001 - a solver failure is a result, not a crash
+            return f"error: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}", None, 0.0
+        seconds = time.perf_counter() - start
+        tc = res.termination_condition
+        if tc == TC.optimal:
+            res.solution_loader.load_vars()
+            return "optimal", float(res.best_feasible_objective), seconds
+        if tc in (TC.infeasible, TC.infeasibleOrUnbounded):
+            return "infeasible", None, seconds
+        if tc == TC.maxTimeLimit:
+            if res.best_feasible_objective is not None and np.isfinite(res.best_feasible_objective):
+                res.solution_loader.load_vars()
+                return "time_limit", float(res.best_feasible_objective), seconds
+            return "time_limit_no_solution", None, seconds
+        return f"error: termination {tc.name}", None, seconds
+
+    def decode(self, m: pyo.ConcreteModel) -> np.ndarray:
+        """Table-form counterfactual ``[F]`` from a solved model, snapped into the histogram bins the solver chose."""
+        x = np.empty(len(self.features))
+        for j, (f, v) in enumerate(zip(self.features, m.values)):
+            if f.kind == "categorical":
+                x[j] = float(np.argmax([pyo.value(o) for o in v]))
+            elif f.kind == "binary":
+                x[j] = float(round(pyo.value(v)))
+            else:
+                x[j] = float(pyo.value(v))
+        lo, hi = np.zeros(len(x)), np.ones(len(x))
+        for var, breaks, nib in m.nib_records:
+            i = int(np.argmin([pyo.value(n) for n in nib]))
+            lo[var] = max(lo[var], breaks[i])
+            hi[var] = min(hi[var], breaks[i + 1] - (self.eps if i < len(nib) - 1 else 0.0))
+        for j, f in enumerate(self.features):
+            if f.kind != "continuous" or f.immutable:
+                continue
+            x[j] = float(np.clip(x[j], lo[j], hi[j]))
+            if f.discrete and f.step < 1.0:
+                k = np.clip(round(x[j] / f.step), np.ceil(lo[j] / f.step - 1e-9), np.floor(hi[j] / f.step + 1e-9))
+                x[j] = float(k * f.step)
+        return x
+
+    def generate(self, x0: np.ndarray, desired: int) -> CounterfactualResult:
+        """One counterfactual for factual ``x0`` ``[F]`` toward class ``desired``; never raises on solver trouble."""
+        m = self.build(x0, desired)
+        status, objective, seconds = self.solve_model(m)
+        if objective is None:
+            return CounterfactualResult(status, seconds=seconds)
+        root = m.component("spn_root")
+        spn_value = float(pyo.value(root)) if root is not None else None
+        return CounterfactualResult(status, self.decode(m), objective, spn_value, seconds)
+
+    def spn_value_at(self, x: np.ndarray, desired: int) -> float:
+        """The MIO's root SPN value with the counterfactual pinned to ``x`` (parity with ``SPN.max_approx``)."""
+        if self.spn is None:
+            raise ConfigError("spn_value_at needs an SPN")
+        m = self.build(x, desired, use_classifier=False, use_spn=True, fix_x=np.asarray(x, np.float64))
+        status, _, _ = self.solve_model(m)
+        if status != "optimal":
+            raise RuntimeError(f"pinned SPN model not solved: {status}")
+        return float(pyo.value(m.spn_root))
+
+
+def merge_equal_bins(breaks: np.ndarray, densities: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop the breaks between consecutive bins of equal density (fewer binaries, same function)."""
+    keep_b, keep_d = [float(breaks[0])], [float(densities[0])]
+    for i in range(1, len(densities)):
+        if np.isclose(densities[i], keep_d[-1], rtol=1e-12, atol=0.0):
+            continue
+        keep_b.append(float(breaks[i]))
+        keep_d.append(float(densities[i]))
+    keep_b.append(float(breaks[-1]))
+    return np.array(keep_b), np.array(keep_d)

@@ -1,0 +1,120 @@
+"""LossDynamics: per-example values of the model at each epoch end, bounded capacity, index-addressed, resumable."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import Dataset
+
+from callbacks.loss_dynamics import LossDynamics, example_values
+from datamodules._base import SuiteDataModule
+from suite.errors import ConfigError, DataFormatError
+
+
+class Indexed(Dataset):
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, with_index: bool = True) -> None:
+        self.x, self.y, self.with_index = x, y, with_index
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int):
+        return (self.x[i], self.y[i], i) if self.with_index else (self.x[i], self.y[i])
+
+
+class ToyData(SuiteDataModule):
+    def __init__(self, with_index: bool = True) -> None:
+        super().__init__(batch_size=8, seed=0)
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(37, 5, generator=g)
+        self.y = (self.x[:, 0] > 0).long() + (self.x[:, 1] > 0).long()
+        self.with_index = with_index
+
+    def load_embedded(self):
+        ds = Indexed(self.x, self.y, self.with_index)
+        return {"train": ds, "val": ds, "test": ds}
+
+
+class Toy(pl.LightningModule):
+    """Any classification module: forward gives logits; nothing BaDLoss-specific."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(5, 3)
+        self.snapshots: list[dict[str, torch.Tensor]] = []
+
+    def forward(self, x):
+        return self.lin(x)
+
+    def training_step(self, batch, _):
+        return F.cross_entropy(self(batch[0]), batch[1])
+
+    def on_train_epoch_end(self):
+        # Runs after callbacks' on_train_epoch_end: the weights the callback just scored.
+        self.snapshots.append({k: v.detach().clone() for k, v in self.lin.state_dict().items()})
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.5)
+
+
+def fit(cb: LossDynamics, epochs: int, data: ToyData | None = None) -> tuple[Toy, ToyData]:
+    data = data or ToyData()
+    model = Toy()
+    trainer = pl.Trainer(
+        max_epochs=epochs, accelerator="cpu", callbacks=[cb], logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+    )  # fmt: skip
+    trainer.fit(model, datamodule=data)
+    return model, data
+
+
+@pytest.mark.parametrize("metric", ["loss", "prob"])
+def test_records_every_example_each_epoch(metric):
+    torch.manual_seed(0)
+    cb = LossDynamics(metric=metric, capacity=10)
+    model, data = fit(cb, 3)
+    traj = cb.trajectories
+    assert traj.shape == (37, 3) and cb.epochs == [0, 1, 2]
+    assert bool(torch.isfinite(traj).all())
+    assert len(model.snapshots) == 3
+    for e, state in enumerate(model.snapshots):  # column e == the epoch-e model's values, row = example index
+        logits = data.x @ state["weight"].T + state["bias"]
+        torch.testing.assert_close(traj[:, e], example_values(logits, data.y, metric), rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(traj[:, 0], traj[:, 2]), "the model changed between epochs"
+    if metric == "prob":
+        assert float(traj.min()) >= 0.0 and float(traj.max()) <= 1.0
+    else:
+        assert float(traj[:, -1].mean()) < float(traj[:, 0].mean()) + 1e-6  # it trained
+
+
+def test_capacity_bounds_memory_and_every_n():
+    cb = LossDynamics(capacity=2, every_n_epochs=1)
+    fit(cb, 4)
+    assert cb.trajectories.shape == (37, 2) and cb.epochs == [0, 1]
+    assert cb._values.shape == (37, 2)
+    cb = LossDynamics(capacity=5, every_n_epochs=2)
+    fit(cb, 4)
+    assert cb.epochs == [1, 3]
+
+
+def test_disabled_and_state_roundtrip():
+    cb = LossDynamics(enabled=False)
+    fit(cb, 2)
+    assert cb.trajectories is None
+    cb = LossDynamics(capacity=4, dtype="float16")
+    fit(cb, 2)
+    other = LossDynamics(capacity=4, dtype="float16")
+    other.load_state_dict(cb.state_dict())
+    assert torch.equal(other.trajectories, cb.trajectories) and other.epochs == [0, 1]
+    assert other.trajectories.dtype == torch.float16
+
+
+def test_errors():
+    with pytest.raises(DataFormatError, match="no index"):
+        fit(LossDynamics(), 1, ToyData(with_index=False))
+    with pytest.raises(ConfigError, match="metric='acc'"):
+        LossDynamics(metric="acc")
+    with pytest.raises(ConfigError, match="capacity=0"):
+        LossDynamics(capacity=0)

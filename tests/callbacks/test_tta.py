@@ -1,0 +1,302 @@
+"""The test-time adaptation callback on small classification modules (generic and multimodal)."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from callbacks.tta import TestTimeAdaptation, norm_parameters
+from layers.multimodal import AudioVisualTransformer
+from lightning_modules.sumi import SumiLitModule
+from suite.errors import ConfigError
+
+C = 4
+
+
+class TinyClassifier(pl.LightningModule):
+    """Linear -> norm -> linear; records the first norm weight seen by each test_step (adapt-then-predict)."""
+
+    def __init__(self, norm: str = "layer") -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        norm_layer = {"layer": nn.LayerNorm(8), "batch": nn.BatchNorm1d(8), "none": nn.Identity()}[norm]
+        self.net = nn.Sequential(nn.Linear(6, 8), norm_layer, nn.ReLU(), nn.Linear(8, C))
+        self.num_classes = C
+        self.seen: list[torch.Tensor] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def test_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+        x, y = batch
+        if hasattr(self.net[1], "weight"):
+            self.seen.append(self.net[1].weight.detach().clone())
+        return {"preds": self(x).argmax(-1)}
+
+
+def loader(n: int = 32, batch: int = 8, seed: int = 0) -> DataLoader:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 6, generator=g)
+    y = torch.randint(0, C, (n,), generator=g)
+    return DataLoader(TensorDataset(x, y), batch_size=batch)
+
+
+def run(module: pl.LightningModule, cb: TestTimeAdaptation, tmp_path, data: DataLoader | None = None) -> None:  # noqa: ANN001
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+        callbacks=[cb],
+    )
+    trainer.test(module, dataloaders=data or loader(), verbose=False)
+    return trainer
+
+
+def test_tent_adapts_norm_then_predicts_and_restores(tmp_path) -> None:  # noqa: ANN001
+    module = TinyClassifier()
+    source = {k: v.clone() for k, v in module.state_dict().items()}
+    cb = TestTimeAdaptation(method="tent", lr=0.05)
+    run(module, cb, tmp_path)
+    assert len(module.seen) == 4
+    # test_step already sees the weights updated on its own batch, and they keep moving online.
+    assert not torch.allclose(module.seen[0], source["net.1.weight"])
+    assert not torch.allclose(module.seen[3], module.seen[0])
+    # Only norm parameters were trainable; everything is restored at the end.
+    for k, v in module.state_dict().items():
+        torch.testing.assert_close(v, source[k])
+    assert all(p.requires_grad for p in module.parameters())
+    rows = list(csv.DictReader((tmp_path / "tta_history.csv").open()))
+    assert [int(float(r["step"])) for r in rows] == [0, 1, 2, 3]
+    assert all(0.0 <= float(r["acc"]) <= 1.0 for r in rows)
+
+
+def test_tent_lowers_entropy_on_its_batch(tmp_path) -> None:  # noqa: ANN001
+    module = TinyClassifier()
+    x = next(iter(loader()))[0]
+    before = torch.special.entr(module(x).softmax(-1)).sum(-1).mean()
+    cb = TestTimeAdaptation(method="tent", lr=0.1, restore_on_end=False, steps=5)
+    run(module, cb, tmp_path, DataLoader(TensorDataset(x, torch.zeros(len(x), dtype=torch.long)), batch_size=len(x)))
+    after = torch.special.entr(module(x).softmax(-1)).sum(-1).mean()
+    assert after < before - 1e-3
+
+
+def test_only_norm_parameters_change(tmp_path) -> None:  # noqa: ANN001
+    module = TinyClassifier()
+    source = {k: v.clone() for k, v in module.state_dict().items()}
+    run(module, TestTimeAdaptation(method="tent", lr=0.05, restore_on_end=False), tmp_path)
+    changed = {k for k, v in module.state_dict().items() if not torch.equal(v, source[k])}
+    assert changed == {"net.1.weight", "net.1.bias"}
+    assert [n for n, _ in norm_parameters(module)] == ["net.1.weight", "net.1.bias"]
+
+
+def test_episodic_resets_before_every_batch(tmp_path) -> None:  # noqa: ANN001
+    online, episodic = TinyClassifier(), TinyClassifier()
+    data = DataLoader(TensorDataset(torch.randn(8, 6).repeat(3, 1), torch.zeros(24, dtype=torch.long)), batch_size=8)
+    run(online, TestTimeAdaptation(method="tent", lr=0.05), tmp_path, data)
+    run(episodic, TestTimeAdaptation(method="tent", lr=0.05, episodic=True), tmp_path, data)
+    # Same batch three times: episodic adaptation gives the same weights each time, online keeps drifting.
+    torch.testing.assert_close(episodic.seen[0], episodic.seen[2])
+    torch.testing.assert_close(online.seen[0], episodic.seen[0])
+    assert not torch.allclose(online.seen[2], online.seen[0])
+
+
+def test_source_only_changes_nothing(tmp_path) -> None:  # noqa: ANN001
+    module = TinyClassifier()
+    w = module.net[1].weight.detach().clone()
+    run(module, TestTimeAdaptation(method="source"), tmp_path)
+    assert all(torch.equal(s, w) for s in module.seen)
+
+
+def test_eata_with_zero_margin_selects_nothing(tmp_path) -> None:  # noqa: ANN001
+    module = TinyClassifier()
+    w = module.net[1].weight.detach().clone()
+    cb = TestTimeAdaptation(method="eata", lr=0.05, method_kwargs={"e_margin": 0.0, "fisher_alpha": 0.0})
+    run(module, cb, tmp_path)
+    assert all(torch.equal(s, w) for s in module.seen)
+    assert [h["selected"] for h in cb.history] == [0.0] * 4
+
+
+def test_eata_selects_below_margin(tmp_path) -> None:  # noqa: ANN001
+    module = TinyClassifier()
+    kw = {"e_margin": 10.0, "fisher_alpha": 0.0, "d_margin": 1.01}  # |cos| <= 1 < 1.01: no redundancy filter
+    cb = TestTimeAdaptation(method="eata", lr=0.05, method_kwargs=kw)
+    run(module, cb, tmp_path)
+    assert [h["selected"] for h in cb.history] == [1.0] * 4  # entropy <= ln 4 < 10
+    assert not torch.allclose(module.seen[0], module.seen[-1])
+    # The redundancy filter: later batches resemble the running mean prediction (cosine > 0.4) and are dropped.
+    cb = TestTimeAdaptation(method="eata", lr=0.05, method_kwargs={**kw, "d_margin": 0.4})
+    run(TinyClassifier(), cb, tmp_path)
+    assert cb.history[0]["selected"] == 1.0 and cb.history[-1]["selected"] < 1.0
+
+
+def test_sar_resets_when_entropy_ema_is_low(tmp_path) -> None:  # noqa: ANN001
+    module = TinyClassifier()
+    w = module.net[1].weight.detach().clone()
+    cb = TestTimeAdaptation(
+        method="sar", lr=0.05, optimizer="sgd", method_kwargs={"e_margin": 10.0, "reset_ema": 100.0}
+    )
+    run(module, cb, tmp_path)
+    # Every step ends in a reset (EMA < 100), so each test_step predicts with the source weights.
+    assert cb.history[-1]["resets"] == 4.0
+    assert all(torch.allclose(s, w) for s in module.seen)
+    cb = TestTimeAdaptation(method="sar", lr=0.05, optimizer="sgd", method_kwargs={"e_margin": 10.0, "reset_ema": 0.0})
+    module = TinyClassifier()
+    run(module, cb, tmp_path)
+    assert cb.history[-1]["resets"] == 0.0 and not torch.allclose(module.seen[-1], w)
+
+
+def test_batchnorm_uses_test_batch_statistics_and_is_restored(tmp_path) -> None:  # noqa: ANN001
+    module = TinyClassifier("batch")
+    module.net[1].running_mean.fill_(3.0)
+    run(module, TestTimeAdaptation(method="tent", lr=0.01), tmp_path)
+    assert module.net[1].track_running_stats and torch.all(module.net[1].running_mean == 3.0)
+
+
+def test_bad_configuration_errors(tmp_path) -> None:  # noqa: ANN001
+    with pytest.raises(ConfigError, match="method='nope'"):
+        TestTimeAdaptation(method="nope")
+    with pytest.raises(ConfigError, match="method_kwargs for 'tent'"):
+        TestTimeAdaptation(method="tent", method_kwargs={"lam": 1.0})
+    with pytest.raises(ConfigError, match="thresholds='both'"):
+        TestTimeAdaptation(method="sumi", method_kwargs={"thresholds": "both"})
+    with pytest.raises(ConfigError, match="lr=0"):
+        TestTimeAdaptation(lr=0)
+    with pytest.raises(ConfigError, match="no normalisation layers"):
+        run(TinyClassifier("none"), TestTimeAdaptation(method="tent"), tmp_path)
+    with pytest.raises(ConfigError, match="needs a multimodal module with tta_forward"):
+        run(TinyClassifier(), TestTimeAdaptation(method="sumi"), tmp_path)
+
+
+def test_quarter_accuracies() -> None:
+    cb = TestTimeAdaptation()
+    cb.history = [{"acc": a, "size": 2.0} for a in (1.0, 1.0, 0.5, 0.5, 0.5, 0.0, 0.0, 0.0)]
+    assert cb.quarter_accuracies() == [1.0, 0.5, 0.25, 0.0]
+
+
+# -- SuMi on the multimodal module -------------------------------------------------------------------------------------
+def sumi_module() -> SumiLitModule:
+    torch.manual_seed(0)
+    net = AudioVisualTransformer(C, audio_shape=(8, 4), audio_patch=(4, 2), image_shape=(1, 8, 8), image_patch=4, dim=8,
+                                 heads=2, depth_specific=1)  # fmt: skip
+    return SumiLitModule(net, num_classes=C)
+
+
+def av_loader(n: int = 32, batch: int = 8) -> DataLoader:
+    g = torch.Generator().manual_seed(1)
+    a, v, y = torch.randn(n, 8, 4, generator=g), torch.randn(n, 1, 8, 8, generator=g), torch.randint(0, C, (n,))
+
+    class Pairs(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return n
+
+        def __getitem__(self, i: int):  # noqa: ANN204
+            return (a[i], v[i]), y[i]
+
+    return DataLoader(Pairs(), batch_size=batch)
+
+
+def test_sumi_adapts_layernorms_with_selection(tmp_path) -> None:  # noqa: ANN001
+    module = sumi_module()
+    source = {k: v.clone() for k, v in module.state_dict().items()}
+    # An untrained model is uncertain everywhere: H_u >= e/10 holds, and gamma_m = ln C + 1 lets every H_mm through.
+    cb = TestTimeAdaptation(method="sumi", lr=0.01, restore_on_end=False,
+                            method_kwargs={"gamma_m": math.log(C) + 1, "quartiles": "minmax"})  # fmt: skip
+    run(module, cb, tmp_path, av_loader())
+    assert cb.total == 4 and [h["step"] for h in cb.history] == [0.0, 1.0, 2.0, 3.0]
+    assert all(0.0 < h["selected"] <= 1.0 for h in cb.history)
+    # With minmax quartiles the filter passes every sample from t >= T/3 on (papers/sumi.md).
+    assert cb.history[-1]["iqr"] == 1.0
+    changed = {k for k, v in module.state_dict().items() if not torch.equal(v, source[k])}
+    assert changed and all(".norm" in k or k.startswith("net.norm") or ".head.0." in k for k in changed)
+    # The fusion block's unimodal norms adapt too (SuMi's audio-/video-only passes use them).
+    assert any("norm1_a" in k for k in changed) and any("norm1_v" in k for k in changed)
+
+
+def test_sumi_empty_selection_leaves_weights(tmp_path) -> None:  # noqa: ANN001
+    module = sumi_module()
+    source = {k: v.clone() for k, v in module.state_dict().items()}
+    cb = TestTimeAdaptation(method="sumi", lr=0.01, restore_on_end=False, method_kwargs={"gamma_m": 0.0})
+    run(module, cb, tmp_path, av_loader())
+    assert [h["selected"] for h in cb.history] == [0.0] * 4
+    assert all(torch.equal(v, source[k]) for k, v in module.state_dict().items())
+
+
+def test_sumi_skips_batch_missing_a_modality(tmp_path, caplog) -> None:  # noqa: ANN001
+    module = sumi_module()
+    source = {k: v.clone() for k, v in module.state_dict().items()}
+    cb = TestTimeAdaptation(method="sumi", lr=0.01, restore_on_end=False, method_kwargs={"gamma_m": 10.0})
+    module.trainer = None
+    pl_trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                            enable_checkpointing=False, default_root_dir=str(tmp_path), callbacks=[cb])  # fmt: skip
+
+    class NoVideo(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 8
+
+        def __getitem__(self, i: int):  # noqa: ANN204
+            return torch.randn(8, 4), torch.tensor(i % C)
+
+    def collate(items):  # noqa: ANN001, ANN202
+        a = torch.stack([it[0] for it in items])
+        return (a, None), torch.stack([it[1] for it in items])
+
+    pl_trainer.test(module, dataloaders=DataLoader(NoVideo(), batch_size=4, collate_fn=collate), verbose=False)
+    assert cb.strategy.skipped == 2 and [h["selected"] for h in cb.history] == [0.0, 0.0]
+    assert all(torch.equal(v, source[k]) for k, v in module.state_dict().items())
+
+
+def test_comparison_runs_each_variant_from_the_source(tmp_path) -> None:  # noqa: ANN001
+    from callbacks.tta import TTAComparison
+
+    module = TinyClassifier()
+    w = module.net[1].weight.detach().clone()
+    variants = {"src": {"method": "source"}, "tent": {"method": "tent", "lr": 0.05}}
+    cmp = TTAComparison(variants)
+    # The main callback adapts online during the test loop; the comparison still starts from the source weights.
+    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=str(tmp_path),
+                         callbacks=[TestTimeAdaptation(method="tent", lr=0.5), cmp])  # fmt: skip
+    module = TinyClassifier()
+    trainer.test(module, dataloaders=loader(), verbose=False)
+    alone = TestTimeAdaptation(method="tent", lr=0.05)
+    run(TinyClassifier(), alone, tmp_path)
+    # The comparison's tent equals tent run on its own; source-only equals the plain model's accuracy.
+    assert cmp.results["tent"]["acc_q4"] == pytest.approx(alone.quarter_accuracies()[3])
+    plain = TinyClassifier()
+    x, y = next(iter(DataLoader(loader().dataset, batch_size=32)))
+    assert cmp.results["src"]["acc"] == pytest.approx(float((plain(x).argmax(-1) == y).float().mean()))
+    assert trainer.callback_metrics["tta/tent/acc"] == pytest.approx(cmp.results["tent"]["acc"])
+    assert torch.equal(module.net[1].weight.detach(), w)
+    rows = list(csv.DictReader((tmp_path / "tta_compare.csv").open()))
+    assert sorted({r["variant"] for r in rows}) == ["src", "tent"] and len(rows) == 8
+
+
+def test_claim_report_table_and_plot(tmp_path) -> None:  # noqa: ANN001
+    from types import SimpleNamespace
+
+    from callbacks.tta_report import claim_report
+
+    records = []
+    for seed, (s_acc, t_acc) in enumerate([(0.8, 0.6), (0.6, 0.4)]):
+        run_dir = tmp_path / str(seed)
+        run_dir.mkdir()
+        (run_dir / "tta_compare.csv").write_text("variant,acc,step\nsumi,1.0,0\nsumi,0.5,1\ntent,0.5,0\ntent,0.0,1\n")
+        metrics = {"tta/sumi/acc": s_acc, "tta/tent/acc": t_acc, "tta/sumi/acc_q1": 0.7, "tta/sumi/acc_q4": 0.7}
+        metrics.update({"tta/tent/acc_q1": 0.7, "tta/tent/acc_q4": 0.3, "test/acc": 0.1})
+        records.append(SimpleNamespace(path=run_dir, metrics=metrics))
+    page = claim_report(records, tmp_path)
+    # sumi: mean 70.0, sample std 14.1; tent 50.0; Q4 - Q1 0 vs -40.
+    assert "| sumi | 70.0 ± 14.1 | 70.0 ± 0.0 |" in page
+    assert "| tent | 50.0 ± 14.1 |" in page
+    assert "sumi vs tent: online accuracy 70.0 vs 50.0 (higher); Q4 - Q1 +0.0 vs -40.0 (more stable)" in page
+    assert (tmp_path / "sumi_stream_accuracy.png").stat().st_size > 1000
+    assert "No TTA comparison" in claim_report([SimpleNamespace(path=tmp_path, metrics={})], tmp_path)

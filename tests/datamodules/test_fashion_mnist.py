@@ -1,0 +1,119 @@
+"""Fashion-MNIST loader: IDX fixtures written by the test in the exact format (gz and raw), search order, errors."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import datamodules.fashion_mnist as fm
+from suite.errors import ConfigError, DataFormatError, MissingDataError
+
+
+def write_idx(path: Path, array: np.ndarray, gz: bool) -> None:
+    """IDX: 0x0000, type 0x08 (uint8), ndim, big-endian uint32 dims, C-order payload."""
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+    payload = header + array.astype(np.uint8).tobytes()
+    if gz:
+        with gzip.open(path.with_name(path.name + ".gz"), "wb") as fh:
+            fh.write(payload)
+    else:
+        path.write_bytes(payload)
+
+
+def make_fixture(root: Path, n_train: int = 30, n_test: int = 12, gz: bool = True, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    data = {
+        "train": (rng.integers(0, 256, (n_train, 28, 28)), rng.integers(0, 10, n_train)),
+        "test": (rng.integers(0, 256, (n_test, 28, 28)), rng.integers(0, 10, n_test)),
+    }
+    root.mkdir(parents=True, exist_ok=True)
+    for split, (x, y) in data.items():
+        img_stem, lab_stem = fm.FILES[split]
+        write_idx(root / img_stem, x, gz)
+        write_idx(root / lab_stem, y, gz)
+    return data
+
+
+@pytest.fixture
+def no_debian(monkeypatch, tmp_path):
+    monkeypatch.setattr(fm, "DEBIAN_DIRS", [str(tmp_path / "nowhere")])
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_reads_idx_fixture_exactly(tmp_path, no_debian, gz):
+    data = make_fixture(tmp_path, gz=gz)
+    for split in ("train", "test"):
+        x, y = fm.load_fashion_mnist(split, str(tmp_path))
+        assert x.dtype == torch.uint8 and y.dtype == torch.int64
+        assert x.shape == (len(data[split][1]), 28, 28)
+        np.testing.assert_array_equal(x.numpy(), data[split][0])
+        np.testing.assert_array_equal(y.numpy(), data[split][1])
+
+
+def test_torchvision_layout_and_debian_dirs_are_found(tmp_path, monkeypatch):
+    data = make_fixture(tmp_path / "tv" / "FashionMNIST" / "raw", gz=False, seed=1)
+    monkeypatch.setattr(fm, "DEBIAN_DIRS", [str(tmp_path / "nowhere")])
+    _, y = fm.load_fashion_mnist("test", str(tmp_path / "tv"))
+    np.testing.assert_array_equal(y.numpy(), data["test"][1])
+    # With no data_dir, the Debian list is searched (here pointed at a fixture folder).
+    deb = make_fixture(tmp_path / "deb", seed=2)
+    monkeypatch.setattr(fm, "DEBIAN_DIRS", [str(tmp_path / "nowhere"), str(tmp_path / "deb")])
+    _, y = fm.load_fashion_mnist("train")
+    np.testing.assert_array_equal(y.numpy(), deb["train"][1])
+
+
+def test_missing_files_name_the_package(tmp_path, no_debian):
+    with pytest.raises(MissingDataError, match="dataset-fashion-mnist") as err:
+        fm.load_fashion_mnist("train", str(tmp_path))
+    assert str(tmp_path) in str(err.value)
+    with pytest.raises(ConfigError, match="split='val'"):
+        fm.load_fashion_mnist("val", str(tmp_path))
+
+
+def test_bad_idx_names_file_and_row(tmp_path, no_debian):
+    make_fixture(tmp_path, gz=False)
+    lab = tmp_path / "train-labels-idx1-ubyte"
+    raw = bytearray(lab.read_bytes())
+    raw[8 + 3] = 42  # row 3 gets label 42
+    lab.write_bytes(bytes(raw))
+    with pytest.raises(DataFormatError, match="row 3 has label 42"):
+        fm.load_fashion_mnist("train", str(tmp_path))
+    lab.write_bytes(bytes(raw[:-5]))  # truncated payload
+    with pytest.raises(DataFormatError, match="payload has 25 bytes"):
+        fm.load_fashion_mnist("train", str(tmp_path))
+    (tmp_path / "t10k-images-idx3-ubyte").write_bytes(b"\x01\x02\x08\x03")
+    with pytest.raises(DataFormatError, match="not an IDX file"):
+        fm.load_fashion_mnist("test", str(tmp_path))
+
+
+def test_digits_helper():
+    x, y = fm.load_digits_images()
+    assert x.shape == (1797, 8, 8) and x.dtype == torch.uint8
+    assert int(x.max()) == 255 and int(x.min()) == 0
+    assert sorted(torch.unique(y).tolist()) == list(range(10))
+
+
+def test_datamodule_splits_subset_and_index(tmp_path, no_debian):
+    make_fixture(tmp_path, n_train=40, n_test=12)
+    dm = fm.FashionMNISTDataModule(
+        data_dir=str(tmp_path), batch_size=8, val_fraction=0.25, subset=20, return_index=True
+    )
+    dm.setup("fit")
+    assert [len(dm.datasets[s]) for s in ("train", "val", "test")] == [15, 5, 12]
+    x, y, i = next(iter(dm.train_dataloader()))
+    assert x.shape == (8, 1, 28, 28) and x.dtype == torch.float32
+    assert float(x.min()) >= 0.0 and float(x.max()) <= 1.0
+    assert i.shape == (8,) and int(i.max()) < 15
+    with pytest.raises(ConfigError, match="val_fraction=1.0"):
+        fm.FashionMNISTDataModule(val_fraction=1.0)
+
+
+@pytest.mark.dataset
+@pytest.mark.skipif(fm.find_fashion_mnist("test") is None, reason="dataset-fashion-mnist not installed")
+def test_debian_package_if_installed():
+    x, y = fm.load_fashion_mnist("test")
+    assert x.shape == (10000, 28, 28) and torch.bincount(y).tolist() == [1000] * 10

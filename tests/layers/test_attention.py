@@ -1,0 +1,120 @@
+"""Token mixers and the causal LM: shapes, causality, gradients to every parameter, config errors."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from layers.attention import GatedDeltaNet, ShortConvolution, SoftmaxAttention, StickBreakingAttention
+from layers.lm import CausalLM, build_mixer
+from suite.errors import ConfigError
+
+MIXERS = {
+    "gdn": {"kind": "gated_deltanet", "num_heads": 2, "chunk_size": 8},
+    "deltanet": {"kind": "gated_deltanet", "num_heads": 2, "use_gate": False, "chunk_size": 8},
+    "mamba2": {"kind": "gated_deltanet", "num_heads": 2, "use_delta": False, "chunk_size": 8},
+    "rope": {"kind": "softmax", "num_heads": 2},
+    "nope": {"kind": "softmax", "num_heads": 2, "position": "nope"},
+    "swa": {"kind": "softmax", "num_heads": 2, "window": 4},
+    "sb": {"kind": "stickbreaking", "num_heads": 2, "block_size": 8},
+    "sb_value": {"kind": "stickbreaking", "num_heads": 2, "remainder": "value", "group_norm": False},
+}
+
+
+@pytest.mark.parametrize("name", sorted(MIXERS))
+def test_mixer_shapes_causality_and_gradients(name):
+    torch.manual_seed(0)
+    mixer = build_mixer(MIXERS[name], 32).double()
+    x = torch.randn(2, 21, 32, dtype=torch.float64, requires_grad=True)
+    y = mixer(x)
+    assert y.shape == x.shape and torch.isfinite(y).all()
+    # causality: changing token 15 leaves outputs 0..14 unchanged
+    x2 = x.detach().clone()
+    x2[:, 15] += 1.0
+    y2 = mixer(x2)
+    torch.testing.assert_close(y2[:, :15], y[:, :15].detach(), rtol=0, atol=1e-12)
+    assert (y2[:, 15:] - y[:, 15:]).abs().max() > 1e-6
+    y.pow(2).sum().backward()
+    for n, p in mixer.named_parameters():
+        assert p.grad is not None and p.grad.abs().max() > 0, n
+
+
+def test_gdn_chunk_and_recurrent_backends_agree():
+    torch.manual_seed(0)
+    layer = GatedDeltaNet(32, num_heads=2, chunk_size=4).double()
+    x = torch.randn(2, 19, 32, dtype=torch.float64)
+    y = layer(x)
+    layer.backend = "recurrent"
+    torch.testing.assert_close(layer(x), y, rtol=0, atol=1e-10)
+    g = layer.gate(x)
+    assert (g <= 0).all() and g.shape == (2, 19, 2)
+
+
+def test_gdn_default_sizes_follow_paper():
+    layer = GatedDeltaNet(64, num_heads=2)
+    assert layer.head_dim == 24 and layer.v_dim == 48  # keys 0.75 d, values 1.5 d
+    assert layer.A_log._no_weight_decay and layer.dt_bias._no_weight_decay
+    assert (layer.A_log.exp() <= 16).all()
+
+
+def test_stickbreaking_backends_agree():
+    torch.manual_seed(0)
+    layer = StickBreakingAttention(32, num_heads=4, block_size=8).double()
+    x = torch.randn(2, 30, 32, dtype=torch.float64)
+    y = layer(x)
+    layer.backend = "naive"
+    torch.testing.assert_close(layer(x), y, rtol=0, atol=1e-10)
+
+
+def test_sliding_window_limits_receptive_field():
+    torch.manual_seed(0)
+    layer = SoftmaxAttention(16, num_heads=2, window=3).double()
+    x = torch.randn(1, 10, 16, dtype=torch.float64)
+    x2 = x.clone()
+    x2[:, 2] += 1.0
+    y, y2 = layer(x), layer(x2)
+    assert (y2[:, 2:5] - y[:, 2:5]).abs().max() > 1e-6  # positions 2..4 see token 2
+    torch.testing.assert_close(y2[:, 5:], y[:, 5:], rtol=0, atol=1e-12)  # position 5 no longer does
+
+
+def test_short_convolution_is_causal_depthwise():
+    conv = ShortConvolution(3, 4).double()
+    x = torch.zeros(1, 8, 3, dtype=torch.float64)
+    x[0, 2, 1] = 1.0
+    y = conv(x)
+    assert y[0, :2].abs().max() == 0 and y[0, 6:].abs().max() == 0  # only t = 2..5 see the impulse
+    assert y[0, :, [0, 2]].abs().max() == 0  # depthwise
+
+
+def test_hybrid_pattern_and_hidden_states():
+    lm = CausalLM(50, 32, 4, mixer=[MIXERS["gdn"], MIXERS["swa"]])
+    kinds = [type(b.mixer).__name__ for b in lm.blocks]
+    assert kinds == ["GatedDeltaNet", "SoftmaxAttention"] * 2
+    logits, hidden = lm(torch.randint(0, 50, (2, 12)), return_hidden=True)
+    assert logits.shape == (2, 12, 50) and len(hidden) == 5 and hidden[-1].shape == (2, 12, 32)
+    assert lm.lm_head.weight is lm.embed.weight
+
+
+def test_mixer_from_target_and_partial():
+    a = build_mixer({"_target_": "layers.attention.SoftmaxAttention", "num_heads": 4}, 32)
+    b = build_mixer(functools.partial(SoftmaxAttention, num_heads=4), 32)
+    assert a.num_heads == b.num_heads == 4
+
+
+def test_config_errors():
+    with pytest.raises(ConfigError, match="power of two"):
+        GatedDeltaNet(32, chunk_size=48)
+    with pytest.raises(ConfigError, match="divisible"):
+        SoftmaxAttention(30, num_heads=4)
+    with pytest.raises(ConfigError, match="remainder"):
+        StickBreakingAttention(32, remainder="bias")
+    with pytest.raises(ConfigError, match="kind"):
+        build_mixer({"kind": "mamba"}, 32)
+    with pytest.raises(ConfigError, match="max_len"):
+        CausalLM(10, 16, 1, MIXERS["nope"], pos_embedding="learned")
+    lm = CausalLM(10, 16, 1, MIXERS["nope"], pos_embedding="learned", max_len=8)
+    assert lm(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, 10)
+    with pytest.raises(ValueError, match="exceeds the learned position table"):
+        lm(torch.zeros(1, 9, dtype=torch.long))

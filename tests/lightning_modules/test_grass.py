@@ -1,0 +1,138 @@
+"""GrassLitModule: equal-budget baselines, Lion + one-cycle, L1 loss, evaluation averaged over rewirings."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lion_pytorch import Lion
+
+from datamodules.molecules import MoleculesDataModule
+from layers.graph.grass import GrassNet, NoAffineBatchNorm
+from layers.graph.grass_baselines import GINENet, GPSNet, count_parameters
+from lightning_modules.grass import GrassLitModule, RewiringMAE
+from suite.errors import ConfigError
+
+SMALL = dict(num_layers=2, dim=16, hidden_dim=16, encoding_steps=4, num_components=4, added_edges_per_node=2)
+
+
+@pytest.mark.parametrize("arch,cls", [("gine", GINENet), ("gps", GPSNet)])
+def test_baselines_match_the_grass_parameter_budget(arch: str, cls: type):
+    grass = count_parameters(GrassLitModule(arch="grass", **SMALL).net)
+    lit = GrassLitModule(arch=arch, **SMALL)
+    assert isinstance(lit.net, cls)
+    assert abs(count_parameters(lit.net) - grass) / grass < 0.15
+    assert lit.num_eval_rewirings == 1, "deterministic baselines are evaluated once"
+    assert isinstance(GrassLitModule(arch=arch, baseline_dim=8, **SMALL).net, cls)
+
+
+def test_config_errors():
+    with pytest.raises(ConfigError, match="model.arch"):
+        GrassLitModule(arch="grit")
+    with pytest.raises(ConfigError, match="num_eval_rewirings"):
+        GrassLitModule(num_eval_rewirings=0)
+    with pytest.raises(ConfigError, match="model.encoding"):
+        GrassLitModule(encoding="lap")
+
+
+def test_rewiring_mae_is_the_mean_of_per_rewiring_maes():
+    m = RewiringMAE(3)
+    preds = torch.tensor([[1.0, 2.0], [0.0, 0.0], [3.0, 3.0]])
+    target = torch.tensor([1.0, 1.0])
+    m.update(preds[:, :1], target[:1])
+    m.update(preds[:, 1:], target[1:])
+    mean, std = m.compute()
+    per = torch.tensor([0.5, 1.0, 2.0])
+    assert float(mean) == pytest.approx(float(per.mean())) and float(std) == pytest.approx(
+        float(per.std(unbiased=False))
+    )
+
+
+def test_weight_decay_excludes_biases():
+    lit = GrassLitModule(**SMALL)
+    decay, no_decay = lit.trainable_parameters()
+    assert all(p.ndim > 1 for p in decay["params"]) and no_decay["weight_decay"] == 0.0
+    assert any(p.ndim == 1 for p in no_decay["params"])
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(lit.parameters()))
+
+
+def test_fit_and_test_with_lion_one_cycle_and_bn_recollection(tmp_path: Path):
+    torch.manual_seed(0)
+    dm = MoleculesDataModule(
+        data_dir=str(tmp_path), batch_size=8, num_molecules=40, split_sizes=(16, 8, 8), cache=False
+    )
+    lit = GrassLitModule(
+        **SMALL,
+        num_eval_rewirings=3,
+        bn_recalibration_epochs=1,
+        optimizer=partial(Lion, lr=5e-4, betas=(0.95, 0.98), weight_decay=0.5),
+        scheduler=partial(
+            torch.optim.lr_scheduler.OneCycleLR,
+            max_lr=5e-4,
+            pct_start=0.1,
+            div_factor=5000.0,
+            final_div_factor=1.0,
+            cycle_momentum=False,
+        ),  # fmt: skip
+    )
+    before = [p.detach().clone() for p in lit.parameters()]
+    trainer = pl.Trainer(
+        max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, accelerator="cpu", use_distributed_sampler=False,
+    )  # fmt: skip
+    trainer.fit(lit, datamodule=dm)
+    sched = trainer.lr_scheduler_configs[0].scheduler
+    assert sched.total_steps == 4  # 2 epochs x 2 batches
+    group = trainer.optimizers[0].param_groups[0]
+    assert isinstance(trainer.optimizers[0], Lion) and group["betas"] == (0.95, 0.98)  # no momentum cycling
+    assert group["initial_lr"] == pytest.approx(1e-7) and group["max_lr"] == pytest.approx(5e-4)
+    assert group["min_lr"] == pytest.approx(1e-7)  # 1e-7 -> 5e-4 -> 1e-7
+    assert any(not torch.equal(a, b) for a, b in zip(before, lit.parameters()))
+    metrics = trainer.test(lit, datamodule=dm, verbose=False)[0]
+    assert metrics["test/mae"] > 0 and metrics["test/mae_std"] > 0  # rewirings disagree
+    assert metrics["test/loss"] == pytest.approx(metrics["test/mae"], rel=1e-5)
+    norms = [m for m in lit.net.modules() if type(m) is NoAffineBatchNorm]
+    assert all(int(m.num_batches_tracked) == 2 for m in norms), "statistics re-collected over the 2 train batches"
+    assert all(m.momentum == 0.1 for m in norms)
+    assert all(layer.removal_active for layer in lit.net.layers)
+
+
+def test_bn_recollection_is_a_cumulative_average_without_edge_removal():
+    torch.manual_seed(0)
+    net = GrassNet(**SMALL, edge_removal_rate=0.5)
+    lit = GrassLitModule(**SMALL, edge_removal_rate=0.5)
+    lit.net = net
+    from torch_geometric.data import Batch
+
+    from tests.layers.test_grass_layer import molecule
+
+    batches = [Batch.from_data_list([molecule(7, s), molecule(9, s + 1)]) for s in range(3)]
+    seen = []
+    bn = net.layers[0].node_norm
+    hook = bn.register_forward_pre_hook(lambda m, args: seen.append(args[0].detach().clone()))
+    torch.manual_seed(1)
+    net.k = 0  # deterministic inputs so the expected mean can be recomputed
+    lit.recollect_batch_norm(batches, epochs=1)
+    hook.remove()
+    expected = torch.stack([s.mean(0) for s in seen]).mean(0)
+    torch.testing.assert_close(bn.running_mean, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_claim_report_verdicts():
+    from types import SimpleNamespace
+
+    from lightning_modules.grass import claim_report
+
+    def rec(name: str, mae: float) -> SimpleNamespace:
+        return SimpleNamespace(name=name, seed=0, metrics={"test/mae": mae})
+
+    text = claim_report([rec("grass", 0.4), rec("grass", 0.6), rec("gine", 0.6), rec("gps", 0.8),
+                         rec("grass_no_rewiring", 0.7), rec("grass_drrwp", 0.45)], None)  # fmt: skip
+    assert "**reproduced**" in text and "+16.7% MAE reduction" in text
+    assert "`grass_no_rewiring`: MAE 0.7000 (+0.2000 vs GRASS)" in text and "rewiring helps" in text
+    assert "RRWP instead of D-RRWP does not help" in text and "`grass_drrwp`: MAE 0.4500 (-0.0500" in text
+    assert "**not reproduced**" in claim_report([rec("grass", 0.9), rec("gine", 0.6)], None)
+    assert "No finished GRASS run" in claim_report([rec("gine", 0.6)], None)

@@ -1,0 +1,207 @@
+"""LeaderbotLitModule end to end: fitting through Lightning, metrics vs the package, Elo, artefacts, resume."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import lightning.pytorch as pl
+import numpy as np
+import pytest
+import torch
+
+from datamodules.arena import ArenaDataModule, embedded_path, read_votes
+from lightning_modules.leaderbot import LeaderbotLitModule
+from lightning_modules.leaderbot import likelihoods as lk
+from lightning_modules.leaderbot.elo import elo_to_scores, expand_battles, online_elo
+from lightning_modules.leaderbot.fit import fit_lbfgs
+from lightning_modules.leaderbot.metrics import PairOutcomeMetrics, information_criteria
+from suite.errors import ConfigError
+
+lb = pytest.importorskip("leaderbot")
+
+
+@pytest.fixture(scope="module")
+def subset_file(tmp_path_factory) -> Path:
+    """The 10 most-played models of the bundled data, in the aggregated ``leaderbot`` format."""
+    raw = json.loads(embedded_path().read_text())
+    x, y = np.array(raw["X"]), np.array(raw["Y"])
+    games = np.zeros(len(raw["models"]))
+    np.add.at(games, x[:, 0], y.sum(1))
+    np.add.at(games, x[:, 1], y.sum(1))
+    keep = np.sort(np.argsort(-games)[:10])
+    pos = {int(k): i for i, k in enumerate(keep)}
+    rows = [(i, r) for i, r in enumerate(x.tolist()) if r[0] in pos and r[1] in pos]
+    doc = {
+        "models": [raw["models"][k] for k in keep],
+        "X": [[pos[a], pos[b]] for _, (a, b) in rows],
+        "Y": [y[i].tolist() for i, _ in rows],
+    }
+    path = tmp_path_factory.mktemp("arena") / "subset.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _trainer(tmp_path: Path, max_epochs: int = 50) -> pl.Trainer:
+    return pl.Trainer(
+        default_root_dir=str(tmp_path),
+        max_epochs=max_epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+    )
+
+
+def _dm(subset_file: Path, test_ratio: float = 0.0) -> ArenaDataModule:
+    return ArenaDataModule(
+        source="real", data_dir=str(subset_file.parent), filename=subset_file.name, test_ratio=test_ratio
+    )
+
+
+def test_lightning_fit_matches_plain_fit_and_writes_artifacts(subset_file: Path, tmp_path: Path):
+    model = LeaderbotLitModule(kind="davidson", k_cov=1, k_tie=1, plot_top=8)
+    dm = _dm(subset_file, test_ratio=0.25)
+    trainer = _trainer(tmp_path)
+    trainer.fit(model, datamodule=dm)
+    assert trainer.current_epoch < 50, "L-BFGS should converge and stop the run early"
+    assert model.w.dtype == torch.float64
+    train = dm.datasets["train"]
+    ref = fit_lbfgs(model.layout, train.pairs, train.counts, max_steps=200)
+    got = float(lk.objective(model.params().detach(), train.pairs, train.counts, model.layout, model.basis,
+                             train.counts.sum(), True))  # fmt: skip
+    assert got <= ref.loss + 1e-7
+    m = trainer.callback_metrics
+    assert float(m["val/nll"]) == pytest.approx(
+        float(lk.objective(model.params().detach(), train.pairs, train.counts, model.layout, model.basis,
+                           train.counts.sum(), False)), rel=1e-9)  # fmt: skip
+    trainer.test(model, datamodule=dm)
+    test_metrics = trainer.callback_metrics
+    assert {"test/nll", "test/mae_tie", "test/kld", "test/jsd", "test/aic", "test/bic"} <= set(test_metrics)
+    held_out = dm.datasets["test"]
+    expected = lk.objective(model.params().detach(), held_out.pairs, held_out.counts, model.layout, model.basis,
+                            held_out.counts.sum(), False)  # fmt: skip
+    assert float(test_metrics["test/nll"]) == pytest.approx(float(expected), rel=1e-9)
+    assert len(held_out.pairs) + len(train.pairs) == len(read_votes(subset_file)["pairs"])
+    rows = list((tmp_path / "leaderboard.csv").read_text().splitlines())
+    assert rows[0].startswith("rank,model,score,stderr") and len(rows) == 11
+    se = [float(r.split(",")[3]) for r in rows[1:]]
+    assert all(math.isfinite(v) and 0 < v < 1 for v in se), "constraints make the Fisher information invertible"
+    for name in ("scores.png", "match_matrix.png", "kpca_map.png"):
+        assert (tmp_path / name).stat().st_size > 1000
+
+
+def test_metrics_match_package_evaluate(subset_file: Path):
+    votes = read_votes(subset_file)
+    data = {"models": votes["models"], "X": votes["pairs"], "Y": votes["counts"]}
+    pairs, counts = torch.as_tensor(votes["pairs"]), torch.as_tensor(votes["counts"], dtype=torch.float64)
+    for kind, cls, kw in (
+        ("davidson", lb.Davidson, {"k_cov": 0, "k_tie": 1}),
+        ("rao_kupper", lb.RaoKupper, {"k_cov": None, "k_tie": 0}),
+        ("bradley_terry", lb.BradleyTerry, {"k_cov": 1}),
+    ):
+        model = cls(data, **kw)
+        layout = lk.Layout(kind, len(data["models"]), kw["k_cov"], kw.get("k_tie", 0))
+        w = lk.initial_params(layout, pairs, counts)
+        w[layout.blocks()["x"]] *= 3.0
+        if "tie" in layout.blocks():
+            w[layout.blocks()["tie"]] = 0.4
+        model._delegated_model.param = w.numpy().copy()
+        probs = lk.probabilities(w, pairs, layout, lk.dct_basis(layout.m, layout.k_tie))
+        metric = PairOutcomeMetrics(has_tie=kind != "bradley_terry")
+        metric.update(probs[:40], counts[:40])  # two updates: sums must compose
+        metric.update(probs[40:], counts[40:])
+        got = {k: float(v) for k, v in metric.compute().items()}
+        sel = lb.evaluate.model_selection([model], report=False)
+        gof = lb.evaluate.goodness_of_fit([model], report=False)
+        assert got["nll"] == pytest.approx(sel["nll"][0], rel=1e-10)
+        ic = information_criteria(got["nll"], layout.n_param, len(pairs))
+        assert ic["aic"] == pytest.approx(sel["aic"][0], rel=1e-10)
+        assert ic["bic"] == pytest.approx(sel["bic"][0], rel=1e-10)
+        assert got["cel_win"] == pytest.approx(sel["cel_win"][0], rel=1e-10)
+        for key, ref in (("mae_win", "err_win"), ("mae_loss", "err_loss"), ("mae_all", "err_all"), ("kld", "kld"),
+                         ("jsd", "jsd")):  # fmt: skip
+            assert got[key] == pytest.approx(gof[ref][0], rel=1e-9), (kind, key)
+        if kind != "bradley_terry":
+            assert got["mae_tie"] == pytest.approx(gof["err_tie"][0], rel=1e-9)
+        else:
+            assert "mae_tie" not in got
+
+
+def test_fit_matches_package_on_cheap_models():
+    """Full bundled data, models the package fits in seconds: NLL no worse, Kendall tau >= 0.99."""
+    from scipy.stats import kendalltau
+
+    votes = read_votes(embedded_path())
+    data = {"models": votes["models"], "X": votes["pairs"], "Y": votes["counts"]}
+    pairs, counts = torch.as_tensor(votes["pairs"]), torch.as_tensor(votes["counts"], dtype=torch.float64)
+    for kind, model in (
+        ("bradley_terry", lb.BradleyTerry(data, k_cov=None)),
+        ("davidson", lb.Davidson(data, k_cov=None, k_tie=0)),
+    ):
+        model.train()
+        layout = lk.Layout(kind, len(data["models"]), None, 0)
+        res = fit_lbfgs(layout, pairs, counts, max_steps=150)
+        pkg_nll = model.loss(constraint=False)
+        assert res.nll <= pkg_nll + 1e-6, kind
+        tau = kendalltau(res.w[: layout.m].numpy(), model.param[: layout.m]).statistic
+        assert tau >= 0.99, kind
+    assert abs(res.nll - 1.0100) < 5e-5  # the paper's Davidson(None, 0) NLL
+
+
+def test_elo_online_update_and_module(subset_file: Path, tmp_path: Path):
+    # one win of a over b from 1000/1000 with K = 4: +2 / -2
+    assert online_elo([1000.0, 1000.0], [0], [1], [1.0], k=4.0, base=10.0, scale=400.0) == [1002.0, 998.0]
+    r = online_elo([1000.0, 1000.0], [0, 0], [1, 1], [0.5, 0.5], k=32.0, base=10.0, scale=400.0)
+    assert r == [1000.0, 1000.0]
+    a, b, s = expand_battles(torch.tensor([[0, 1]]), torch.tensor([[2.0, 1.0, 1.0]]), seed=0)
+    assert sorted(s) == [0.0, 0.5, 1.0, 1.0] and set(a) == {0} and set(b) == {1}
+    assert torch.allclose(elo_to_scores(torch.tensor([1400.0, 1000.0], dtype=torch.float64), 10.0, 400.0),
+                          torch.tensor([0.5 * math.log(10), -0.5 * math.log(10)], dtype=torch.float64))  # fmt: skip
+    model = LeaderbotLitModule(kind="elo", k_cov=None, k_tie=0, elo_k=8.0, plots=False)
+    dm = _dm(subset_file)
+    trainer = _trainer(tmp_path, max_epochs=5)
+    trainer.fit(model, datamodule=dm)
+    assert trainer.current_epoch == 1  # one pass, then stop
+    assert not torch.equal(model.ratings, torch.full_like(model.ratings, 1000.0))
+    m = trainer.callback_metrics
+    assert 0.6 < float(m["val/nll"]) < 0.7 and "val/mae_tie" not in m
+    bt = LeaderbotLitModule(kind="bradley_terry", k_cov=None, k_tie=0, plots=False)
+    trainer = _trainer(tmp_path / "bt")
+    trainer.fit(bt, datamodule=_dm(subset_file))
+    assert float(trainer.callback_metrics["val/nll"]) < float(m["val/nll"])  # the MLE fits better than Elo
+
+
+def test_checkpoint_is_weights_only_and_resumes_exactly(subset_file: Path, tmp_path: Path):
+    model = LeaderbotLitModule(kind="rao_kupper", k_cov=0, k_tie=1, plots=False, standard_errors=False)
+    trainer = _trainer(tmp_path, max_epochs=2)
+    trainer.fit(model, datamodule=_dm(subset_file))
+    ckpt = tmp_path / "two.ckpt"
+    trainer.save_checkpoint(ckpt)
+    state = torch.load(ckpt, weights_only=True)
+    assert state["hyper_parameters"]["kind"] == "rao_kupper" and "state" in state["optimizer_states"][0]
+    # continue 2 -> 4 epochs from the checkpoint == 4 epochs straight
+    straight = LeaderbotLitModule(kind="rao_kupper", k_cov=0, k_tie=1, plots=False, standard_errors=False)
+    _trainer(tmp_path / "a", max_epochs=4).fit(straight, datamodule=_dm(subset_file))
+    resumed = LeaderbotLitModule(kind="rao_kupper", k_cov=0, k_tie=1, plots=False, standard_errors=False)
+    _trainer(tmp_path / "b", max_epochs=4).fit(
+        resumed, datamodule=_dm(subset_file), ckpt_path=str(ckpt), weights_only=True
+    )
+    assert torch.allclose(straight.params(), resumed.params(), rtol=0, atol=1e-12)
+
+
+def test_bad_config_fails_at_construction():
+    with pytest.raises(ConfigError, match="model.kind='thurstone'"):
+        LeaderbotLitModule(kind="thurstone")
+    with pytest.raises(ConfigError, match="model.k_tie=1 must be 0 for kind=bradley_terry"):
+        LeaderbotLitModule(kind="bradley_terry", k_cov=None, k_tie=1)
+    with pytest.raises(ConfigError, match="model.k_cov=-1"):
+        LeaderbotLitModule(kind="davidson", k_cov=-1)
+    with pytest.raises(ConfigError, match="model.k_cov=0 must be null for kind=elo"):
+        LeaderbotLitModule(kind="elo", k_cov=0, k_tie=0)
+    with pytest.raises(ConfigError, match="model.k_cov=200 must be null or an integer in"):
+        lk.Layout("davidson", 129, 200, 1)

@@ -86,6 +86,8 @@ def build(cfg: DictConfig) -> dict[str, Any]:
     if cfg.trainer.get("enable_progress_bar") is False:  # a bar callback with bars disabled is a Lightning error
         callbacks = [cb for cb in callbacks if not isinstance(cb, pl.callbacks.ProgressBar)]
     loggers = _instantiate_group(cfg.get("logger"), "logger")
+    if not loggers:  # Lightning refuses an LR monitor without a logger (`logger=none`)
+        callbacks = [cb for cb in callbacks if not isinstance(cb, pl.callbacks.LearningRateMonitor)]
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
     flat = OmegaConf.to_container(cfg, resolve=True)
     for logger in loggers:  # the composed config, so dashboards can group and filter runs by any setting

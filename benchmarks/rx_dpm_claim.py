@@ -3,7 +3,7 @@ convergence order, the grid-adapted vs naive (2, -1) ablation, and (``--images``
 on sklearn digits (FID on an in-suite feature CNN). Writes docs/results/rx_dpm_tables.md (embedded in the results
 page rx_dpm.md) and rx_dpm.png.
 
-    .venv/bin/python -m benchmarks.rx_dpm_claim [--images | --only-images]
+    .venv/bin/python -m benchmarks.rx_dpm_claim [--images | --only-images]   (--only-images -> rx_dpm_images.md)
 """
 
 from __future__ import annotations

@@ -122,6 +122,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     metrics: dict[str, float] = {}
     if cfg.get("train", True):
         trainer.fit(objs["model"], datamodule=objs["datamodule"], ckpt_path=ckpt, weights_only=True)
+        if trainer.interrupted:  # never let an interrupted run look finished (no metrics.json)
+            raise SuiteError(f"run interrupted at global step {trainer.global_step}; resume with ckpt_path=last")
         metrics.update(_scalars(trainer.callback_metrics))
     if cfg.get("test", True):
         trainer.test(objs["model"], datamodule=objs["datamodule"], ckpt_path=None if cfg.get("train", True) else ckpt)

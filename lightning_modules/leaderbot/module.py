@@ -286,16 +286,6 @@ class LeaderbotLitModule(SuiteLitModule):
         var = torch.diagonal(cov)[:m]
         return torch.where(var > 0, var.clamp_min(0).sqrt(), torch.full_like(var, float("nan")))
 
-    def leaderboard(self, pairs: torch.Tensor, counts: torch.Tensor) -> list[dict[str, Any]]:
-        """Rows sorted by score: rank, model, score, stderr, games, observed and predicted win/loss/tie rates."""
-        from lightning_modules.leaderbot.plots import leaderboard_rows
-
-        with torch.no_grad():
-            probs = self.probabilities(pairs)
-        se = self.standard_errors_of_scores(pairs, counts) if self.standard_errors else None
-        x = self.scores_vector().detach()[: self.score_layout.m]
-        return leaderboard_rows(self.model_names, x, se, pairs, counts, probs)
-
     def write_artifacts(self) -> None:
         """Leaderboard CSV and PNG plots into the run folder; images also go to any wandb logger."""
         if self._artifacts_written or self.trainer is None or not self.trainer.is_global_zero or self.w is None:
@@ -307,10 +297,16 @@ class LeaderbotLitModule(SuiteLitModule):
         out.mkdir(parents=True, exist_ok=True)
         train = self.trainer.datamodule.datasets["train"]
         pairs, counts = train.pairs.to(self.device), train.counts.to(self.device)
-        rows = self.leaderboard(pairs, counts)
+        # fast_dev_run is a smoke test: the leaderboard, but no Hessian and no plots (seconds, not tens of them).
+        quick = bool(self.trainer.fast_dev_run)
+        with torch.no_grad():
+            probs = self.probabilities(pairs)
+        se = self.standard_errors_of_scores(pairs, counts) if self.standard_errors and not quick else None
+        x = self.scores_vector().detach()[: self.score_layout.m]
+        rows = plots.leaderboard_rows(self.model_names, x, se, pairs, counts, probs)
         plots.write_leaderboard_csv(rows, out / "leaderboard.csv")
         images = []
-        if self.plots:
+        if self.plots and not quick:
             with torch.no_grad():
                 w = self.scores_vector().detach().cpu()
             cov = None if self.kind == "elo" else lk.covariance(w, self.score_layout, centered=True)

@@ -116,10 +116,11 @@ def claim_report(records: list[Any], out_dir: str | Path) -> str:
     for base, by_h in gaps.items():
         if len(by_h) > 1:
             items = sorted(by_h.items(), key=lambda kv: int(kv[0].lstrip("_h")))
-            grows = items[-1][1] > items[0][1]
+            rises = items[-1][1] > items[0][1]
+            sign = "positive" if all(g > 0 for _, g in items) else "not positive at every horizon"
             text = ", ".join(f"{h.lstrip('_')}: {g:+.4f}" for h, g in items)
             lines.append(
-                f"- gap to {base} by horizon ({text}): {'grows' if grows else 'does NOT grow'} with the horizon"
+                f"- ΔR^2 vs {base} by horizon ({text}): {'rises' if rises else 'does NOT rise'} with horizon; {sign}"
             )
     plot = plot_frequency_responses(groups, out_dir / "ts_lif_freq.png")
     if plot is not None:

@@ -97,15 +97,20 @@ def test_lightning_fit_matches_plain_fit_and_writes_artifacts(subset_file: Path,
 
 def test_metrics_match_package_evaluate(subset_file: Path):
     votes = read_votes(subset_file)
-    data = {"models": votes["models"], "X": votes["pairs"], "Y": votes["counts"]}
-    pairs, counts = torch.as_tensor(votes["pairs"]), torch.as_tensor(votes["counts"], dtype=torch.float64)
+    pairs = torch.as_tensor(votes["pairs"])
     for kind, cls, kw in (
         ("davidson", lb.Davidson, {"k_cov": 0, "k_tie": 1}),
         ("rao_kupper", lb.RaoKupper, {"k_cov": None, "k_tie": 0}),
         ("bradley_terry", lb.BradleyTerry, {"k_cov": 1}),
     ):
-        model = cls(data, **kw)
-        layout = lk.Layout(kind, len(data["models"]), kw["k_cov"], kw.get("k_tie", 0))
+        y = votes["counts"].copy()
+        if kind == "bradley_terry":
+            # The package splits ties half/half into an *integer* array (odd ties are truncated); with even tie
+            # counts the split is exact and both sides must agree. The suite never truncates.
+            y[:, 2] = 2 * (y[:, 2] // 2)
+        counts = torch.as_tensor(y, dtype=torch.float64)
+        model = cls({"models": votes["models"], "X": votes["pairs"], "Y": y}, **kw)
+        layout = lk.Layout(kind, len(votes["models"]), kw["k_cov"], kw.get("k_tie", 0))
         w = lk.initial_params(layout, pairs, counts)
         w[layout.blocks()["x"]] *= 3.0
         if "tie" in layout.blocks():
@@ -132,6 +137,7 @@ def test_metrics_match_package_evaluate(subset_file: Path):
             assert "mae_tie" not in got
 
 
+@pytest.mark.slow
 def test_fit_matches_package_on_cheap_models():
     """Full bundled data, models the package fits in seconds: NLL no worse, Kendall tau >= 0.99."""
     from scipy.stats import kendalltau

@@ -1,0 +1,241 @@
+"""Post-training quantization calibration (OSTQuant, ICLR 2025) as a shared callback for every causal LM of the suite.
+
+At the start of ``trainer.test`` (after fit), for each method in ``methods`` the callback builds a transformed,
+fake-quantized copy of ``pl_module.<net_attr>`` (:class:`layers.quant.ostquant.TransformedLM`), calibrates it on
+``calib_batches`` training batches, quantizes the weights and evaluates it on the validation loader next to the
+full-precision model. Methods (the paper's method and the baselines it compares against, same bits):
+
+* ``fp``: no quantization (reference).
+* ``rtn``: no transform, round-to-nearest weights.     ``gptq``: no transform, GPTQ weights.
+* ``smoothquant``: SmoothQuant scales ``s = max|X|^a / max|W|^(1-a)`` (a = 0.5), RTN weights.
+* ``quarot``: random Hadamard ``R_res`` + online Hadamard before down projections, ``w_quantizer`` weights.
+* ``spinquant``: Hadamard init, ``R_res`` learned on the Stiefel manifold with the label cross-entropy (no scales).
+* ``ostquant``: KLT x Hadamard init, ``R_res`` (Cayley SGD on the Stiefel manifold) and all smoothing scales (Adam)
+  learned for ``steps`` with ``loss`` (``kl_top``: KL-Top, Eq. in Sec. 4.3; ``kl``; ``ce``), then ``w_quantizer``.
+
+Logged at the end of the test epoch (``quant/<method>_<metric>``): ``loss``, ``ppl``, ``ppl_gap`` (to ``fp``), ``kl``
+(token-mean KL from the full-precision model) and ``log_qsur`` (mean log-QSUR of the inputs of the input-side
+linears, :mod:`ops.quant.qsur`). Also written to ``quant_calibration.json`` in the run's log folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch import Callback, LightningModule, Trainer
+
+from ops.quant import CayleySGD, check_bits, kl_full, kl_top, log_qsur
+from suite.errors import ConfigError
+
+METHODS = ("fp", "rtn", "gptq", "smoothquant", "quarot", "spinquant", "ostquant")
+LOSSES = ("kl_top", "kl", "ce")
+IGNORE = -100
+
+
+class QuantCalibration(Callback):
+    """Calibrate and evaluate W/A/KV fake quantization of the trained LM (see module docstring).
+
+    Args:
+        methods: Subset of ``fp, rtn, gptq, smoothquant, quarot, spinquant, ostquant``.
+        w_bits, a_bits, kv_bits: Bit widths (2..8, or 16 = full precision).
+        w_group_size, a_group_size, kv_group_size: Group sizes (must divide the dimension) or ``None``.
+        w_quantizer: ``gptq`` or ``rtn`` for the rotation methods (``rtn``/``smoothquant`` always use RTN).
+        steps: Optimisation steps of the learned methods (official: 100).
+        rotate_lr, smooth_lr: Learning rates of ``R_res`` (Cayley SGD) and the scales (Adam) (official values).
+        loss: ``kl_top``, ``kl`` or ``ce`` for ``ostquant`` (the ablation).
+        top_k: ``k`` of KL-Top (official 1000; capped at the vocabulary).
+        calib_batches: Training batches used for calibration.
+        eval_batches: Validation batches evaluated (``None``: all).
+        net_attr: Attribute of the LightningModule holding the LM.
+        online_hadamard: Hadamard before the down projections (QuaRot / OSTQuant default).
+        seed: Seed of the random Hadamards.
+    """
+
+    def __init__(
+        self,
+        methods: list[str] | tuple[str, ...] = METHODS,
+        w_bits: int = 4,
+        a_bits: int = 4,
+        kv_bits: int = 4,
+        w_group_size: int | None = None,
+        a_group_size: int | None = None,
+        kv_group_size: int | None = None,
+        w_quantizer: str = "gptq",
+        steps: int = 100,
+        rotate_lr: float = 0.016898,
+        smooth_lr: float = 0.0017899,
+        loss: str = "kl_top",
+        top_k: int = 1000,
+        calib_batches: int = 8,
+        eval_batches: int | None = None,
+        net_attr: str = "net",
+        online_hadamard: bool = True,
+        seed: int = 0,
+    ) -> None:
+        bad = [m for m in methods if m not in METHODS]
+        if bad or not methods:
+            raise ConfigError(f"callbacks.quant_calibration.methods={list(methods)} must be a non-empty subset of {list(METHODS)}")
+        for name, b in (("w_bits", w_bits), ("a_bits", a_bits), ("kv_bits", kv_bits)):
+            if b != 16:
+                check_bits(f"callbacks.quant_calibration.{name}", b)
+        if w_quantizer not in ("gptq", "rtn"):
+            raise ConfigError(f"callbacks.quant_calibration.w_quantizer={w_quantizer!r} must be 'gptq' or 'rtn'")
+        if loss not in LOSSES:
+            raise ConfigError(f"callbacks.quant_calibration.loss={loss!r} must be one of {list(LOSSES)}")
+        if steps < 0 or calib_batches < 1:
+            raise ConfigError(f"callbacks.quant_calibration: steps={steps} must be >= 0, calib_batches={calib_batches} >= 1")
+        self.methods = list(methods)
+        self.bits = {"w_bits": w_bits, "a_bits": a_bits, "kv_bits": kv_bits}
+        self.groups = {"w_group_size": w_group_size, "a_group_size": a_group_size, "kv_group_size": kv_group_size}
+        self.w_quantizer, self.steps, self.loss, self.top_k = w_quantizer, steps, loss, top_k
+        self.rotate_lr, self.smooth_lr = rotate_lr, smooth_lr
+        self.calib_batches, self.eval_batches, self.net_attr = calib_batches, eval_batches, net_attr
+        self.online_hadamard, self.seed = online_hadamard, seed
+        self.results: dict[str, dict[str, float]] = {}
+
+    # -- the calibration pipeline (usable without a Trainer) -------------------------------------------------------
+    def build(self, net: torch.nn.Module, method: str, calib: list[dict[str, torch.Tensor]], steps: int):
+        """Transformed + calibrated + weight-quantized copy of ``net`` for ``method`` (``fp``: ``None``)."""
+        from layers.quant.ostquant import TransformedLM
+
+        if method == "fp":
+            return None
+        init = {"quarot": "hadamard", "spinquant": "hadamard", "ostquant": "klt_hadamard"}.get(method, "identity")
+        t = TransformedLM(net, init, **self.bits, **self.groups, online_hadamard=self.online_hadamard and init != "identity",
+                          seed=self.seed).to(next(net.parameters()).device)
+        ids = [b["input_ids"] for b in calib]
+        if method == "smoothquant":
+            t.smoothquant_scales(ids)
+        if method in ("spinquant", "ostquant") and steps:
+            self._learn(net, t, calib, steps, learn_scales=method == "ostquant", loss=self.loss if method == "ostquant" else "ce")
+        wq = "rtn" if method in ("rtn", "smoothquant") else self.w_quantizer
+        if wq == "gptq" and self.bits["w_bits"] < 16:
+            t.collect_hessians(ids)
+        t.freeze(wq)
+        return t
+
+    def _learn(self, net, t, calib, steps: int, learn_scales: bool, loss: str) -> None:
+        opt_r = CayleySGD(t.rotation_parameters(), lr=self.rotate_lr)
+        opt_s = torch.optim.Adam(t.scale_parameters(), lr=self.smooth_lr) if learn_scales else None
+        if not learn_scales:
+            for s in t.scale_parameters():
+                s.requires_grad_(False)
+        net.eval()
+        with torch.enable_grad():
+            for step in range(steps):
+                batch = calib[step % len(calib)]
+                with torch.no_grad():
+                    fp = net(batch["input_ids"])
+                q = t(batch["input_ids"])
+                if loss == "kl_top":
+                    value = kl_top(fp, q, self.top_k)
+                elif loss == "kl":
+                    value = kl_full(fp, q)
+                else:
+                    value = F.cross_entropy(q.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE)
+                opt_r.zero_grad()
+                if opt_s:
+                    opt_s.zero_grad()
+                value.backward()
+                opt_r.step()
+                if opt_s:
+                    opt_s.step()
+                    with torch.no_grad():
+                        for s in t.scale_parameters():
+                            s.clamp_(min=1e-3)
+
+    @torch.no_grad()
+    def evaluate(self, net, t, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+        """Token-mean loss / ppl / KL-to-fp (and mean log-QSUR for transformed models) over ``batches``."""
+        tot, kl, n = 0.0, 0.0, 0
+        qsurs: list[float] = []
+        hooks = []
+        if t is not None:
+            seen: dict[str, torch.Tensor] = {}
+            for key, lin in t.linears.items():
+                if lin.in_scale and key not in seen:
+                    hooks.append(lin.register_forward_pre_hook(partial(_record_input, seen=seen, key=key, t=t)))
+        for batch in batches:
+            fp = net(batch["input_ids"])
+            logits = fp if t is None else t(batch["input_ids"])
+            labels = batch["labels"]
+            mask = labels != IGNORE
+            tot += F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE, reduction="sum").item()
+            kl += kl_full(fp[mask], logits[mask]).item() * int(mask.sum())
+            n += int(mask.sum())
+        for h in hooks:
+            h.remove()
+        if t is not None:
+            for x in seen.values():
+                if x.shape[0] > x.shape[1]:
+                    x = x.double()
+                    qsurs.append(float(log_qsur(torch.cov(x.T) + 1e-8 * torch.eye(x.shape[1], dtype=x.dtype), x.mean(0))))
+        loss = tot / max(n, 1)
+        out = {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "kl": kl / max(n, 1)}
+        if qsurs:
+            out["log_qsur"] = sum(qsurs) / len(qsurs)
+        return out
+
+    # -- Lightning hooks -------------------------------------------------------------------------------------------
+    def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        with torch.inference_mode(False):  # the test loop runs in inference mode; calibration needs autograd
+            self._run(trainer, pl_module)
+
+    def _run(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        net = getattr(pl_module, self.net_attr, None)
+        if net is None:
+            raise ConfigError(f"callbacks.quant_calibration.net_attr={self.net_attr!r}: the module has no such attribute")
+        dm = trainer.datamodule
+        fast = bool(trainer.fast_dev_run)
+        n_calib = 1 if fast else self.calib_batches
+        calib = _take(dm.train_dataloader(), n_calib, pl_module.device)
+        evals = _take(dm.val_dataloader(), 1 if fast else self.eval_batches, pl_module.device)
+        steps = min(self.steps, 2) if fast else self.steps
+        was_training = pl_module.training
+        pl_module.eval()
+        torch.manual_seed(self.seed)
+        self.results = {}
+        # fast_dev_run: a smoke test of the pipeline (full precision, RTN, and the last method with 2 steps)
+        methods = list(dict.fromkeys(["fp", "rtn", self.methods[-1]])) if fast else self.methods
+        for method in methods:
+            t = self.build(net, method, calib, steps)
+            self.results[method] = self.evaluate(net, t, evals)
+        fp = self.results.get("fp")
+        if fp:
+            for r in self.results.values():
+                r["ppl_gap"] = r["ppl"] - fp["ppl"]
+        pl_module.train(was_training)
+        if trainer.is_global_zero:
+            folder = Path(trainer.log_dir or trainer.default_root_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "quant_calibration.json").write_text(json.dumps({"bits": self.bits, "results": self.results}, indent=2))
+
+    def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        for method, r in self.results.items():
+            for k, v in r.items():
+                pl_module.log(f"quant/{method}_{k}", float(v), add_dataloader_idx=False)
+
+
+def _record_input(m: Any, inputs: tuple, seen: dict, key: str, t: Any) -> None:
+    """Keep the first (scaled) input of an input-side linear for the QSUR estimate (returns None: input unchanged)."""
+    if key not in seen:
+        x = inputs[0] / t.scales[m.in_scale]
+        seen[key] = x.reshape(-1, x.shape[-1])
+
+
+def _take(loader: Any, n: int | None, device: torch.device) -> list[dict[str, torch.Tensor]]:
+    loaders = loader if isinstance(loader, (list, tuple)) else [loader]
+    out = []
+    for batch in loaders[0]:
+        if not isinstance(batch, dict) or "input_ids" not in batch or "labels" not in batch:
+            raise ConfigError("callbacks.quant_calibration needs LM batches with 'input_ids' and 'labels'")
+        out.append({k: v.to(device).clone() for k, v in batch.items() if isinstance(v, torch.Tensor)})
+        if n is not None and len(out) >= n:
+            break
+    return out

@@ -1,0 +1,1 @@
+"""Quantization-aware rewrites of the suite's models (OSTQuant)."""

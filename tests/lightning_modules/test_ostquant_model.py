@@ -1,0 +1,115 @@
+"""OSTQuant model rewrite (layers.quant.ostquant): equivalence before quantization on every LM mixer of the suite,
+orthogonality while learning, KL-Top calibration lowers the loss, weight freezing, and bad-input errors."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import torch
+from torch import nn
+
+from callbacks.quant_calibration import QuantCalibration
+from layers.attention.outlier_variants import OutlierVariantAttention
+from layers.lm import CausalLM
+from layers.quant.ostquant import TransformedLM
+from ops.quant import kl_top
+from suite.errors import ConfigError
+
+MIXERS = {
+    "softmax_variant": partial(OutlierVariantAttention, num_heads=4, variant="softmax"),
+    "ca_scale": partial(OutlierVariantAttention, num_heads=4, variant="ca_scale"),
+    "kv_bias": partial(OutlierVariantAttention, num_heads=4, variant="kv_bias"),
+    "softmax_rope": {"kind": "softmax", "num_heads": 4},
+    "gated_deltanet": {"kind": "gated_deltanet", "num_heads": 2},
+    "stickbreaking": {"kind": "stickbreaking", "num_heads": 4},
+}
+
+
+def _lm(mixer, seed: int = 0) -> CausalLM:
+    torch.manual_seed(seed)
+    net = CausalLM(40, 32, 2, mixer=[mixer], pos_embedding="learned", max_len=16)
+    with torch.no_grad():  # non-trivial norm weights, so that fusing them is tested
+        for n, p in net.named_parameters():
+            if "norm" in n:
+                p.uniform_(0.5, 2.0)
+    return net.eval()
+
+
+@pytest.mark.parametrize("name", list(MIXERS))
+@pytest.mark.parametrize("init", ["hadamard", "klt_hadamard"])
+def test_full_precision_equivalence(name: str, init: str):
+    net = _lm(MIXERS[name])
+    ids = torch.randint(0, 40, (2, 16), generator=torch.Generator().manual_seed(1))
+    t = TransformedLM(net, init=init)
+    with torch.no_grad():
+        for s in t.scales.values():
+            s.uniform_(0.5, 2.0)
+        t.set_quant(False)
+        ref, out = net(ids), t(ids)
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
+        t.set_quant(True)
+        assert (t(ids) - ref).abs().max() > 1e-3  # W16A4KV4 changes the outputs
+    torch.testing.assert_close(t.rotation.T @ t.rotation, torch.eye(32), atol=1e-5, rtol=0)
+    assert net.lm_head.weight is net.embed.weight  # the original model is untouched
+
+
+def test_learning_keeps_orthogonality_and_lowers_kl_top():
+    torch.manual_seed(0)
+    mixer = MIXERS["softmax_variant"]
+    net = CausalLM(40, 32, 2, mixer=[mixer], pos_embedding="learned", max_len=16, tie_embeddings=False).eval()
+    with torch.no_grad():  # peaked predictions (a random init is near uniform) and an outlier channel
+        net.lm_head.weight.mul_(100.0)
+        net.embed.weight[:, 3] += 2.0
+    ids = torch.randint(0, 40, (8, 17), generator=torch.Generator().manual_seed(2))
+    calib = [{"input_ids": ids[:, :-1], "labels": ids[:, 1:]}]
+    cb = QuantCalibration(methods=["ostquant"], w_bits=16, a_bits=4, kv_bits=4, rotate_lr=0.05, smooth_lr=0.01)
+    t = TransformedLM(net, "klt_hadamard", w_bits=16, a_bits=4, kv_bits=4)
+    with torch.no_grad():
+        before = kl_top(net(calib[0]["input_ids"]), t(calib[0]["input_ids"])).item()
+    cb._learn(net, t, calib, steps=30, learn_scales=True, loss="kl_top")
+    with torch.no_grad():
+        after = kl_top(net(calib[0]["input_ids"]), t(calib[0]["input_ids"])).item()
+    assert after < 0.9 * before, (before, after)
+    torch.testing.assert_close(t.rotation.T @ t.rotation, torch.eye(32), atol=1e-5, rtol=0)
+    assert any((s - 1).abs().max() > 1e-4 for s in t.scale_parameters())  # the scales moved
+
+
+def test_freeze_rtn_and_gptq_quantize_weights():
+    net = _lm(MIXERS["softmax_variant"])
+    ids = torch.randint(0, 40, (4, 16), generator=torch.Generator().manual_seed(3))
+    for wq in ("rtn", "gptq"):
+        t = TransformedLM(net, "hadamard", w_bits=4, a_bits=16, kv_bits=16)
+        if wq == "gptq":
+            with pytest.raises(ConfigError, match="collect_hessians"):
+                t.freeze("gptq")
+            t.collect_hessians([ids])
+        t.freeze(wq)
+        w = t.linears["blocks.0.mlp.down_proj"].w_frozen
+        assert max(len(torch.unique(r)) for r in w) <= 16  # 4-bit per output channel
+        assert torch.isfinite(t(ids)).all()
+
+
+def test_bad_inputs():
+    with pytest.raises(ConfigError, match="2..8"):
+        TransformedLM(_lm(MIXERS["softmax_variant"]), a_bits=1)
+    with pytest.raises(ConfigError, match="2..8"):
+        QuantCalibration(w_bits=9)
+    with pytest.raises(ConfigError, match="divisor"):
+        t = TransformedLM(_lm(MIXERS["softmax_variant"]), w_bits=4, w_group_size=5)
+        t.freeze("rtn")
+    with pytest.raises(ConfigError, match="methods"):
+        QuantCalibration(methods=["awq"])
+
+    class Conv(nn.Module):  # a mixer without linear layers
+        def __init__(self, d_model: int) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(d_model))
+
+        def forward(self, x):
+            return x * self.w
+
+    with pytest.raises(ConfigError, match="no supported linear layers"):
+        TransformedLM(CausalLM(40, 32, 1, mixer=[Conv]))
+    with pytest.raises(ConfigError, match="not a supported causal LM"):
+        TransformedLM(nn.Linear(3, 3))

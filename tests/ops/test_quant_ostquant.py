@@ -1,0 +1,141 @@
+"""Quantization ops of OSTQuant: fake quant, GPTQ (fast vs naive, float64), transforms, Cayley, QSUR, KL-Top."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ops.quant import (
+    CayleySGD,
+    cayley_retraction,
+    fake_quant,
+    gptq,
+    gptq_naive,
+    hadamard,
+    input_hessian,
+    kl_full,
+    kl_top,
+    klt,
+    log_qsur,
+    qsur,
+    random_hadamard,
+    rtn_weight,
+)
+from suite.errors import ConfigError
+
+
+def test_fake_quant_levels_and_exact_grid():
+    x = torch.tensor([[-1.0, -0.5, 0.0, 0.25, 1.0]])
+    q = fake_quant(x, 2, symmetric=True)  # scale = 1 / 1, levels {-2, -1, 0, 1}
+    assert q.tolist() == [[-1.0, 0.0, 0.0, 0.0, 1.0]]  # torch.round is half-to-even: -0.5 -> 0, 0.25 -> 0
+    a = fake_quant(torch.tensor([[0.0, 1.0, 2.0, 3.0]]), 2, symmetric=False)  # 4 levels exactly on the grid
+    assert a.tolist() == [[0.0, 1.0, 2.0, 3.0]]
+    y = torch.randn(8, 32, generator=torch.Generator().manual_seed(0))
+    for bits in (2, 4, 8):
+        qy = fake_quant(y, bits)
+        assert max(len(torch.unique(r)) for r in qy) <= 2**bits
+    err4, err8 = (fake_quant(y, 4) - y).abs().max(), (fake_quant(y, 8) - y).abs().max()
+    assert err8 < err4 / 8
+
+
+def test_grouping_and_ste_gradient():
+    x = torch.cat([torch.ones(1, 4) * 0.01, torch.ones(1, 4) * 100], dim=1) + torch.linspace(0, 0.001, 8)
+    g = fake_quant(x, 4, group_size=4)
+    assert (g[0, :4] - x[0, :4]).abs().max() < 1e-3  # its own scale keeps the small group accurate
+    assert (fake_quant(x, 4)[0, :4] - x[0, :4]).abs().max() > 1e-3
+    xr = torch.randn(3, 8, requires_grad=True)
+    fake_quant(xr, 4).sum().backward()
+    assert xr.grad is not None and xr.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [({"bits": 1}, "2..8"), ({"bits": 9}, "2..8"), ({"bits": 4, "group_size": 5}, "divisor"), ({"bits": 4, "clip_ratio": 0}, "clip")],
+)
+def test_bad_bits_and_groups(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        fake_quant(torch.randn(2, 8), **kwargs)
+
+
+def test_rtn_clip_search_never_worse():
+    w = torch.randn(16, 64, generator=torch.Generator().manual_seed(1))
+    w[0, 0] = 20.0
+    plain, searched = rtn_weight(w, 4), rtn_weight(w, 4, clip_search=True)
+    assert ((searched - w) ** 2).sum(-1).le(((plain - w) ** 2).sum(-1) + 1e-9).all()
+
+
+@pytest.mark.parametrize("group_size", [None, 4])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_gptq_fast_matches_naive_float64(group_size, symmetric):
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(6, 16, dtype=torch.float64, generator=g)
+    x = torch.randn(200, 16, dtype=torch.float64, generator=g) @ torch.randn(16, 16, dtype=torch.float64, generator=g)
+    h = input_hessian(x)
+    fast = gptq(w, h, 3, group_size, symmetric, block_size=5)
+    naive = gptq_naive(w, h, 3, group_size, symmetric)
+    torch.testing.assert_close(fast, naive, rtol=0, atol=1e-12)
+    rtn = fake_quant(w, 3, symmetric, group_size)
+    # GPTQ minimises the layer-output error, so it beats RTN on the calibration inputs
+    assert ((x @ (fast - w).T) ** 2).sum() < 0.8 * ((x @ (rtn - w).T) ** 2).sum()
+
+
+def test_hadamard_klt_orthogonal():
+    h = hadamard(8, torch.float64)
+    torch.testing.assert_close(h @ h.T, torch.eye(8, dtype=torch.float64))
+    assert torch.allclose(h.abs(), torch.full((8, 8), 1 / math.sqrt(8), dtype=torch.float64))
+    r = random_hadamard(16, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(r @ r.T, torch.eye(16), atol=1e-6, rtol=0)
+    r12 = random_hadamard(12, torch.Generator().manual_seed(0))  # not a power of two: random orthogonal
+    torch.testing.assert_close(r12 @ r12.T, torch.eye(12), atol=1e-6, rtol=0)
+    with pytest.raises(ConfigError, match="power of two"):
+        hadamard(12)
+    cov = torch.diag(torch.tensor([1.0, 5.0, 3.0]))
+    assert klt(cov).abs().argmax(0).tolist() == [1, 2, 0]
+
+
+def test_cayley_keeps_orthogonality_and_descends():
+    g = torch.Generator().manual_seed(0)
+    target = torch.linalg.qr(torch.randn(6, 6, generator=g, dtype=torch.float64))[0]
+    r = torch.nn.Parameter(torch.eye(6, dtype=torch.float64))
+    opt = CayleySGD([r], lr=0.1, momentum=0.5, reortho_every=0)
+    losses = []
+    for _ in range(60):
+        loss = (r - target).square().sum()
+        losses.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        torch.testing.assert_close(r.T @ r, torch.eye(6, dtype=torch.float64), atol=1e-10, rtol=0)
+    assert losses[-1] < 0.5 * losses[0]
+    step = cayley_retraction(torch.eye(3, dtype=torch.float64), torch.randn(3, 3, dtype=torch.float64), 0.3)
+    torch.testing.assert_close(step.T @ step, torch.eye(3, dtype=torch.float64))
+
+
+def test_qsur_closed_forms_and_ordering():
+    d = 4
+    ball_in_cube = math.pi ** (d / 2) / math.gamma(d / 2 + 1) / 2**d
+    assert qsur(torch.eye(d)).item() == pytest.approx(ball_in_cube, rel=1e-10)
+    lam = torch.tensor([16.0, 4.0, 1.0, 1.0])
+    # axis-aligned anisotropy: V_X shrinks by prod(sqrt(lam / lam_max)), the box is set by the largest axis
+    assert qsur(torch.diag(lam)).item() == pytest.approx(ball_in_cube * float((lam / 16).sqrt().prod()), rel=1e-10)
+    q = torch.linalg.qr(torch.randn(d, d, dtype=torch.float64, generator=torch.Generator().manual_seed(0)))[0]
+    rotated = q @ torch.diag(lam).double() @ q.T
+    assert qsur(rotated, box="box") <= qsur(torch.eye(d) * 16, box="box") + 1e-12  # isotropy is the maximum
+    assert log_qsur(torch.eye(d), torch.ones(d)) < log_qsur(torch.eye(d))  # a mean offset wastes grid
+    with pytest.raises(ConfigError, match="box"):
+        qsur(torch.eye(2), box="sphere")
+
+
+def test_kl_top_definition():
+    g = torch.Generator().manual_seed(0)
+    zf, zq = torch.randn(3, 5, 10, generator=g), torch.randn(3, 5, 10, generator=g)
+    assert kl_top(zf, zq, k=10).item() == pytest.approx(kl_full(zf, zq).item(), rel=1e-5)
+    p, logq = torch.softmax(zf, -1), torch.log_softmax(zq, -1)
+    idx = zf.topk(3, -1).indices
+    ref = (p.gather(-1, idx) * (p.gather(-1, idx).log() - logq.gather(-1, idx))).sum(-1).mean()
+    assert kl_top(zf, zq, k=3).item() == pytest.approx(ref.item(), rel=1e-5)
+    assert kl_top(zf, zf, k=3).item() == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ConfigError, match="k="):
+        kl_top(zf, zq, k=0)

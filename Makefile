@@ -19,12 +19,14 @@ export PYTHONPATH := $(CURDIR)
 export WANDB_SILENT ?= true
 export HYDRA_FULL_ERROR ?= 1
 
-# Checked before the install, so a typo fails at once even on a fresh clone.
-_check_method:
-	@if [ ! -f conf/experiment/$(METHOD).yaml ]; then \
-		echo "error: unknown METHOD '$(METHOD)'; valid: $(SLUGS)"; exit 2; fi
+# Checked when the Makefile is read, before any install, so a typo fails at once (one line) even on a fresh clone.
+ifneq ($(filter train sweep claim slurm,$(MAKECMDGOALS)),)
+ifeq ($(filter $(METHOD),$(SLUGS)),)
+$(error error: unknown METHOD '$(METHOD)'; valid: $(SLUGS))
+endif
+endif
 
-.PHONY: _check_method help install train eval sweep claim compare bench test test-gpu lint format clean slurm
+.PHONY: help install train eval sweep claim compare bench test test-gpu lint format clean slurm
 
 help: ## Show this help
 	@echo "Usage: make <target> [METHOD=<slug>] [ARGS='hydra overrides']"
@@ -46,20 +48,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## Create .venv and install the project with its test extras (skipped when up to date)
 
-train: _check_method $(STAMP) ## Train one method: make train [METHOD=leaderbot] [ARGS="trainer=gpu data.batch_size=64"]
+train: $(STAMP) ## Train one method: make train [METHOD=leaderbot] [ARGS="trainer=gpu data.batch_size=64"]
 	$(PY) -m train experiment=$(METHOD) $(ARGS)
 
 eval: $(STAMP) ## Evaluate a checkpoint: make eval CKPT=path/to.ckpt (model rebuilt from the config saved in it)
 	@if [ -z "$(CKPT)" ]; then echo "error: make eval needs CKPT=<checkpoint file>"; exit 2; fi
 	$(PY) -m evaluate ckpt_path=$(CKPT) $(ARGS)
 
-sweep: _check_method $(STAMP) ## Hydra multirun of one method: make sweep METHOD=x ARGS="seed=0,1,2 model.lr=1e-3,1e-4"
+sweep: $(STAMP) ## Hydra multirun of one method: make sweep METHOD=x ARGS="seed=0,1,2 model.lr=1e-3,1e-4"
 	$(PY) -m train -m experiment=$(METHOD) $(ARGS)
 
-claim: _check_method $(STAMP) ## Claim check: method + baselines over seeds, writes docs/results/METHOD.md (+ PNG)
+claim: $(STAMP) ## Claim check: method + baselines over seeds, writes docs/results/METHOD.md (+ PNG)
 	$(PY) -m suite.claim $(METHOD) $(ARGS)
 
-slurm: _check_method $(STAMP) ## Submit to SLURM via submitit: make slurm METHOD=x ARGS="trainer=ddp trainer.devices=4 seed=0,1"
+slurm: $(STAMP) ## Submit to SLURM via submitit: make slurm METHOD=x ARGS="trainer=ddp trainer.devices=4 seed=0,1"
 	$(PY) -m train -m experiment=$(METHOD) launcher=slurm $(ARGS)
 
 compare: $(STAMP) ## Compare finished runs: make compare [METHOD=x | RUNS="dir1 dir2"] [OUT=folder]

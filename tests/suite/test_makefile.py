@@ -36,4 +36,5 @@ def test_unknown_method_for_every_method_target():
     for target in ("train", "sweep", "claim", "slurm"):
         proc = _make("-s", target, "METHOD=nope")
         assert proc.returncode == 2
-        assert proc.stdout.strip().startswith("error: unknown METHOD 'nope'; valid: "), proc.stdout
+        lines = (proc.stdout + proc.stderr).strip().splitlines()
+        assert len(lines) == 1 and "error: unknown METHOD 'nope'; valid: " in lines[0], lines

@@ -80,6 +80,8 @@ def load_checkpoint(path: str) -> dict[str, Any]:
 def build(cfg: DictConfig) -> dict[str, Any]:
     """Instantiate datamodule, model, callbacks, loggers and trainer from ``cfg``."""
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    if cfg.get("num_threads"):
+        torch.set_num_threads(int(cfg.num_threads))
     datamodule = instantiate(cfg.data, "data")
     model = instantiate(cfg.model, "model")
     callbacks = _instantiate_group(cfg.get("callbacks"), "callbacks")

@@ -30,7 +30,9 @@ def main() -> None:
     parser.add_argument("--k-cov", default="0", help="'none' or an integer")
     parser.add_argument("--k-tie", type=int, default=1)
     parser.add_argument("--max-steps", type=int, default=150, help="suite: L-BFGS steps of 20 iterations")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is fastest at this size)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     k_cov = None if args.k_cov.lower() == "none" else int(args.k_cov)
     import leaderbot as lb
     from scipy.stats import kendalltau

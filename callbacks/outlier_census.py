@@ -90,7 +90,9 @@ def run_census(
             continue
         for kk in k:
             st = activation_outlier_stats(h, kk, top)
-            rows.append({"kind": "act", "name": name, "metric": f"token_frac_k{kk:g}", "value": float(st["token_frac"])})
+            rows.append(
+                {"kind": "act", "name": name, "metric": f"token_frac_k{kk:g}", "value": float(st["token_frac"])}
+            )
             dims = (st["per_dim"] > 0).nonzero().flatten().tolist()
             rows.append({"kind": "act", "name": name, "metric": f"dims_k{kk:g}", "value": " ".join(map(str, dims))})
         for i, v in enumerate(st["topk"].tolist()):
@@ -239,7 +241,11 @@ def plot_history(history: list[dict[str, Any]], path: Path) -> None:
     for ax, (kind, metric, title) in zip(axes, panels):
         names = sorted({r["name"] for r in history if r["kind"] == kind and r["metric"] == metric})
         for n in names:
-            pts = [(r["step"], r["value"]) for r in history if r["kind"] == kind and r["metric"] == metric and r["name"] == n]
+            pts = [
+                (r["step"], r["value"])
+                for r in history
+                if r["kind"] == kind and r["metric"] == metric and r["name"] == n
+            ]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=n)
         ax.set_title(title)
         ax.set_xlabel("step")

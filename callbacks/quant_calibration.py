@@ -80,7 +80,9 @@ class QuantCalibration(Callback):
     ) -> None:
         bad = [m for m in methods if m not in METHODS]
         if bad or not methods:
-            raise ConfigError(f"callbacks.quant_calibration.methods={list(methods)} must be a non-empty subset of {list(METHODS)}")
+            raise ConfigError(
+                f"callbacks.quant_calibration.methods={list(methods)} must be a non-empty subset of {list(METHODS)}"
+            )
         for name, b in (("w_bits", w_bits), ("a_bits", a_bits), ("kv_bits", kv_bits)):
             if b != 16:
                 check_bits(f"callbacks.quant_calibration.{name}", b)
@@ -89,7 +91,9 @@ class QuantCalibration(Callback):
         if loss not in LOSSES:
             raise ConfigError(f"callbacks.quant_calibration.loss={loss!r} must be one of {list(LOSSES)}")
         if steps < 0 or calib_batches < 1:
-            raise ConfigError(f"callbacks.quant_calibration: steps={steps} must be >= 0, calib_batches={calib_batches} >= 1")
+            raise ConfigError(
+                f"callbacks.quant_calibration: steps={steps} must be >= 0, calib_batches={calib_batches} >= 1"
+            )
         self.methods = list(methods)
         self.bits = {"w_bits": w_bits, "a_bits": a_bits, "kv_bits": kv_bits}
         self.groups = {"w_group_size": w_group_size, "a_group_size": a_group_size, "kv_group_size": kv_group_size}
@@ -98,6 +102,7 @@ class QuantCalibration(Callback):
         self.calib_batches, self.eval_batches, self.net_attr = calib_batches, eval_batches, net_attr
         self.online_hadamard, self.seed = online_hadamard, seed
         self.results: dict[str, dict[str, float]] = {}
+        self._smoke = False  # fast_dev_run: RTN weights only
 
     # -- the calibration pipeline (usable without a Trainer) -------------------------------------------------------
     def build(self, net: torch.nn.Module, method: str, calib: list[dict[str, torch.Tensor]], steps: int):
@@ -107,14 +112,27 @@ class QuantCalibration(Callback):
         if method == "fp":
             return None
         init = {"quarot": "hadamard", "spinquant": "hadamard", "ostquant": "klt_hadamard"}.get(method, "identity")
-        t = TransformedLM(net, init, **self.bits, **self.groups, online_hadamard=self.online_hadamard and init != "identity",
-                          seed=self.seed).to(next(net.parameters()).device)
+        t = TransformedLM(
+            net,
+            init,
+            **self.bits,
+            **self.groups,
+            online_hadamard=self.online_hadamard and init != "identity",
+            seed=self.seed,
+        ).to(next(net.parameters()).device)
         ids = [b["input_ids"] for b in calib]
         if method == "smoothquant":
             t.smoothquant_scales(ids)
         if method in ("spinquant", "ostquant") and steps:
-            self._learn(net, t, calib, steps, learn_scales=method == "ostquant", loss=self.loss if method == "ostquant" else "ce")
-        wq = "rtn" if method in ("rtn", "smoothquant") else self.w_quantizer
+            self._learn(
+                net,
+                t,
+                calib,
+                steps,
+                learn_scales=method == "ostquant",
+                loss=self.loss if method == "ostquant" else "ce",
+            )
+        wq = "rtn" if method in ("rtn", "smoothquant") or self._smoke else self.w_quantizer
         if wq == "gptq" and self.bits["w_bits"] < 16:
             t.collect_hessians(ids)
         t.freeze(wq)
@@ -166,7 +184,9 @@ class QuantCalibration(Callback):
             logits = fp if t is None else t(batch["input_ids"])
             labels = batch["labels"]
             mask = labels != IGNORE
-            tot += F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE, reduction="sum").item()
+            tot += F.cross_entropy(
+                logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE, reduction="sum"
+            ).item()
             kl += kl_full(fp[mask], logits[mask]).item() * int(mask.sum())
             n += int(mask.sum())
         for h in hooks:
@@ -175,7 +195,9 @@ class QuantCalibration(Callback):
             for x in seen.values():
                 if x.shape[0] > x.shape[1]:
                     x = x.double()
-                    qsurs.append(float(log_qsur(torch.cov(x.T) + 1e-8 * torch.eye(x.shape[1], dtype=x.dtype), x.mean(0))))
+                    qsurs.append(
+                        float(log_qsur(torch.cov(x.T) + 1e-8 * torch.eye(x.shape[1], dtype=x.dtype), x.mean(0)))
+                    )
         loss = tot / max(n, 1)
         out = {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "kl": kl / max(n, 1)}
         if qsurs:
@@ -190,19 +212,22 @@ class QuantCalibration(Callback):
     def _run(self, trainer: Trainer, pl_module: LightningModule) -> None:
         net = getattr(pl_module, self.net_attr, None)
         if net is None:
-            raise ConfigError(f"callbacks.quant_calibration.net_attr={self.net_attr!r}: the module has no such attribute")
+            raise ConfigError(
+                f"callbacks.quant_calibration.net_attr={self.net_attr!r}: the module has no such attribute"
+            )
         dm = trainer.datamodule
         fast = bool(trainer.fast_dev_run)
         n_calib = 1 if fast else self.calib_batches
         calib = _take(dm.train_dataloader(), n_calib, pl_module.device)
         evals = _take(dm.val_dataloader(), 1 if fast else self.eval_batches, pl_module.device)
         steps = min(self.steps, 2) if fast else self.steps
+        self._smoke = fast
         was_training = pl_module.training
         pl_module.eval()
         torch.manual_seed(self.seed)
         self.results = {}
-        # fast_dev_run: a smoke test of the pipeline (full precision, RTN, and the last method with 2 steps)
-        methods = list(dict.fromkeys(["fp", "rtn", self.methods[-1]])) if fast else self.methods
+        # fast_dev_run: a smoke test of the pipeline (full precision and the last method, 2 steps)
+        methods = list(dict.fromkeys(["fp", self.methods[-1]])) if fast else self.methods
         for method in methods:
             t = self.build(net, method, calib, steps)
             self.results[method] = self.evaluate(net, t, evals)
@@ -214,7 +239,9 @@ class QuantCalibration(Callback):
         if trainer.is_global_zero:
             folder = Path(trainer.log_dir or trainer.default_root_dir)
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / "quant_calibration.json").write_text(json.dumps({"bits": self.bits, "results": self.results}, indent=2))
+            (folder / "quant_calibration.json").write_text(
+                json.dumps({"bits": self.bits, "results": self.results}, indent=2)
+            )
 
     def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         for method, r in self.results.items():

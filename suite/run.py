@@ -44,19 +44,49 @@ def _instantiate_group(cfg: DictConfig | None, what: str) -> list[Any]:
     return out
 
 
-def resolve_checkpoint(ckpt_path: str | None, output_dir: Path, log_dir: Path | None = None) -> str | None:
-    """``None`` | ``last`` | a path. ``last`` is this run folder's ``checkpoints/last.ckpt``, else the newest
-    ``last.ckpt`` under ``log_dir``; a run with nothing to resume starts fresh (so requeued jobs just work)."""
+def _run_overrides() -> list[str] | None:
+    """This run's command-line overrides (None outside a Hydra run)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:
+        return None
+
+
+def _same_run(overrides: list[str], run_dir: Path) -> bool:
+    """Whether ``run_dir`` was started with the same overrides (ignoring ckpt_path and hydra/paths settings)."""
+    import yaml
+
+    def key(items: list[str]) -> list[str]:
+        ignored = ("ckpt_path=", "hydra.", "paths.", "trainer.enable_progress")
+        return sorted(o for o in items if not o.startswith(ignored))
+
+    f = run_dir / ".hydra" / "overrides.yaml"
+    return f.exists() and key(yaml.safe_load(f.read_text()) or []) == key(overrides)
+
+
+def resolve_checkpoint(
+    ckpt_path: str | None, output_dir: Path, log_dir: Path | None = None, overrides: list[str] | None = None
+) -> str | None:
+    """``None`` | ``last`` | a path.
+
+    ``last`` is this run folder's ``checkpoints/last.ckpt`` (a requeued SLURM job, ``hydra.run.dir=`` reused); else
+    the newest ``last.ckpt`` under ``log_dir`` of a run started with the *same overrides* (never another
+    configuration's weights). A run with nothing to resume starts fresh, so requeued jobs just work.
+    """
     if ckpt_path in (None, "", "null"):
         return None
     if ckpt_path == "last":
         own = output_dir / "checkpoints" / "last.ckpt"
         if own.exists():
             return str(own)
-        found = sorted(log_dir.glob("runs/*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime) if log_dir else []
+        found = []
+        if log_dir is not None and overrides is not None:
+            found = [p for p in log_dir.glob("runs/*/checkpoints/last.ckpt") if _same_run(overrides, p.parents[1])]
         if found:
-            return str(found[-1])
-        log.warning("ckpt_path=last: no last.ckpt found; starting from scratch")
+            return str(max(found, key=lambda p: p.stat().st_mtime))
+        log.warning("ckpt_path=last: no last.ckpt of this configuration found; starting from scratch")
         return None
     path = Path(ckpt_path)
     if not path.is_file():
@@ -117,7 +147,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     (output_dir / "config.yaml").write_text(objs["config_yaml"])
     trainer: pl.Trainer = objs["trainer"]
     log_dir = Path(cfg.paths.log_dir) / cfg.task_name / str(cfg.experiment_slug)
-    ckpt = resolve_checkpoint(cfg.get("ckpt_path"), output_dir, log_dir)
+    ckpt = resolve_checkpoint(cfg.get("ckpt_path"), output_dir, log_dir, _run_overrides())
     if ckpt is not None:
         load_checkpoint(ckpt)  # fail early and clearly on a bad file
         log.info("resuming from %s", ckpt)

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ops.quant import Quantizer, hadamard, klt, random_hadamard
+from ops.quant import Quantizer, check_group, hadamard, klt, random_hadamard
 from ops.quant.transforms import is_pow2
 from suite.errors import ConfigError
 
@@ -48,7 +48,7 @@ class TLinear(nn.Module):
     ``W_eff = [R^T]_out  ( diag(s_row) W0 diag(1/s_colinv) H )  [R]_in diag(s_in)``, input ``x / s_in`` (or ``x H``).
     """
 
-    def __init__(self, base: nn.Linear, state: "TransformedLM", key: str) -> None:
+    def __init__(self, base: nn.Linear, state: TransformedLM, key: str) -> None:
         super().__init__()
         self.register_buffer("w0", base.weight.detach().clone())
         self.register_buffer("b0", base.bias.detach().clone() if base.bias is not None else None)
@@ -106,7 +106,7 @@ class TLinear(nn.Module):
 class TEmbedding(nn.Module):
     """Embedding table ``E0 R`` (the residual stream starts rotated)."""
 
-    def __init__(self, base: nn.Embedding, state: "TransformedLM") -> None:
+    def __init__(self, base: nn.Embedding, state: TransformedLM) -> None:
         super().__init__()
         self.register_buffer("w0", base.weight.detach().clone())
         object.__setattr__(self, "_state", state)
@@ -203,9 +203,12 @@ class TransformedLM(nn.Module):
                 (name,) = outs
                 self._replace(sub, name, f"blocks.{i}.{part}.{name}").out_rot = True
                 if hasattr(sub, "kv_quantizer"):
+                    check_group(f"kv_group_size (head_dim of blocks.{i}.{part})", kv_group_size, sub.head_dim)
                     sub.kv_quantizer = self.kv_quant
             mlp = block.mlp
-            if isinstance(getattr(mlp, "up_proj", None), TLinear) and isinstance(getattr(mlp, "down_proj", None), TLinear):
+            if isinstance(getattr(mlp, "up_proj", None), TLinear) and isinstance(
+                getattr(mlp, "down_proj", None), TLinear
+            ):
                 hidden = mlp.up_proj.w0.shape[0]
                 self.scales[f"ud{i}"] = nn.Parameter(torch.ones(hidden))
                 mlp.up_proj.row_scale = mlp.down_proj.colinv_scale = f"ud{i}"
@@ -224,6 +227,10 @@ class TransformedLM(nn.Module):
         if getattr(net, "pos", None) is not None:
             net.pos = TEmbedding(net.pos, self)
         self.rotation = nn.Parameter(self._init_rotation(init, torch.cat(input_rows), gen))
+        for lin in self.linears.values():  # fail at construction, naming the layer, not at the first forward
+            n_in = lin.w0.shape[1]
+            check_group(f"w_group_size (in_features of {lin.key})", w_group_size, n_in)
+            check_group(f"a_group_size (in_features of {lin.key})", a_group_size, n_in)
 
     def _replace(self, parent: nn.Module, name: str, key: str) -> TLinear:
         *path, leaf = name.split(".")
@@ -325,6 +332,7 @@ class TransformedLM(nn.Module):
             self.set_quant(True)
         for tag, a in amax.items():
             # activations were divided by the current s (= 1); weights of the group share the channel
-            wmax = torch.stack([(lin.w0 @ self.rotation).abs().amax(0) for lin in self.linears.values()
-                                if lin.in_scale == tag]).amax(0)
+            wmax = torch.stack(
+                [(lin.w0 @ self.rotation).abs().amax(0) for lin in self.linears.values() if lin.in_scale == tag]
+            ).amax(0)
             self.scales[tag].copy_((a.clamp_min(1e-5) ** alpha / wmax.clamp_min(1e-5) ** (1 - alpha)).clamp_min(1e-5))

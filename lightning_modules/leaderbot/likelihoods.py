@@ -324,6 +324,12 @@ def initial_params(layout: Layout, pairs: torch.Tensor, counts: torch.Tensor) ->
     ``x`` = win rate + half the tie rate, centred (0 for a competitor without games); ``t = sqrt(1/(m-1))``;
     ``Lambda`` = the DCT-IV basis with centred columns; tie block 0.
 
+    Deviation for Rao-Kupper: its tie threshold is clipped to ``|eta| >= 1e-2``, and at the package's start (0) the
+    likelihood is flat in the tie block, so an exact gradient never moves it (the package only escapes through
+    its wrong analytic gradient there). We start ``eta`` at the value whose tie probability at ``z = 0`` equals
+    the observed tie rate, ``tanh(eta / 2) = tau``; for the factored model through the first (all-positive)
+    DCT-IV column, so that every pair's ``mu_ij`` is about that ``eta``.
+
     Returns:
         ``[n_param]`` float64.
     """
@@ -339,6 +345,16 @@ def initial_params(layout: Layout, pairs: torch.Tensor, counts: torch.Tensor) ->
         if layout.k_cov > 0:
             lam = dct_basis(m, layout.k_cov)
             w[b["Lambda"]] = (lam - lam.mean(0, keepdim=True)).reshape(-1)
+    if layout.kind == "rao_kupper":
+        tau = float(counts[:, 2].sum() / counts.sum().clamp_min(1.0))
+        eta = 2.0 * math.atanh(min(max(tau, 0.05), 0.9))
+        if layout.k_tie == 0:
+            w[b["tie"]] = eta
+        else:
+            phi = dct_basis(m, layout.k_tie)[:, 0]
+            g = torch.zeros(m, layout.k_tie, dtype=torch.float64)
+            g[:, 0] = eta / (2.0 * float(phi.mean()))
+            w[b["tie"]] = g.reshape(-1)
     return w
 
 

@@ -2,7 +2,8 @@
 
 Uniform ``b``-bit quantization of each row of ``x [..., n]`` (or of each group of ``group_size`` consecutive entries):
 
-* asymmetric: ``s = (max - min) / (2^b - 1)``, ``z = round(-min / s)``, ``x_q = (clamp(round(x / s) + z, 0, 2^b - 1) - z) s``
+* asymmetric: ``s = (max - min) / (2^b - 1)``, ``z = round(-min / s)``,
+  ``x_q = (clamp(round(x / s) + z, 0, 2^b - 1) - z) s``
 * symmetric:  ``s = max|x| / (2^{b-1} - 1)``, ``x_q = clamp(round(x / s), -2^{b-1}, 2^{b-1} - 1) s``
 
 with ``min / max`` multiplied by ``clip_ratio``. Granularities used by OSTQuant / QuaRot: weights per output channel

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ops.quant.fake import check_bits, check_group, fake_quant
+from ops.quant.fake import check_bits, check_group
 
 
 def _prepare(w: torch.Tensor, h: torch.Tensor, percdamp: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,7 +45,11 @@ def _quant_col(w_col: torch.Tensor, qp: tuple[torch.Tensor, torch.Tensor, int, i
 
 
 def gptq_naive(
-    w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int | None = None, symmetric: bool = True,
+    w: torch.Tensor,
+    h: torch.Tensor,
+    bits: int,
+    group_size: int | None = None,
+    symmetric: bool = True,
     percdamp: float = 0.01,
 ) -> torch.Tensor:
     """Column-by-column GPTQ with explicit ``H^-1`` updates. ``W [out, in]``, ``H [in, in]`` -> ``Q [out, in]``."""
@@ -67,8 +71,13 @@ def gptq_naive(
 
 
 def gptq(
-    w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int | None = None, symmetric: bool = True,
-    percdamp: float = 0.01, block_size: int = 128,
+    w: torch.Tensor,
+    h: torch.Tensor,
+    bits: int,
+    group_size: int | None = None,
+    symmetric: bool = True,
+    percdamp: float = 0.01,
+    block_size: int = 128,
 ) -> torch.Tensor:
     """Blocked Cholesky GPTQ (the fast path of :func:`gptq_naive`). ``W [out, in]``, ``H [in, in]`` -> ``Q``."""
     check_bits("w_bits", bits)

@@ -69,8 +69,15 @@ def test_callback_over_a_short_fit(tmp_path):
     data = [{"input_ids": r[:-1], "labels": r[1:]} for r in ids]
     loader = torch.utils.data.DataLoader(data, batch_size=8)
     cb = OutlierCensus(every_n_steps=2, k=[10.0])
-    trainer = L.Trainer(max_steps=4, callbacks=[cb], logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, default_root_dir=tmp_path, enable_model_summary=False)
+    trainer = L.Trainer(
+        max_steps=4,
+        callbacks=[cb],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        default_root_dir=tmp_path,
+        enable_model_summary=False,
+    )
     trainer.fit(module, loader)
     steps = sorted({r["step"] for r in cb.history})
     assert steps == [0, 2, 4]

@@ -60,7 +60,9 @@ def test_ca_scale_equation_and_sink_recording():
     _, m = _pair("ca_scale")
     x = torch.randn(1, 5, 16, dtype=torch.float64)
     q, k, v = _heads(m, x)
-    p = torch.softmax((q @ k.transpose(-1, -2) / math.sqrt(m.head_dim)).masked_fill(~torch.ones(5, 5).tril().bool(), -math.inf), -1)
+    p = torch.softmax(
+        (q @ k.transpose(-1, -2) / math.sqrt(m.head_dim)).masked_fill(~torch.ones(5, 5).tril().bool(), -math.inf), -1
+    )
     sc = 2 * torch.sigmoid(m.scale_proj(x)).transpose(1, 2)[..., None]
     ref = m.o_proj((sc * (p @ v)).transpose(1, 2).reshape(1, 5, 16))
     m.record_attention = True

@@ -95,9 +95,10 @@ def test_bad_inputs():
         TransformedLM(_lm(MIXERS["softmax_variant"]), a_bits=1)
     with pytest.raises(ConfigError, match="2..8"):
         QuantCalibration(w_bits=9)
-    with pytest.raises(ConfigError, match="divisor"):
-        t = TransformedLM(_lm(MIXERS["softmax_variant"]), w_bits=4, w_group_size=5)
-        t.freeze("rtn")
+    with pytest.raises(ConfigError, match="w_group_size .*blocks.0.mixer.qkv_proj.*divisor"):
+        TransformedLM(_lm(MIXERS["softmax_variant"]), w_bits=4, w_group_size=5)
+    with pytest.raises(ConfigError, match="a_group_size"):
+        TransformedLM(_lm(MIXERS["softmax_variant"]), a_group_size=7)
     with pytest.raises(ConfigError, match="methods"):
         QuantCalibration(methods=["awq"])
 

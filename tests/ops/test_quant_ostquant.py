@@ -52,7 +52,12 @@ def test_grouping_and_ste_gradient():
 
 @pytest.mark.parametrize(
     "kwargs,match",
-    [({"bits": 1}, "2..8"), ({"bits": 9}, "2..8"), ({"bits": 4, "group_size": 5}, "divisor"), ({"bits": 4, "clip_ratio": 0}, "clip")],
+    [
+        ({"bits": 1}, "2..8"),
+        ({"bits": 9}, "2..8"),
+        ({"bits": 4, "group_size": 5}, "divisor"),
+        ({"bits": 4, "clip_ratio": 0}, "clip"),
+    ],
 )
 def test_bad_bits_and_groups(kwargs, match):
     with pytest.raises(ConfigError, match=match):

@@ -35,3 +35,18 @@ def test_sigterm_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
         assert b[key] == pytest.approx(a[key], rel=1e-6, abs=1e-9), key
     final = torch.load(cut_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert final["global_step"] == 24
+
+
+def test_last_never_picks_another_configurations_checkpoint(tmp_path):
+    from suite.run import resolve_checkpoint
+
+    for name, overrides in (("a", ["experiment=x", "model.lr=1"]), ("b", ["experiment=x", "model.lr=2"])):
+        run = tmp_path / "runs" / name
+        (run / "checkpoints").mkdir(parents=True)
+        (run / "checkpoints" / "last.ckpt").write_bytes(b"x")
+        (run / ".hydra").mkdir()
+        (run / ".hydra" / "overrides.yaml").write_text("\n".join(f"- {o}" for o in overrides))
+    new = tmp_path / "runs" / "new"
+    found = resolve_checkpoint("last", new, tmp_path, ["experiment=x", "model.lr=1", "ckpt_path=last"])
+    assert found == str(tmp_path / "runs" / "a" / "checkpoints" / "last.ckpt")
+    assert resolve_checkpoint("last", new, tmp_path, ["experiment=x", "model.lr=3", "ckpt_path=last"]) is None

@@ -115,8 +115,7 @@ def test_rao_kupper_tie_gradient_defect(arena, k_cov, k_tie):
     model = package_model(data, "rao_kupper", k_cov, k_tie)
     layout = lk.Layout("rao_kupper", len(data["models"]), k_cov, k_tie)
     w = lk.initial_params(layout, pairs, counts).numpy()
-    if k_tie == 0:
-        w[layout.blocks()["tie"]] = -0.3  # clipped from below to 1e-2 as well
+    w[layout.blocks()["tie"]] = 0.0 if k_tie else -0.3  # the package's start (0); -0.3 is clipped to 1e-2 as well
     sl = layout.blocks()["tie"]
     _, grad = ours(w, layout, pairs, counts, False)
     _, jac = model.loss(w, return_jac=True, constraint=False)
@@ -175,3 +174,13 @@ def test_dct_basis_is_orthonormal_and_matches_package():
     assert torch.allclose(phi.T @ phi, torch.eye(4, dtype=torch.float64), atol=1e-12)
     ref = BaseModel._generate_basis(None, 12, 4)
     assert np.allclose(phi.numpy(), ref, atol=1e-15)
+
+
+@pytest.mark.parametrize("k_tie", [0, 1])
+def test_rao_kupper_start_is_off_the_clipped_region(arena, k_tie):
+    """The suite's RK start gives every tie parameter a nonzero exact gradient (the package's start gives none)."""
+    _, pairs, counts = arena
+    layout = lk.Layout("rao_kupper", int(pairs.max()) + 1, None, k_tie)
+    w = lk.initial_params(layout, pairs, counts).numpy()
+    _, grad = ours(w, layout, pairs, counts, False)
+    assert np.abs(grad[layout.blocks()["tie"]]).min() > 0.0

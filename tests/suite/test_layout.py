@@ -48,10 +48,11 @@ def test_each_experiment_has_model_config_module_and_tests(slug: str):
     )
     exp = (ROOT / "conf" / "experiment" / f"{slug}.yaml").read_text()
     assert yaml.safe_load(exp).get("experiment_slug") == slug
-    # The model target named by the experiment's model config must be a module of the suite.
-    model_cfgs = [ROOT / "conf" / "model" / f"{slug}.yaml"]
-    targets = [yaml.safe_load(p.read_text())["_target_"] for p in model_cfgs if p.exists()]
-    for target in targets:
+    # The model target of the composed experiment must be a module of the suite.
+    from tests.conftest import compose_train
+
+    target = compose_train([f"experiment={slug}"], ROOT / "logs" / "unused").model._target_
+    for target in [target]:
         assert target.startswith("lightning_modules."), target
         module_path = ROOT / Path(*target.split(".")[:-1])
         assert module_path.with_suffix(".py").exists() or (module_path / "__init__.py").exists(), target

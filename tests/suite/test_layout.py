@@ -52,10 +52,9 @@ def test_each_experiment_has_model_config_module_and_tests(slug: str):
     from tests.conftest import compose_train
 
     target = compose_train([f"experiment={slug}"], ROOT / "logs" / "unused").model._target_
-    for target in [target]:
-        assert target.startswith("lightning_modules."), target
-        module_path = ROOT / Path(*target.split(".")[:-1])
-        assert module_path.with_suffix(".py").exists() or (module_path / "__init__.py").exists(), target
+    assert target.startswith("lightning_modules."), target
+    module_path = ROOT / Path(*target.split(".")[:-1])
+    assert module_path.with_suffix(".py").exists() or (module_path / "__init__.py").exists(), target
     generic = {"test_experiments.py", "test_layout.py"}
     tests = [p for p in (ROOT / "tests").rglob("test_*.py") if p.name not in generic and slug in p.read_text()]
     assert tests, f"no test file besides the generic ones names '{slug}'"

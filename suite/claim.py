@@ -71,6 +71,7 @@ def write_page(
     slug: str, spec: dict, records: list[RunRecord], status: dict, out: Path, argv: list[str], page: Path | None = None
 ) -> Path:
     page = page or ROOT / "docs" / "results" / f"{slug}.md"
+    shown_out = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out.name  # no machine paths in pages
     page.parent.mkdir(parents=True, exist_ok=True)
     keys, table = aggregate(records, spec.get("metrics"))
     plot = plot_final(records, keys, page.parent / f"{slug}.png") if records else None
@@ -80,7 +81,7 @@ def write_page(
         "",
         f"Produced by `make claim METHOD={slug}{(' ARGS=' + shlex.quote(' '.join(argv))) if argv else ''}` "
         f"(`python -m suite.claim {slug}{(' ' + ' '.join(argv)) if argv else ''}`) on "
-        f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}; spec: `conf/claim/{slug}.yaml`; runs in `{out}`.",
+        f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}; spec: `conf/claim/{slug}.yaml`; runs in `{shown_out}`.",
         f"Seeds: {spec.get('seeds', [0])}. Every run uses the same budget: `{spec.get('overrides', '')}`.",
         "",
         "## Runs",

@@ -43,9 +43,7 @@ def test_datamodules_and_callbacks_do_not_import_papers(folder: str):
 def test_each_experiment_has_model_config_module_and_tests(slug: str):
     import yaml
 
-    assert (ROOT / "conf" / "model" / f"{slug}.yaml").exists() or any(
-        slug in p.read_text() for p in (ROOT / "conf" / "experiment").glob(f"{slug}.yaml")
-    )
+    assert (ROOT / "conf" / "model" / f"{slug}.yaml").exists(), f"conf/model/{slug}.yaml is missing"
     exp = (ROOT / "conf" / "experiment" / f"{slug}.yaml").read_text()
     assert yaml.safe_load(exp).get("experiment_slug") == slug
     # The model target of the composed experiment must be a module of the suite.

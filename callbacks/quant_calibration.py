@@ -10,8 +10,11 @@ full-precision model. Methods (the paper's method and the baselines it compares 
 * ``smoothquant``: SmoothQuant scales ``s = max|X|^a / max|W|^(1-a)`` (a = 0.5), RTN weights.
 * ``quarot``: random Hadamard ``R_res`` + online Hadamard before down projections, ``w_quantizer`` weights.
 * ``spinquant``: Hadamard init, ``R_res`` learned on the Stiefel manifold with the label cross-entropy (no scales).
-* ``ostquant``: KLT x Hadamard init, ``R_res`` (Cayley SGD on the Stiefel manifold) and all smoothing scales (Adam)
-  learned for ``steps`` with ``loss`` (``kl_top``: KL-Top, Eq. in Sec. 4.3; ``kl``; ``ce``), then ``w_quantizer``.
+* ``ostquant``: KLT x Hadamard init, ``R_res`` and the per-head ``R_ov`` (Cayley SGD on the Stiefel manifold) and all
+  smoothing scales (``S_qk``, ``S_ov``, norm and up/down scales; Adam) learned for ``steps`` with ``loss``
+  (``kl_top``: KL-Top, Eq. in Sec. 4.3; ``kl``; ``ce``), then ``w_quantizer``.
+* ``ostquant_kl`` / ``ostquant_ce``: the same with the full-vocabulary KL / label cross-entropy loss (the paper's
+  loss ablation, in one run).
 
 Logged at the end of the test epoch (``quant/<method>_<metric>``): ``loss``, ``ppl``, ``ppl_gap`` (to ``fp``), ``kl``
 (token-mean KL from the full-precision model) and ``log_qsur`` (mean log-QSUR of the inputs of the input-side
@@ -33,7 +36,9 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from ops.quant import CayleySGD, check_bits, kl_full, kl_top, log_qsur
 from suite.errors import ConfigError
 
-METHODS = ("fp", "rtn", "gptq", "smoothquant", "quarot", "spinquant", "ostquant")
+METHODS = ("fp", "rtn", "gptq", "smoothquant", "quarot", "spinquant", "ostquant", "ostquant_kl", "ostquant_ce")
+# learned methods: (loss, learn the scales); loss None = the callback's ``loss``
+LEARNED = {"spinquant": ("ce", False), "ostquant": (None, True), "ostquant_kl": ("kl", True), "ostquant_ce": ("ce", True)}
 LOSSES = ("kl_top", "kl", "ce")
 IGNORE = -100
 
@@ -42,7 +47,7 @@ class QuantCalibration(Callback):
     """Calibrate and evaluate W/A/KV fake quantization of the trained LM (see module docstring).
 
     Args:
-        methods: Subset of ``fp, rtn, gptq, smoothquant, quarot, spinquant, ostquant``.
+        methods: Subset of ``fp, rtn, gptq, smoothquant, quarot, spinquant, ostquant, ostquant_kl, ostquant_ce``.
         w_bits, a_bits, kv_bits: Bit widths (2..8, or 16 = full precision).
         w_group_size, a_group_size, kv_group_size: Group sizes (must divide the dimension) or ``None``.
         w_quantizer: ``gptq`` or ``rtn`` for the rotation methods (``rtn``/``smoothquant`` always use RTN).
@@ -111,7 +116,8 @@ class QuantCalibration(Callback):
 
         if method == "fp":
             return None
-        init = {"quarot": "hadamard", "spinquant": "hadamard", "ostquant": "klt_hadamard"}.get(method, "identity")
+        init = {"quarot": "hadamard", "spinquant": "hadamard"}.get(method, "identity")
+        init = "klt_hadamard" if method.startswith("ostquant") else init
         t = TransformedLM(
             net,
             init,
@@ -123,15 +129,9 @@ class QuantCalibration(Callback):
         ids = [b["input_ids"] for b in calib]
         if method == "smoothquant":
             t.smoothquant_scales(ids)
-        if method in ("spinquant", "ostquant") and steps:
-            self._learn(
-                net,
-                t,
-                calib,
-                steps,
-                learn_scales=method == "ostquant",
-                loss=self.loss if method == "ostquant" else "ce",
-            )
+        if method in LEARNED and steps:
+            loss, learn_scales = LEARNED[method]
+            self._learn(net, t, calib, steps, learn_scales=learn_scales, loss=loss or self.loss)
         wq = "rtn" if method in ("rtn", "smoothquant") or self._smoke else self.w_quantizer
         if wq == "gptq" and self.bits["w_bits"] < 16:
             t.collect_hessians(ids)

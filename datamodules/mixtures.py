@@ -28,6 +28,30 @@ from datamodules._base import SuiteDataModule, require_files
 from suite.errors import ConfigError, DataFormatError
 
 PRESETS = ("ring2d", "grid2d", "random")
+#: Non-Gaussian laws of the sgm_lipschitz study (no closed-form score; ``mixture`` is None for them).
+OTHER_LAWS = ("segment2d", "logconcave1d")
+
+
+def sample_other_law(preset: str, n: int, generator: torch.Generator, curvature: float = 0.5) -> torch.Tensor:
+    """Exact draws [n, d] (float64) of the sgm_lipschitz laws.
+
+    * ``segment2d``: uniform on the segment [-1, 1] x {0} in R^2 (a 1-D manifold with boundary).
+    * ``logconcave1d``: p(x) ∝ exp(-m x^2 / 2 - log cosh x), m = ``curvature`` (strongly log-concave,
+      -(m + 1) <= (log p)'' <= -m), by rejection from N(0, 1/m) with acceptance 1 / cosh(x).
+    """
+    if preset == "segment2d":
+        s = torch.rand(n, generator=generator, dtype=torch.float64) * 2 - 1
+        return torch.stack([s, torch.zeros_like(s)], 1)
+    if preset == "logconcave1d":
+        if curvature <= 0:
+            raise ConfigError(f"data.curvature={curvature} must be > 0")
+        out: list[torch.Tensor] = []
+        while sum(o.numel() for o in out) < n:
+            x = torch.randn(2 * n, generator=generator, dtype=torch.float64) / math.sqrt(curvature)
+            keep = torch.rand(2 * n, generator=generator, dtype=torch.float64) < 1 / torch.cosh(x)
+            out.append(x[keep])
+        return torch.cat(out)[:n, None]
+    raise ConfigError(f"data.preset={preset!r} must be one of {list(PRESETS + OTHER_LAWS)}")
 
 
 def make_mixture(
@@ -103,7 +127,8 @@ class GaussianMixtureDataModule(SuiteDataModule):
     """Samples of a Gaussian mixture; batches are ``(x [B, d],)`` in float32.
 
     Args:
-        preset: ``ring2d``, ``grid2d`` or ``random`` (embedded source).
+        preset: ``ring2d``, ``grid2d`` or ``random`` (embedded source), or one of the non-Gaussian laws
+            ``segment2d`` / ``logconcave1d`` of :func:`sample_other_law` (no exact mixture; ``dim`` is ignored).
         dim, n_components, scale, component_std: Mixture shape (see :func:`make_mixture`).
         n_train, n_val, n_test: Number of exact draws per split.
         source, data_dir, batch_size, num_workers, seed: See :class:`datamodules._base.SuiteDataModule`.
@@ -131,16 +156,23 @@ class GaussianMixtureDataModule(SuiteDataModule):
                 raise ConfigError(f"data.{key}={val} must be >= 1")
         self.n_splits = {"train": n_train, "val": n_val, "test": n_test}
         self.mixture: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-        if source == "embedded":
+        self.preset = preset
+        if preset in OTHER_LAWS:
+            if source != "embedded":
+                raise ConfigError(f"data.preset={preset!r} is generated: it needs data.source=embedded")
+        elif source == "embedded":
             self.mixture = make_mixture(preset, dim, n_components, scale, component_std, seed)
 
     def _sample_splits(self) -> dict[str, Any]:
         from ops.scores.gmm import gmm_sample  # ops is a leaf dependency, not a paper module
 
-        assert self.mixture is not None
         out = {}
         for j, (split, n) in enumerate(self.n_splits.items()):
             gen = torch.Generator().manual_seed(self.seed * 1000 + j)
+            if self.preset in OTHER_LAWS:
+                out[split] = TensorDataset(sample_other_law(self.preset, n, gen).float())
+                continue
+            assert self.mixture is not None
             out[split] = TensorDataset(gmm_sample(n, *self.mixture, generator=gen).float())
         return out
 

@@ -11,10 +11,13 @@ Attacks (paper's threat model, official ``backdoors.py``):
 * ``single_pix`` (dirty label): one ``s x s`` square at ``(H-2s, W-2s)``;
 * ``blend_r`` / ``blend_p`` (dirty label): ``x' = (1 - a) x + a P`` with ``P`` a fixed uniform-random image
   (``a = 0.075``) or a checkerboard ``P[::2, ::2] = 1`` (``a = 0.025``);
-* ``sinusoid`` (clean label, 10% *of the target class*): blend with ``P[:, :, c] = (1 - cos(2 pi c f / W)) / 2``,
-  ``f = 6``, ``a = 0.075``;
+* ``sinusoid`` (clean label, 10% *of the target class*): blend with ``P[:, :, c] = 1 - cos(2 pi c f / W)`` (in
+  ``[0, 2]``, as in the official code), ``f = 6``, ``a = 0.075``, then clamp;
 * ``frequency`` (dirty label): block DCT of the chroma channels (grey images: the one channel), ``+m`` at
-  ``(w/2 - 1, w/2 - 1)`` and ``(w - 1, w - 1)`` of every ``w x w`` block, inverse DCT.
+  ``(w/2 - 1, w/2 - 1)`` and ``(w - 1, w - 1)`` of every ``w x w`` block, inverse DCT;
+* ``narcissus`` (clean label, 0.5% *of the target class*; Zeng et al., 2023): ``x' = clamp(x + delta)`` with a
+  precomputed noise ``delta`` read from ``data.narcissus_noise`` (the official code also loads a precomputed file and
+  does not synthesise it; no noise ships with the suite, so the attack is opt-in).
 
 Default poison ratios are the paper's CIFAR-10 ones (1% of the training set per dirty-label attack). The poison
 mask (:attr:`PoisonedDataModule.poison_attack`) is for evaluation only; models never see it in a batch.
@@ -34,8 +37,9 @@ from datamodules._base import SuiteDataModule, split_indices
 from datamodules.poisoned_sources import EMBEDDED, SOURCES, load_source
 from suite.errors import ConfigError
 
-ATTACKS = ("patch", "single_pix", "blend_r", "blend_p", "sinusoid", "frequency")
-CLEAN_LABEL = frozenset({"sinusoid"})
+ATTACKS = ("patch", "single_pix", "blend_r", "blend_p", "sinusoid", "frequency", "narcissus")
+DEFAULT_ATTACKS = ("patch", "single_pix", "blend_r", "blend_p", "sinusoid", "frequency")
+CLEAN_LABEL = frozenset({"sinusoid", "narcissus"})
 # Fraction of the training set (dirty-label) or of the target class (clean-label), official config.py (CIFAR-10).
 PAPER_RATIOS: dict[str, float] = {
     "patch": 0.01,
@@ -44,6 +48,7 @@ PAPER_RATIOS: dict[str, float] = {
     "blend_p": 0.01,
     "sinusoid": 0.10,
     "frequency": 0.01,
+    "narcissus": 0.005,
 }
 PAPER_ALPHAS: dict[str, float] = {"blend_r": 0.075, "blend_p": 0.025, "sinusoid": 0.075}
 FREQUENCY_MAGNITUDE = 30.0 / 255.0  # the official +30 on uint8 YCrCb, in [0, 1] units
@@ -113,12 +118,13 @@ def checkerboard_pattern(c: int, h: int, w: int) -> torch.Tensor:
 
 
 def sinusoid_pattern(c: int, h: int, w: int, freq: float = 6.0) -> torch.Tensor:
-    """Vertical-stripe pattern ``(1 - cos(2 pi col f / W)) / 2`` in ``[0, 1]``, ``[C, H, W]``.
+    """Vertical-stripe pattern ``1 - cos(2 pi col f / W)`` in ``[0, 2]``, ``[C, H, W]``.
 
-    The official pattern is ``1 - cos(...)`` in ``[0, 2]``; halved here so every trigger pattern is an image.
+    Kept in ``[0, 2]`` like the official ``get_pattern``: with ``a = 0.075`` the blend shifts a pixel by up to
+    ``0.15`` (a pattern halved into ``[0, 1]`` would halve the attack). :func:`blend` clamps the result to ``[0, 1]``.
     """
     col = torch.arange(w, dtype=torch.float64)
-    row = (1.0 - torch.cos(2 * math.pi * col * freq / w)) / 2.0
+    row = 1.0 - torch.cos(2 * math.pi * col * freq / w)
     return row.float().expand(c, h, w).clone()
 
 
@@ -207,10 +213,44 @@ def frequency_trigger_naive(x: torch.Tensor, magnitude: float = FREQUENCY_MAGNIT
     return torch.from_numpy(img).clamp(0.0, 1.0)[None].to(x.dtype)
 
 
+def additive(x: torch.Tensor, noise: torch.Tensor, strength: float = 1.0) -> torch.Tensor:
+    """Additive trigger ``clamp(x + strength * noise, 0, 1)`` (Narcissus); ``noise`` broadcasts to ``x``."""
+    return (x + strength * noise.to(x)).clamp(0.0, 1.0)
+
+
+def load_narcissus_noise(path: str | None, c: int, h: int, w: int) -> torch.Tensor:
+    """A precomputed Narcissus noise ``.npy`` (``[C, H, W]`` or the official ``[1, C, H, W]``) as ``[C, H, W]``."""
+    from pathlib import Path
+
+    from suite.errors import DataFormatError, MissingDataError
+
+    if path is None:
+        raise ConfigError("data.attacks has 'narcissus': set data.narcissus_noise to a precomputed noise .npy file")
+    if not Path(path).is_file():
+        raise MissingDataError(f"data.narcissus_noise={path}: no such file (a [C, H, W] .npy of the trigger noise)")
+    noise = torch.from_numpy(np.load(path)).float()
+    if noise.dim() == 4 and noise.shape[0] == 1:
+        noise = noise[0]
+    if tuple(noise.shape) != (c, h, w):
+        raise DataFormatError(f"data.narcissus_noise={path}: shape {list(noise.shape)} != image shape {[c, h, w]}")
+    if not bool(torch.isfinite(noise).all()):
+        raise DataFormatError(f"data.narcissus_noise={path}: non-finite values")
+    return noise
+
+
 class Trigger:
     """A named attack's trigger as a callable ``[..., C, H, W] -> [..., C, H, W]`` with fixed patterns."""
 
-    def __init__(self, attack: str, c: int, h: int, w: int, seed: int, alpha: float | None = None) -> None:
+    def __init__(
+        self,
+        attack: str,
+        c: int,
+        h: int,
+        w: int,
+        seed: int,
+        alpha: float | None = None,
+        noise: torch.Tensor | None = None,
+    ) -> None:
         if attack not in ATTACKS:
             raise ConfigError(f"data.attacks: unknown attack {attack!r}; known: {list(ATTACKS)}")
         check_fits(attack, h, w)
@@ -221,6 +261,10 @@ class Trigger:
             "blend_p": lambda: checkerboard_pattern(c, h, w),
             "sinusoid": lambda: sinusoid_pattern(c, h, w),
         }.get(attack, lambda: None)()
+        if attack == "narcissus":
+            if noise is None or tuple(noise.shape) != (c, h, w):
+                raise ConfigError(f"narcissus trigger needs a noise of shape {[c, h, w]}")
+            self.pattern = noise
 
     def __call__(self, x: torch.Tensor, strength: float = 1.0) -> torch.Tensor:
         """Apply the trigger; ``strength`` scales blend alphas (the paper's ``_boosted`` ASR uses 2)."""
@@ -230,6 +274,8 @@ class Trigger:
             return single_pix(x)
         if self.attack == "frequency":
             return frequency_trigger(x, magnitude=FREQUENCY_MAGNITUDE * strength)
+        if self.attack == "narcissus":
+            return additive(x, self.pattern, strength)
         return blend(x, self.pattern, min(1.0, self.alpha * strength))
 
 
@@ -275,6 +321,7 @@ class PoisonedDataModule(SuiteDataModule):
         subset: Keep only this many training images (seeded); ``None`` keeps all.
         test_subset: Keep only this many test images (seeded); ``None`` keeps all.
         image_size: Side Imagenette images are resized to.
+        narcissus_noise: ``.npy`` file of the precomputed Narcissus noise (needed only when ``attacks`` lists it).
         download: Let torchvision download CIFAR-10/GTSRB/Fashion-MNIST (``source=real``).
     """
 
@@ -286,7 +333,7 @@ class PoisonedDataModule(SuiteDataModule):
         num_workers: int = 0,
         seed: int = 0,
         dataset: str = "fashion_mnist",
-        attacks: Sequence[str] = ("patch", "single_pix", "blend_r", "blend_p", "sinusoid", "frequency"),
+        attacks: Sequence[str] = DEFAULT_ATTACKS,
         poison_ratios: Mapping[str, float] | None = None,
         targets: Mapping[str, int] | None = None,
         alphas: Mapping[str, float] | None = None,
@@ -297,6 +344,7 @@ class PoisonedDataModule(SuiteDataModule):
         test_subset: int | None = None,
         image_size: int = 224,
         download: bool = False,
+        narcissus_noise: str | None = None,
     ) -> None:
         super().__init__(source, data_dir, batch_size, num_workers, seed)
         allowed = EMBEDDED if source == "embedded" else tuple(SOURCES)
@@ -328,6 +376,7 @@ class PoisonedDataModule(SuiteDataModule):
                 raise ConfigError(f"data.targets.{a}={t}: dataset {dataset!r} has classes 0..{k - 1}")
         for a in attacks:
             check_fits(a, h, w)
+        self.narcissus = load_narcissus_noise(narcissus_noise, c, h, w) if "narcissus" in attacks else None
         for key, v in (("num_probes", num_probes), ("num_backdoor_probes", num_backdoor_probes)):
             if v < 0:
                 raise ConfigError(f"data.{key}={v} must be >= 0")
@@ -379,7 +428,7 @@ class PoisonedDataModule(SuiteDataModule):
                 a, free.pop(0) if free else int(rng.integers(self.num_classes))
             )
         self.triggers = {
-            a: Trigger(a, c, h, w, seed=self.seed + 17 + i, alpha=self.alphas.get(a))
+            a: Trigger(a, c, h, w, seed=self.seed + 17 + i, alpha=self.alphas.get(a), noise=self.narcissus)
             for i, a in enumerate(self.attack_names)
         }
         # Poison: each attack draws from the images no earlier attack took (no image poisoned twice).

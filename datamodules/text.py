@@ -12,6 +12,8 @@ HuggingFace ``tokenizer.json``) when given, bytes otherwise.
 Training windows are non-overlapping ``seq_len + 1`` slices (inputs ``[:-1]``, targets ``[1:]``). The test split is
 evaluated at every length in ``test_lengths`` on the *same* test tokens, cut into windows of that length, so
 perplexities at different lengths are comparable (the length-extrapolation protocol of the stick-breaking paper).
+With ``bos_token`` set, every window starts with that token instead (inputs ``[BOS] + w[:-1]``, targets ``w`` for
+``seq_len``-token slices ``w``): a fixed, low-information first token, the usual attention-sink position.
 """
 
 from __future__ import annotations
@@ -33,16 +35,20 @@ SUFFIXES = (".txt", ".parquet", ".arrow")
 
 
 class WindowDataset(Dataset):
-    """Non-overlapping windows of ``seq_len + 1`` tokens from a 1-D token tensor."""
+    """Non-overlapping windows of ``seq_len + 1`` tokens from a 1-D token tensor (``seq_len`` tokens after a
+    ``bos_token`` when one is given)."""
 
-    def __init__(self, tokens: torch.Tensor, seq_len: int) -> None:
-        self.tokens, self.seq_len = tokens, seq_len
+    def __init__(self, tokens: torch.Tensor, seq_len: int, bos_token: int | None = None) -> None:
+        self.tokens, self.seq_len, self.bos_token = tokens, seq_len, bos_token
         self.n = (tokens.numel() - 1) // seq_len
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        if self.bos_token is not None:
+            w = self.tokens[i * self.seq_len : (i + 1) * self.seq_len].long()
+            return {"input_ids": torch.cat([w.new_full((1,), self.bos_token), w[:-1]]), "labels": w}
         w = self.tokens[i * self.seq_len : (i + 1) * self.seq_len + 1].long()
         return {"input_ids": w[:-1], "labels": w[1:]}
 
@@ -111,6 +117,8 @@ class TextDataModule(SuiteDataModule):
         test_fraction: Fraction of tokens for test.
         tokenizer_file: ``tokenizer.json`` for the real source (``None``: bytes).
         text_column: Text column of parquet/arrow files.
+        bos_token: Token id put first in every window (``None``: plain windows); must be ``< vocab_size`` and, for
+            bytes, ``>= 256`` (e.g. ``256`` with ``vocab_size: 257``) so that it never occurs in the text.
         source, data_dir, batch_size, num_workers, seed: see :class:`SuiteDataModule`.
     """
 
@@ -129,6 +137,7 @@ class TextDataModule(SuiteDataModule):
         batch_size: int = 32,
         num_workers: int = 0,
         seed: int = 0,
+        bos_token: int | None = None,
     ) -> None:
         super().__init__(source, data_dir, batch_size, num_workers, seed)
         if seq_len < 1:
@@ -147,6 +156,11 @@ class TextDataModule(SuiteDataModule):
         self.seq_len, self.vocab_size, self.max_bytes = seq_len, vocab_size, max_bytes
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
         self.tokenizer_file, self.text_column = tokenizer_file, text_column
+        if bos_token is not None and not (isinstance(bos_token, int) and 0 <= bos_token < vocab_size):
+            raise ConfigError(f"data.bos_token={bos_token!r} must be an integer id below data.vocab_size={vocab_size}")
+        if bos_token is not None and tokenizer_file is None and bos_token < 256:
+            raise ConfigError(f"data.bos_token={bos_token} is a byte value; use 256 (with data.vocab_size >= 257)")
+        self.bos_token = bos_token
 
     def _splits(self, tokens: torch.Tensor) -> dict[str, Any]:
         n = tokens.numel()
@@ -159,9 +173,9 @@ class TextDataModule(SuiteDataModule):
                     f"the {name} split has {part.numel()} tokens, fewer than one window of {need}: raise data.max_bytes"
                 )
         return {
-            "train": WindowDataset(train, self.seq_len),
-            "val": WindowDataset(val, self.seq_len),
-            "test": [WindowDataset(test, t) for t in self.test_lengths],
+            "train": WindowDataset(train, self.seq_len, self.bos_token),
+            "val": WindowDataset(val, self.seq_len, self.bos_token),
+            "test": [WindowDataset(test, t, self.bos_token) for t in self.test_lengths],
         }
 
     def load_embedded(self) -> dict[str, Any]:

@@ -11,6 +11,12 @@ Training is the EDM denoising loss (Karras et al. 2022, Eq. (2) with weight lamb
 ln sigma ~ N(P_mean, P_std^2)). With ``analytic=true`` and a :class:`datamodules.mixtures.GaussianMixtureDataModule`
 the denoiser is the exact posterior mean (no parameters), so sampler errors are ODE-discretisation errors only.
 
+Claim sweeps (``sweep_methods`` x ``sweep_nfes``): at test time every method (``euler``, ``heun``, ``dpm2``,
+``dpmpp_2m``, or ``rx_<solver>`` with optional suffixes ``_naive`` (uniform coefficients) and ``_k3``) samples from the
+same noise at each NFE budget (grid steps from :func:`ops.samplers.steps_for_nfe`) and logs
+``test/sweep/<method>/nfe<NFE>/<metric>`` (``ode_err``, ``w2`` and ``nfe`` for vectors, ``fid`` for images) plus
+``test/ref_gap_scipy`` (analytic mixtures: the fine reference against scipy ``solve_ivp`` on 4 paths).
+
 Test metrics: ``test/w2`` (exact optimal-transport W2 between the generated and held-out samples, equal sizes),
 ``test/mmd`` (unbiased RBF MMD^2), ``test/ode_err`` (mean distance to a fine DPM-Solver-2 solve of the same ODE from
 the same noise), ``test/nfe``, and for images ``test/fid`` (torchmetrics FID on a feature CNN trained here: no
@@ -40,12 +46,32 @@ from ops.samplers import (
     vp_sigmas,
     vp_time_grid,
 )
-from ops.samplers.rx import COEFFICIENTS, RX_SOLVERS
-from ops.scores.gmm import gmm_denoiser, gmm_hessian
+from ops.samplers.reference import reference_solve
+from ops.samplers.rx import COEFFICIENTS, RX_SOLVERS, SINGLESTEP_2ND
+from ops.samplers.solvers import steps_for_nfe
+from ops.scores.gmm import gmm_denoiser, gmm_hessian, gmm_score
 from ops.scores.lipschitz import score_jacobian, spectral_norm_sym
 from suite.errors import ConfigError
 
 GRIDS = ("edm", "vp_uniform", "vp_logsnr")
+
+
+def parse_method(name: str) -> tuple[str, bool, str, int]:
+    """``[rx_]<solver>[_naive][_k<k>]`` -> (solver, rx, coefficients, k); e.g. ``rx_heun_naive``, ``rx_euler_k3``."""
+    parts = name.split("_")
+    rx = parts[0] == "rx"
+    parts = parts[1:] if rx else parts
+    k, coef = 2, "adapted"
+    if parts and parts[-1].startswith("k") and parts[-1][1:].isdigit():
+        k = int(parts.pop()[1:])
+    if parts and parts[-1] == "naive":
+        coef = parts.pop()
+    solver = "_".join(parts)
+    if solver not in SAMPLERS or (rx and solver not in RX_SOLVERS) or (not rx and (coef != "adapted" or k != 2)):
+        raise ConfigError(f"sweep method {name!r} must be [rx_]<solver>[_naive][_k<k>], solver in {sorted(SAMPLERS)}")
+    if rx and solver in SINGLESTEP_2ND and k > 2:
+        raise ConfigError(f"sweep method {name!r}: RX on {solver!r} supports k <= 2")
+    return solver, rx, coef, k
 
 
 def w2_empirical(a: Tensor, b: Tensor) -> Tensor:
@@ -90,6 +116,8 @@ class DiffusionLitModule(SuiteLitModule):
         lipschitz_sigmas: Noise levels at which the score Lipschitz constant is measured (vector data only).
         fid_feature_steps: Training steps of the FID feature CNN (images only).
         image_scale: Images in [0, 1] are mapped to [-1, 1] when true.
+        image_downsample: Average-pool images by this factor (2: Fashion-MNIST 28x28 -> 14x14, to fit a CPU).
+        sweep_methods, sweep_nfes: Claim sweep at test time (see the module docstring); both or neither.
     """
 
     def __init__(
@@ -116,6 +144,9 @@ class DiffusionLitModule(SuiteLitModule):
         lipschitz_sigmas: list[float] | None = None,
         fid_feature_steps: int = 200,
         image_scale: bool = True,
+        image_downsample: int = 1,
+        sweep_methods: list[str] | None = None,
+        sweep_nfes: list[int] | None = None,
         optimizer: OptimizerFactory | None = None,
         scheduler: SchedulerFactory | None = None,
         scheduler_interval: str = "step",
@@ -126,6 +157,16 @@ class DiffusionLitModule(SuiteLitModule):
             raise ConfigError(f"model.solver={solver!r} must be one of {sorted(SAMPLERS)}")
         if rx and solver not in RX_SOLVERS:
             raise ConfigError(f"model.rx=true needs model.solver in {list(RX_SOLVERS)}, got {solver!r}")
+        if rx and solver in SINGLESTEP_2ND and rx_k > 2:
+            raise ConfigError(f"model.rx_k={rx_k}: RX on {solver!r} supports rx_k <= 2")
+        if image_downsample < 1:
+            raise ConfigError(f"model.image_downsample={image_downsample} must be >= 1")
+        if bool(sweep_methods) != bool(sweep_nfes):
+            raise ConfigError("model.sweep_methods and model.sweep_nfes must be given together")
+        for m in sweep_methods or []:
+            parse_method(m)
+        if any(n < 1 for n in sweep_nfes or []):
+            raise ConfigError(f"model.sweep_nfes={sweep_nfes} must be >= 1")
         if rx_coefficients not in COEFFICIENTS:
             raise ConfigError(f"model.rx_coefficients={rx_coefficients!r} must be one of {list(COEFFICIENTS)}")
         if grid not in GRIDS:
@@ -150,6 +191,7 @@ class DiffusionLitModule(SuiteLitModule):
         self.val_loss = torchmetrics.MeanMetric()
         self.ode_err = torchmetrics.MeanMetric()
         self._real: list[Tensor] = []
+        self._feat_cache: list[nn.Module] = []  # FID feature CNN of the current test epoch (a list: not a submodule)
         # The exact denoiser has no parameters: nothing to optimise, the training loop only logs its loss.
         self.automatic_optimization = not analytic
 
@@ -176,6 +218,8 @@ class DiffusionLitModule(SuiteLitModule):
 
     def _prep(self, batch: Any) -> Tensor:
         x = self._data(batch).float()
+        if x.ndim == 4 and self.hparams.get("image_downsample", 1) > 1:
+            x = nn.functional.avg_pool2d(x, self.hparams.image_downsample)
         return x * 2 - 1 if x.ndim == 4 and self.hparams.image_scale else x
 
     def edm_loss(self, x: Tensor) -> Tensor:
@@ -218,13 +262,21 @@ class DiffusionLitModule(SuiteLitModule):
         return scale * torch.randn(n, *shape, generator=generator).to(self.device)
 
     @torch.no_grad()
-    def generate(self, x_t: Tensor, n_steps: int | None = None, solver: str | None = None, rx: bool | None = None):
-        """Run the configured sampler from x~_T; returns (samples [B, ...], nfe)."""
+    def generate(
+        self,
+        x_t: Tensor,
+        n_steps: int | None = None,
+        solver: str | None = None,
+        rx: bool | None = None,
+        coefficients: str | None = None,
+        k: int | None = None,
+    ):
+        """Run the configured sampler (or the given one) from x~_T; returns (samples [B, ...], nfe)."""
         h = self.hparams
         sig, alpha_end = self.grid(n_steps)
         solver, rx = solver or h.solver, h.rx if rx is None else rx
         if rx:
-            out = rx_sample(self.denoise, x_t, sig, solver, h.rx_k, h.rx_coefficients)
+            out = rx_sample(self.denoise, x_t, sig, solver, k or h.rx_k, coefficients or h.rx_coefficients)
         else:
             out = sample(self.denoise, x_t, sig, solver)
         return alpha_end * out.x, out.nfe
@@ -249,12 +301,52 @@ class DiffusionLitModule(SuiteLitModule):
             ref, _ = self.generate(x_t, n_steps=self.hparams.ref_steps, solver="dpm2", rx=False)
             self.ode_err.update((fake - ref).norm(dim=1))
             self.log("test/ode_err", self.ode_err)
+        self._feat_cache.clear()
         if real.ndim == 2:
             self.log("test/w2", w2_empirical(fake, real).float())
             self.log("test/mmd", mmd_rbf(fake, real).float())
             self._lipschitz(real)
         else:
             self.log("test/fid", self._fid(fake, real))
+        if self.hparams.get("sweep_methods"):
+            self._sweep(x_t, real)
+
+    def _sweep(self, x_t: Tensor, real: Tensor) -> None:
+        """Every sweep method at every NFE budget from the same noise x_t (see the module docstring)."""
+        h = self.hparams
+        ends_at_zero = float(self.grid(4)[0][-1]) == 0.0
+        ref = None
+        if real.ndim == 2:
+            ref, _ = self.generate(x_t, n_steps=max(h.ref_steps, 2), solver="dpm2", rx=False)
+            if self.mixture is not None:
+                sig, alpha_end = self.grid(max(h.ref_steps, 2))
+                w, mu, cov = self.mixture
+                sp = reference_solve(
+                    lambda x, s: gmm_score(x, s, w, mu, cov),
+                    x_t[:4].double(),
+                    float(sig[0]),
+                    float(sig[-1]),
+                    1e-10,
+                    1e-10,
+                )
+                self.log("test/ref_gap_scipy", float((alpha_end * sp - ref[:4].double()).norm(dim=1).max()))
+        for name in h.sweep_methods:
+            solver, rx, coef, k = parse_method(name)
+            for budget in h.sweep_nfes:
+                try:
+                    n = steps_for_nfe(solver, budget, ends_at_zero)
+                    if rx and n < k * (2 if solver == "dpmpp_2m" else 1):
+                        continue  # budget too small for one RX interval
+                except ConfigError:
+                    continue
+                fake, nfe = self.generate(x_t, n_steps=n, solver=solver, rx=rx, coefficients=coef, k=k)
+                key = f"test/sweep/{name}/nfe{budget}"
+                self.log(f"{key}/nfe", float(nfe))
+                if ref is not None:
+                    self.log(f"{key}/ode_err", (fake - ref).norm(dim=1).mean().float())
+                    self.log(f"{key}/w2", w2_empirical(fake, real).float())
+                else:
+                    self.log(f"{key}/fid", self._fid(fake, real))
 
     def _lipschitz(self, real: Tensor) -> None:
         pts = real[:64].double()
@@ -275,12 +367,15 @@ class DiffusionLitModule(SuiteLitModule):
             for b in dm.train_dataloader():
                 yield self._prep(b).to(real.device), b[1].to(real.device)
 
-        # Lightning tests under inference_mode; the feature CNN is trained here, so leave it for this block.
-        with torch.inference_mode(False), torch.enable_grad():
-            torch.manual_seed(0)
-            feat = FeatureNet(in_channels=real.shape[1]).to(real.device)
-            train_feature_net(feat, batches, self.hparams.fid_feature_steps)
-        feat.eval()
+        # Lightning tests under inference_mode; the feature CNN is trained here (once per test epoch), so leave it.
+        feat = self._feat_cache[0] if self._feat_cache else None
+        if feat is None:
+            with torch.inference_mode(False), torch.enable_grad():
+                torch.manual_seed(0)
+                feat = FeatureNet(in_channels=real.shape[1]).to(real.device)
+                train_feature_net(feat, batches, self.hparams.fid_feature_steps)
+            feat.eval()
+            self._feat_cache.append(feat)
         with torch.inference_mode(False):
             fid = FrechetInceptionDistance(feature=feat, normalize=True).to(real.device)
             fid.update(real.clone().clamp(-1, 1), real=True)

@@ -218,6 +218,8 @@ class GrassLitModule(SuiteLitModule):
         self.log_dict(getattr(self, f"{stage}_metrics").compute(), sync_dist=True)
         mean, std = getattr(self, f"{stage}_rewiring").compute()
         self.log(f"{stage}/mae_std", std.float(), sync_dist=True)
+        if stage == "test":  # the equal-parameter-budget claim, recorded next to the metrics (claim table column)
+            self.log("test/params", float(count_parameters(self.net)), sync_dist=True)
         getattr(self, f"{stage}_metrics").reset()
         getattr(self, f"{stage}_rewiring").reset()
 
@@ -259,6 +261,21 @@ class GrassLitModule(SuiteLitModule):
             m.train(training)
 
 
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    mean = sum(values) / len(values)
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
+    return mean, var**0.5
+
+
+def _gap_note(a: list[float], b: list[float]) -> str:
+    """Whether two seed samples differ by more than two standard errors of the difference (a rough Welch check)."""
+    (ma, sa), (mb, sb) = _mean_std(a), _mean_std(b)
+    se = (sa**2 / len(a) + sb**2 / len(b)) ** 0.5
+    if len(a) < 2 or len(b) < 2:
+        return "one seed: no significance"
+    return "outside 2 s.e. of the difference" if abs(ma - mb) > 2 * se else "within 2 s.e.: not significant"
+
+
 def claim_report(records: list[Any], out_dir: Any) -> str:
     """Claim-check hook (``conf/claim/grass.yaml``): GRASS vs the baselines and the ablations on ``test/mae``.
 
@@ -267,15 +284,19 @@ def claim_report(records: list[Any], out_dir: Any) -> str:
         out_dir: Folder of the results page (unused).
 
     Returns:
-        Markdown: per-run mean test MAE, the verdict on "GRASS has the lowest MAE", and the ablation deltas.
+        Markdown: the verdict on "GRASS has the lowest MAE" (with a two-standard-error check over seeds), the
+        ablation deltas and the parameter count of each run (``test/params``, the equal-budget check).
     """
     by_name: dict[str, list[float]] = {}
+    params: dict[str, float] = {}
     for r in records:
         if "test/mae" in r.metrics:
             by_name.setdefault(r.name, []).append(float(r.metrics["test/mae"]))
+        if "test/params" in r.metrics:
+            params[r.name] = float(r.metrics["test/params"])
     if "grass" not in by_name:
         return "## Verdict\n\nNo finished GRASS run: nothing to compare."
-    mean = {k: sum(v) / len(v) for k, v in by_name.items()}
+    mean = {k: _mean_std(v)[0] for k, v in by_name.items()}
     lines = ["## Verdict", ""]
     baselines = [k for k in ("gine", "gps") if k in mean]
     if baselines:
@@ -284,8 +305,8 @@ def claim_report(records: list[Any], out_dir: Any) -> str:
         rel = 100.0 * (mean[best] - mean["grass"]) / mean[best]
         lines.append(
             f'* Claim "GRASS has the lowest test MAE": **{"reproduced" if wins else "not reproduced"}** at this budget '
-            f"(GRASS {mean['grass']:.4f} vs best baseline {best} {mean[best]:.4f}: {rel:+.1f}% MAE reduction; "
-            f"the paper reports about 20% on ZINC against GRIT)."
+            f"(GRASS {mean['grass']:.4f} vs best baseline {best} {mean[best]:.4f}: {rel:+.1f}% MAE reduction, "
+            f"{_gap_note(by_name['grass'], by_name[best])}; the paper reports about 20% on ZINC against GRIT)."
         )
     for name, what in (
         ("grass_no_rewiring", "random regular rewiring"),
@@ -296,8 +317,12 @@ def claim_report(records: list[Any], out_dir: Any) -> str:
             delta = mean[name] - mean["grass"]
             verdict = "helps" if delta > 0 else "does not help"
             lines.append(
-                f"* Ablation `{name}`: MAE {mean[name]:.4f} ({delta:+.4f} vs GRASS), so {what} {verdict} here."
+                f"* Ablation `{name}`: MAE {mean[name]:.4f} ({delta:+.4f} vs GRASS, "
+                f"{_gap_note(by_name[name], by_name['grass'])}), so {what} {verdict} here."
             )
+    if params:
+        counts = ", ".join(f"{k} {int(v):,}" for k, v in params.items())
+        lines += ["", f"Trainable parameters (`test/params`): {counts}."]
     seeds = {k: len(v) for k, v in by_name.items()}
-    lines += ["", f"Seeds per run: {seeds}. Differences smaller than the std over seeds are not significant."]
+    lines += ["", f"Seeds per run: {seeds}. s.e. = standard error of the difference of the two seed means."]
     return "\n".join(lines)

@@ -68,14 +68,17 @@ class NoAffineBatchNorm(nn.Module):
         flat = x.reshape(-1, x.shape[-1])
         if self.training and flat.shape[0] > 1:
             mean = flat.mean(0)
-            var = flat.var(0, unbiased=True)
+            # Bessel-corrected variance from the centred input, which is reused for the output: on CPU this is
+            # several times faster than ``Tensor.var(0)`` (same value; parity: test_no_affine_batch_norm_matches_var).
+            centred = flat - mean
+            var = (centred * centred).sum(0) / (flat.shape[0] - 1)
             with torch.no_grad():
                 self.num_batches_tracked += 1
                 m = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
                 self.running_mean.lerp_(mean.detach().to(self.running_mean.dtype), m)
                 self.running_var.lerp_(var.detach().to(self.running_var.dtype), m)
-        else:
-            mean, var = self.running_mean.to(x.dtype), self.running_var.to(x.dtype)
+            return (centred * torch.rsqrt(var + self.eps)).view_as(x)
+        mean, var = self.running_mean.to(x.dtype), self.running_var.to(x.dtype)
         return (x - mean) * torch.rsqrt(var + self.eps)
 
 
@@ -93,6 +96,27 @@ class RunningNorm(NoAffineBatchNorm):
         if self.training and x.shape[0] > 1:
             super().forward(x)  # update the cumulative statistics
         return (x - self.running_mean.to(x.dtype)) * torch.rsqrt(self.running_var.to(x.dtype) + self.eps)
+
+
+def edge_removal(w: Tensor, p: float, generator: torch.Generator | None = None) -> Tensor:
+    """Fast inverted dropout ``w * keep / (1 - p)`` ("random edge removal" on the attention weights).
+
+    Same distribution as ``F.dropout(w, p)`` (the naive twin) up to ``p`` being rounded to a multiple of ``2^-16``:
+    the keep decisions come from 16-bit lanes of random 64-bit integers, four per draw, which on CPU is about 5x
+    cheaper than ``F.dropout``'s per-element Bernoulli draws (the largest single cost of a GRASS step).
+
+    Args:
+        w: ``[E, H]`` weights.
+        p: Removal probability in ``[0, 1)``.
+        generator: Source of randomness (``None``: the global one).
+    """
+    if p <= 0.0:
+        return w
+    n = w.numel()
+    draws = torch.randint(-(2**63), 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64, device=w.device, generator=generator)
+    lanes = draws.view(torch.int16)[:n].view(w.shape)  # uniform on [-2^15, 2^15)
+    threshold = round(p * 65536) - 32768
+    return w * (lanes >= threshold).to(w.dtype) * (1.0 / (1.0 - p))
 
 
 def _kaiming(linear: nn.Linear) -> nn.Linear:
@@ -146,9 +170,9 @@ class GRASSLayer(MessagePassing):
     def attention_weights(self, q: Tensor, tails: Tensor, num_nodes: int) -> Tensor:
         """Unnormalised per-channel weights ``w_e = exp(q_e - stopgrad(max q))`` with edge removal. ``[E, H]``."""
         qmax = scatter(q.detach(), tails, 0, dim_size=num_nodes, reduce="max")
-        w = torch.exp(q - qmax[tails])
+        w = torch.exp(q - qmax.index_select(0, tails))
         if self.training and self.removal_active and self.edge_removal_rate > 0:
-            w = F.dropout(w, self.edge_removal_rate, training=True)
+            w = edge_removal(w, self.edge_removal_rate)
         return w + self.eps**0.5
 
     def forward(self, x: Tensor, e: Tensor, edge_index: Tensor) -> tuple[Tensor, Tensor]:
@@ -161,7 +185,8 @@ class GRASSLayer(MessagePassing):
         num, den = agg.split(self.hidden_dim, -1)
         r = num / (den + self.eps)
         x = self.node_norm(x + self.residual_scale * self.node_out(F.mish(r + s + self.beta_x)))
-        e = self.edge_norm(e + self.residual_scale * self.edge_out(F.mish(a[h] + b[t] + c + self.beta_e)))
+        pair = a.index_select(0, h) + b.index_select(0, t)  # index_select: cheaper backward than a[h] on CPU
+        e = self.edge_norm(e + self.residual_scale * self.edge_out(F.mish(pair + c + self.beta_e)))
         return x, e
 
     def message(self, n_j: Tensor, m: Tensor, w: Tensor) -> Tensor:

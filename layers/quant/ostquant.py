@@ -13,6 +13,22 @@ from the frozen original weight and the learnable transforms (the official "temp
   at deployment ``1/s`` folds into the norm weight) and ``S_up_down`` (up-projection rows ``* s``, down-projection
   columns ``/ s``: exact because SwiGLU is linear in ``up``).
 * Optional online Hadamard ``H`` before the down projection (``x H``, ``W H``; QuaRot / OSTQuant default).
+* Per attention layer (``head_transforms``), on mixers whose logits are ``q . k`` and whose output is linear in ``v``
+  per head (:class:`~layers.attention.softmax.SoftmaxAttention`, :class:`~layers.attention.outlier_variants.
+  OutlierVariantAttention`; :class:`~layers.attention.stickbreaking.StickBreakingAttention` gets ``S_qk`` only, since
+  its GroupNorm over heads does not commute with a rotation), acting on the packed ``qkv_proj`` rows (``[3, H, D]``)
+  and the ``o_proj`` columns:
+
+  - ``S_qk [H, D]`` (paper Sec. 4.2, Eq. (6)-(7) "learnable scaling between Q and K"): ``q <- q * s``,
+    ``k <- k / s``, so ``q . k`` and every softmax / stick-breaking logit are unchanged. With RoPE the scale is
+    shared by each rotated pair ``(i, i + D/2)`` (``[H, D/2]`` learned), which makes it commute with the rotation.
+  - ``R_ov [H, D, D]`` (per-head orthogonal, the "R2" of SpinQuant / OSTQuant, on the Stiefel manifold) and
+    ``S_ov [H, D]``: ``v_h <- v_h R_h diag(s_h)`` (``W_v[h] <- diag(s_h) R_h^T W_v[h]``) and
+    ``W_o[:, h] <- W_o[:, h] R_h diag(1 / s_h)``. Attention is linear in ``v`` per head, so the output is unchanged.
+    Value-space biases of the variants (``v_bias``: fixed / context-aware / key-value bias; ``head_bias`` of
+    stick-breaking) are transformed the same way and the key bias ``k_bias`` is divided by ``S_qk``.
+  - K/V fake quantization then sees the scaled keys and the rotated values (per token and head). For mixers without
+    a ``kv_quantizer`` hook and without RoPE (stick-breaking), K/V are quantized at the ``qkv_proj`` output.
 
 The rewrite is *equivalence preserving*: with quantizers off the logits equal the original model's
 (``tests/lightning_modules/test_ostquant_model.py`` checks 1e-5). Linears are classified generically by hooking one
@@ -23,18 +39,22 @@ Quantization (:mod:`ops.quant`): weights per output channel (symmetric), activat
 input of every transformed linear, and K/V per token and head for mixers exposing ``kv_quantizer``
 (:mod:`layers.attention.outlier_variants`). The LM head stays in full precision (as in QuaRot / OSTQuant).
 
-Deviations from the official code: no per-head ``R_ov`` / ``S_ov`` / ``S_qk`` (the suite's mixers pack q/k/v in one
-projection, RoPE pairs make ``S_qk`` inexact), no online QK Hadamard; see ``docs/methods/ostquant.md``.
+Deviations from the official code: ``S_qk`` is pair-shared under RoPE (the official code does not constrain it, which
+breaks exactness), no online QK Hadamard (post-RoPE Q/K Hadamard at KV4); see ``docs/methods/ostquant.md``.
 """
 
 from __future__ import annotations
 
 import copy
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from layers.attention.outlier_variants import OutlierVariantAttention
+from layers.attention.softmax import SoftmaxAttention
+from layers.attention.stickbreaking import StickBreakingAttention
 from ops.quant import Quantizer, check_group, hadamard, klt, random_hadamard
 from ops.quant.transforms import is_pow2
 from suite.errors import ConfigError
@@ -59,6 +79,9 @@ class TLinear(nn.Module):
         self.row_scale: str | None = None
         self.colinv_scale: str | None = None
         self.quantize_act = True
+        self.head_role: str | None = None  # "qkv" (packed q/k/v rows) or "o" (per-head input columns)
+        self.head_layer = -1
+        self.kv_out_quant = False  # fake-quantize the k / v slices of the output (per token and head)
         self.hessian: torch.Tensor | None = None
         self.collect = False
         object.__setattr__(self, "_state", state)  # not a submodule: no parameter duplication
@@ -67,6 +90,10 @@ class TLinear(nn.Module):
         """``(W_eff [out, in], b_eff [out] | None)`` from the current transforms."""
         st = self._state
         w, b = self.w0, self.b0
+        if self.head_role == "qkv":
+            w, b = st.qkv_rows(self.head_layer, w, b)
+        elif self.head_role == "o":
+            w = st.o_cols(self.head_layer, w)
         if self.row_scale:
             s = st.scales[self.row_scale]
             w = s[:, None] * w
@@ -98,9 +125,15 @@ class TLinear(nn.Module):
         if self.quantize_act:
             x = st.act_quant(x)
         if self.w_frozen is not None:
-            return F.linear(x, self.w_frozen, self.effective()[1])
-        w, b = self.effective()
-        return F.linear(x, st.train_w_quant(w), b)
+            y = F.linear(x, self.w_frozen, self.effective()[1])
+        else:
+            w, b = self.effective()
+            y = F.linear(x, st.train_w_quant(w), b)
+        if self.kv_out_quant:
+            mixer = st.head_mixers[self.head_layer]
+            q, k, v = y.unflatten(-1, (3, mixer.num_heads, mixer.head_dim)).unbind(-3)
+            y = torch.stack([q, st.kv_quant(k), st.kv_quant(v)], -3).flatten(-3)
+        return y
 
 
 class TEmbedding(nn.Module):
@@ -146,6 +179,8 @@ class TransformedLM(nn.Module):
         online_hadamard: Hadamard before each down projection (needs a power-of-two MLP width).
         train_w_quant: Fake-quantize weights (RTN) during calibration too (official: off for W4A4).
         seed: Random Hadamard signs.
+        head_transforms: Add the per-attention-layer ``S_qk``, ``R_ov`` and ``S_ov`` (see module docstring);
+            ``False`` keeps only ``R_res`` and the norm / up-down scales.
     """
 
     def __init__(
@@ -161,6 +196,7 @@ class TransformedLM(nn.Module):
         online_hadamard: bool = True,
         train_w_quant: bool = False,
         seed: int = 0,
+        head_transforms: bool = True,
     ) -> None:
         super().__init__()
         if init not in INITS:
@@ -179,6 +215,9 @@ class TransformedLM(nn.Module):
         self._wq = Quantizer(w_bits, True, w_group_size, "w_bits")
         self.train_w_quant_on = train_w_quant
         self.scales = nn.ParameterDict()
+        self.head_rotations = nn.ParameterDict()
+        self.head_mixers: dict[int, nn.Module] = {}
+        self.qk_pairs: dict[int, bool] = {}
         self.linears: dict[str, TLinear] = {}
         gen = torch.Generator().manual_seed(seed)
         probe = torch.randn(1, 4, d, generator=gen)
@@ -205,6 +244,8 @@ class TransformedLM(nn.Module):
                 if hasattr(sub, "kv_quantizer"):
                     check_group(f"kv_group_size (head_dim of blocks.{i}.{part})", kv_group_size, sub.head_dim)
                     sub.kv_quantizer = self.kv_quant
+                if part == "mixer" and head_transforms:
+                    self._add_head_transforms(i, sub, init, gen, kv_group_size)
             mlp = block.mlp
             if isinstance(getattr(mlp, "up_proj", None), TLinear) and isinstance(
                 getattr(mlp, "down_proj", None), TLinear
@@ -231,6 +272,91 @@ class TransformedLM(nn.Module):
             n_in = lin.w0.shape[1]
             check_group(f"w_group_size (in_features of {lin.key})", w_group_size, n_in)
             check_group(f"a_group_size (in_features of {lin.key})", a_group_size, n_in)
+
+    def _add_head_transforms(self, i: int, mixer: nn.Module, init: str, gen: torch.Generator, kv_group) -> None:
+        """``S_qk`` / ``R_ov`` / ``S_ov`` of attention layer ``i`` (no-op for mixers they are not exact for)."""
+        if not isinstance(mixer, (SoftmaxAttention, OutlierVariantAttention, StickBreakingAttention)):
+            return  # e.g. Gated DeltaNet: conv + SiLU on q/k/v and a gated norm make them inexact
+        qkv, o = getattr(mixer, "qkv_proj", None), getattr(mixer, "o_proj", None)
+        h, d = mixer.num_heads, mixer.head_dim
+        if not (isinstance(qkv, TLinear) and isinstance(o, TLinear)):
+            return
+        if qkv.w0.shape[0] != 3 * h * d or o.w0.shape[1] != h * d:
+            return
+        rope = getattr(mixer, "rope", None) is not None
+        self.head_mixers[i], self.qk_pairs[i] = mixer, rope
+        self.scales[f"qk{i}"] = nn.Parameter(torch.ones(h, d // 2 if rope else d))
+        qkv.head_role, qkv.head_layer = "qkv", i
+        ov = not isinstance(mixer, StickBreakingAttention) or mixer.norm is None  # GroupNorm: no R_ov / S_ov
+        if ov:
+            self.scales[f"ov{i}"] = nn.Parameter(torch.ones(h, d))
+            self.head_rotations[f"ov{i}"] = nn.Parameter(self._init_head_rotation(init, o.w0.view(-1, h, d), gen))
+            o.head_role, o.head_layer = "o", i
+        if not hasattr(mixer, "kv_quantizer") and not rope:
+            check_group(f"kv_group_size (head_dim of blocks.{i}.mixer)", kv_group, d)
+            qkv.kv_out_quant = True
+        # key / value-space biases of the variants become functions of the transforms (recomputed every forward)
+        biases = {n: "k" if n == "k_bias" else "v" for n in ("k_bias", "v_bias", "head_bias")}
+        biases = {n: kind for n, kind in biases.items() if isinstance(getattr(mixer, n, None), nn.Parameter)}
+        if biases and not ov and any(kind == "v" for kind in biases.values()):
+            biases = {n: kind for n, kind in biases.items() if kind == "k"}
+        for name in biases:
+            base = mixer._parameters.pop(name).detach().clone()
+            mixer.register_buffer(f"{name}_0", base)
+            setattr(mixer, name, base.clone())
+        if biases:
+            mixer.register_forward_pre_hook(partial(self._bias_hook, i=i, biases=biases))
+
+    def _bias_hook(self, mixer: nn.Module, args: tuple, i: int, biases: dict[str, str]) -> None:
+        for name, kind in biases.items():
+            b0 = getattr(mixer, f"{name}_0")  # [H, D]
+            if kind == "k":
+                setattr(mixer, name, b0 / self.qk_scale(i))
+            else:
+                rot = self.head_rotations[f"ov{i}"]
+                setattr(mixer, name, torch.einsum("he,hed->hd", b0, rot) * self.scales[f"ov{i}"])
+
+    def qk_scale(self, i: int) -> torch.Tensor:
+        """``S_qk [H, D]`` of layer ``i`` (RoPE: each pair ``(j, j + D/2)`` shares a scale)."""
+        s = self.scales[f"qk{i}"]
+        return torch.cat([s, s], -1) if self.qk_pairs[i] else s
+
+    def qkv_rows(self, i: int, w: torch.Tensor, b: torch.Tensor | None):
+        """Packed ``qkv_proj`` rows ``[3 H D, in]``: ``q * S_qk``, ``k / S_qk``, ``diag(S_ov) R_ov^T W_v`` per head."""
+        mixer = self.head_mixers[i]
+        h, d = mixer.num_heads, mixer.head_dim
+        s = self.qk_scale(i)
+        rot = self.head_rotations[f"ov{i}"] if f"ov{i}" in self.head_rotations else None
+        s_ov = self.scales[f"ov{i}"] if rot is not None else None
+
+        def rows(x: torch.Tensor) -> torch.Tensor:  # x [3 H D, ...]
+            q, k, v = x.unflatten(0, (3, h, d)).unbind(0)
+            extra = (None,) * (x.dim() - 1)
+            q, k = q * s[(...,) + extra], k / s[(...,) + extra]
+            if rot is not None:
+                v = torch.einsum("hed,he...->hd...", rot, v) * s_ov[(...,) + extra]
+            return torch.stack([q, k, v]).flatten(0, 2)
+
+        return rows(w), (rows(b) if b is not None else None)
+
+    def o_cols(self, i: int, w: torch.Tensor) -> torch.Tensor:
+        """``o_proj`` columns ``[out, H D]``: ``W_o[:, h] R_h diag(1 / S_ov[h])``."""
+        mixer = self.head_mixers[i]
+        wh = w.unflatten(1, (mixer.num_heads, mixer.head_dim))
+        wh = torch.einsum("ohe,hed->ohd", wh, self.head_rotations[f"ov{i}"]) / self.scales[f"ov{i}"][None]
+        return wh.flatten(1)
+
+    def _init_head_rotation(self, init: str, w_o: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """``R_ov [H, D, D]``: identity, random Hadamard, or KLT of each head's ``o_proj`` column block x Hadamard."""
+        _, h, d = w_o.shape
+        if init == "identity":
+            return torch.eye(d).repeat(h, 1, 1)
+        had = torch.stack([random_hadamard(d, gen) for _ in range(h)])
+        if init == "hadamard":
+            return had
+        blocks = w_o.double().transpose(0, 1)  # [H, out, D]
+        cov = blocks.mT @ blocks / blocks.shape[1]
+        return torch.stack([klt(c).float() for c in cov]) @ had
 
     def _replace(self, parent: nn.Module, name: str, key: str) -> TLinear:
         *path, leaf = name.split(".")
@@ -263,7 +389,8 @@ class TransformedLM(nn.Module):
         return self.net(input_ids)
 
     def rotation_parameters(self) -> list[nn.Parameter]:
-        return [self.rotation]
+        """``R_res`` and the per-head ``R_ov`` (all on the Stiefel manifold)."""
+        return [self.rotation, *self.head_rotations.values()]
 
     def scale_parameters(self) -> list[nn.Parameter]:
         return list(self.scales.values())
@@ -288,7 +415,8 @@ class TransformedLM(nn.Module):
                 lin.w_frozen = gptq(w.double(), h, bits, group, percdamp=percdamp).to(w.dtype)
             else:
                 lin.w_frozen = rtn_weight(w, bits, group)
-        self.rotation.requires_grad_(False)
+        for r in self.rotation_parameters():
+            r.requires_grad_(False)
         for s in self.scales.values():
             s.requires_grad_(False)
 

@@ -11,8 +11,9 @@ Equation numbers refer to the list in ``docs/methods/ts_lif.md`` (the paper's Se
   ``s_s = H(v_s - theta)``, ``s_d = H(v_d - theta)`` (8); output ``y = alpha_s * s_s + alpha_d * s_d`` (9) with
   per-channel learnable ``alpha``; soft reset ``v_d <- v_d - gamma s_d``, ``v_s <- v_s - theta s_s`` (10).
 
-Every neuron exists twice: a naive per-step function (``*_step``, the literal equations, the parity oracle) and the
-module's training form (``forward``: input drives for all steps computed at once, then one fused recurrence loop).
+Every neuron exists twice: a naive per-step function (``*_step``, the literal equations differentiated by autograd,
+the parity oracle) and the module's training form (``forward``: :func:`layers.spiking.scan.two_compartment_scan`, a
+fused loop with a hand-written backward pass).
 Both start from zero state. Inputs are ``[B, T, *, H]``: time is dim 1, per-channel parameters broadcast on the
 last dim ``H``. The official code's TS-LIF coefficients are unconstrained learnable scalars (the sigmoid-bounded
 versions are commented out there); we follow it.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from layers.spiking.scan import two_compartment_scan
 from layers.spiking.surrogate import spike
 from suite.errors import ConfigError
 
@@ -84,7 +86,8 @@ def tslif_step(
         d: ``[4]`` coefficients ``(d0, d1, d2, d3)``; ``d3`` is the direct somatic injection gain.
         kappa, gamma_ds: Scalar couplings (dendrite -> soma and soma -> dendrite).
         alpha_s, alpha_d: ``[H]`` output weights of somatic and dendritic spikes.
-        dendritic_spike: ``False`` removes the dendritic spike (and its reset): the ablation.
+        dendritic_spike: ``False`` is the ablation "w/o dendritic spike": the dendritic spike no longer reaches the
+            output (``alpha_d = 0``, as the paper notes specify); the dendrite keeps its soft reset (Eq. (10)).
 
     Returns:
         ``(y, v_d', v_s')``, each ``[N, H]``.
@@ -92,8 +95,8 @@ def tslif_step(
     v_d = d[0] * v_d + d[1] * x - gamma_ds * v_s
     v_s = d[2] * v_s + d[3] * x - kappa * v_d
     s_s = spike(v_s - theta, alpha)
-    s_d = spike(v_d - theta, alpha) if dendritic_spike else torch.zeros_like(v_d)
-    y = alpha_s * s_s + alpha_d * s_d
+    s_d = spike(v_d - theta, alpha)
+    y = alpha_s * s_s + alpha_d * s_d if dendritic_spike else alpha_s * s_s
     rs, rd = (s_s.detach(), s_d.detach()) if detach_reset else (s_s, s_d)
     return y, v_d - gamma * rd, v_s - theta * rs
 
@@ -131,19 +134,18 @@ class LIFNeuron(_Neuron):
         self.beta = nn.Parameter(torch.tensor(float(beta)))
 
     def forward(self, x: torch.Tensor, return_states: bool = False):
-        """``x``: ``[B, T, *, H]`` -> spikes of the same shape (and the potential trace if asked)."""
+        """``x``: ``[B, T, *, H]`` -> spikes of the same shape (and the potential trace if asked).
+
+        Training form: :func:`layers.spiking.scan.two_compartment_scan` with the dendrite alone (``d0 = beta``,
+        ``d1 = 1``, reset ``theta``); its naive twin is :func:`lif_step`.
+        """
         self._check(x)
-        beta = self.beta.clamp(0, 1)
-        v = torch.zeros_like(x[:, 0])
-        out, vs = [], []
-        for t in range(x.shape[1]):
-            v = beta * v + x[:, t]
-            s = spike(v - self.theta, self.alpha)
-            v = v - self.theta * self._reset(s)
-            out.append(s)
-            vs.append(v)
-        y = torch.stack(out, 1)
-        return (y, torch.stack(vs, 1)) if return_states else y
+        one, zero = x.new_ones(()), x.new_zeros(())
+        d = torch.stack([self.beta.clamp(0, 1).to(x.dtype), one, zero, zero])
+        y, v, _ = two_compartment_scan(
+            x, d, zero, zero, zero, one, self.theta, self.theta, self.alpha, soma=False, detach_reset=self.detach_reset
+        )
+        return (y, v) if return_states else y
 
     def coefficients(self) -> dict[str, torch.Tensor]:
         return {"beta": self.beta.clamp(0, 1)}
@@ -172,23 +174,20 @@ class TCLIFNeuron(_Neuron):
         return -torch.sigmoid(self.c[0]), torch.sigmoid(self.c[1])
 
     def forward(self, x: torch.Tensor, return_states: bool = False):
-        """``x``: ``[B, T, *, H]`` -> somatic spikes of the same shape (and ``(u_d, u_s)`` traces if asked)."""
+        """``x``: ``[B, T, *, H]`` -> somatic spikes of the same shape (and ``(u_d, u_s)`` traces if asked).
+
+        Training form: :func:`layers.spiking.scan.two_compartment_scan` with the somatic spike resetting the dendrite;
+        its naive twin is :func:`tclif_step`.
+        """
         self._check(x)
         b1, b2 = self.betas()
-        u_d = torch.zeros_like(x[:, 0])
-        u_s = torch.zeros_like(u_d)
-        out, ud, us = [], [], []
-        for t in range(x.shape[1]):
-            u_d = u_d + b1 * u_s + x[:, t]
-            u_s = u_s + b2 * u_d
-            s = spike(u_s - self.theta, self.alpha)
-            r = self._reset(s)
-            u_d, u_s = u_d - self.gamma * r, u_s - self.theta * r
-            out.append(s)
-            ud.append(u_d)
-            us.append(u_s)
-        y = torch.stack(out, 1)
-        return (y, torch.stack(ud, 1), torch.stack(us, 1)) if return_states else y
+        one, zero = x.new_ones(()), x.new_zeros(())
+        d = torch.stack([one, one, one, zero])
+        y, u_d, u_s = two_compartment_scan(
+            x, d, -b2, -b1, one, zero, self.theta, self.gamma, self.alpha, reset_dendrite_by="soma",
+            detach_reset=self.detach_reset,
+        )  # fmt: skip
+        return (y, u_d, u_s) if return_states else y
 
     def coefficients(self) -> dict[str, torch.Tensor]:
         b1, b2 = self.betas()
@@ -205,7 +204,8 @@ class TSLIFNeuron(_Neuron):
         theta: Threshold of both compartments. gamma: Dendritic soft-reset amount.
         alpha: ATan surrogate sharpness.
         somatic_injection: ``False`` fixes ``d3 = 0`` (ablation "w/o somatic injection").
-        dendritic_spike: ``False`` removes ``s_d`` and its reset (ablation "w/o dendritic spike").
+        dendritic_spike: ``False`` is the ablation "w/o dendritic spike": ``alpha_d = 0`` fixed (no parameter), so
+            ``s_d`` never reaches the output; the dendrite keeps its soft reset (see :func:`tslif_step`).
         detach_reset: Detach the reset from the graph (the official code does not).
     """
 
@@ -239,29 +239,17 @@ class TSLIFNeuron(_Neuron):
         return self.alpha_d if self.alpha_d is not None else torch.zeros_like(self.alpha_s)
 
     def forward(self, x: torch.Tensor, return_states: bool = False):
-        """``x``: ``[B, T, *, H]`` -> ``y`` of the same shape (and ``(v_d, v_s)`` traces after reset if asked)."""
+        """``x``: ``[B, T, *, H]`` -> ``y`` of the same shape (and ``(v_d, v_s)`` traces after reset if asked).
+
+        Training form: :func:`layers.spiking.scan.two_compartment_scan` (fused loop, hand-written BPTT); its naive
+        twin is :func:`tslif_step`.
+        """
         self._check(x)
-        d = self.d()
-        drive_d, drive_s = d[1] * x, d[3] * x  # input currents of every step at once
-        a_s, a_d = self.alpha_s, self.alpha_d_eff()
-        v_d = torch.zeros_like(x[:, 0])
-        v_s = torch.zeros_like(v_d)
-        out, vd, vs = [], [], []
-        for t in range(x.shape[1]):
-            v_d = d[0] * v_d + drive_d[:, t] - self.gamma_ds * v_s
-            v_s = d[2] * v_s + drive_s[:, t] - self.kappa * v_d
-            s_s = spike(v_s - self.theta, self.alpha)
-            v_s = v_s - self.theta * self._reset(s_s)
-            if self.dendritic_spike:
-                s_d = spike(v_d - self.theta, self.alpha)
-                out.append(a_s * s_s + a_d * s_d)
-                v_d = v_d - self.gamma * self._reset(s_d)
-            else:
-                out.append(a_s * s_s)
-            vd.append(v_d)
-            vs.append(v_s)
-        y = torch.stack(out, 1)
-        return (y, torch.stack(vd, 1), torch.stack(vs, 1)) if return_states else y
+        y, v_d, v_s = two_compartment_scan(
+            x, self.d(), self.kappa, self.gamma_ds, self.alpha_s, self.alpha_d_eff(), self.theta, self.gamma,
+            self.alpha, detach_reset=self.detach_reset,
+        )  # fmt: skip
+        return (y, v_d, v_s) if return_states else y
 
     def coefficients(self) -> dict[str, torch.Tensor]:
         return {"d": self.d(), "kappa": self.kappa, "gamma_ds": self.gamma_ds}

@@ -37,6 +37,46 @@ def asr_table(records: list[Any]) -> str:
     return "\n".join(lines)
 
 
+def summary_table(records: list[Any], reference: str = "none") -> str:
+    """Markdown: mean ASR and clean-accuracy cost (vs ``reference``, paired by seed) per defence, in points."""
+    by_name: dict[str, dict[Any, dict[str, float]]] = defaultdict(dict)
+    for r in records:
+        by_name[r.name][r.seed] = r.metrics
+    ref = by_name.get(reference, {})
+    head = ["defence", "seeds", "mean ASR (%)", "clean acc (%)", f"clean-acc cost vs {reference} (points)",
+            "poisons removed (%)", "clean removed (%)"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, runs in by_name.items():
+        cost = [ref[s]["test/acc"] - m["test/acc"] for s, m in runs.items() if s in ref and "test/acc" in m]
+        cells = [
+            str(len(runs)),
+            _mean_std([m.get("test/asr_mean", float("nan")) for m in runs.values()]),
+            _mean_std([m.get("test/acc", float("nan")) for m in runs.values()]),
+            _mean_std(cost) if name != reference else "0",
+            _mean_std([m.get("detect/poison_removed", float("nan")) for m in runs.values()]),
+            _mean_std([m.get("detect/clean_removed", float("nan")) for m in runs.values()]),
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def detection_table(records: list[Any]) -> str:
+    """Markdown: detection AUC per attack (scores of that attack's poisons vs the clean examples), mean ± std."""
+    by_name: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for r in records:
+        if any(k.startswith("detect/auc") for k in r.metrics):
+            by_name[r.name].append(r.metrics)
+    attacks = sorted(
+        {k[len("detect/auc_") :] for ms in by_name.values() for m in ms for k in m if k.startswith("detect/auc_")}
+    )
+    head = ["defence", "AUC (all)", *[f"AUC {a}" for a in attacks]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, ms in by_name.items():
+        cols = ["detect/auc", *[f"detect/auc_{a}" for a in attacks]]
+        lines.append(f"| {name} | " + " | ".join(_mean_std([m.get(c, float("nan")) for m in ms]) for c in cols) + " |")
+    return "\n".join(lines)
+
+
 def plot_trajectories(npz: Path, out_png: Path, max_per_group: int = 40) -> Path:
     """Loss trajectories of clean examples vs each attack's poisons (thin lines) and their medians (thick)."""
     import matplotlib
@@ -70,7 +110,20 @@ def plot_trajectories(npz: Path, out_png: Path, max_per_group: int = 40) -> Path
 def claim_report(records: list[Any], out_dir: Path) -> str:
     """Markdown appended to ``docs/results/badloss.md``."""
     out_dir = Path(out_dir)
-    lines = ["## Attack success rate per attack (%, mean ± std over seeds)", "", asr_table(records), ""]
+    lines = [
+        "## Summary: average ASR and clean-accuracy cost (%, mean ± std over seeds)",
+        "",
+        summary_table(records),
+        "",
+        "## Attack success rate per attack (%, mean ± std over seeds)",
+        "",
+        asr_table(records),
+        "",
+        "## Detection AUC per attack (%, mean ± std over seeds; poisons of that attack vs clean examples)",
+        "",
+        detection_table(records),
+        "",
+    ]
     npzs = sorted(
         (r for r in records if r.name == "badloss" and (Path(r.path) / "badloss_detection.npz").exists()),
         key=lambda r: r.seed if r.seed is not None else 0,

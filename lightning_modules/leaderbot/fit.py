@@ -1,7 +1,9 @@
-"""Plain (Lightning-free) full-batch L-BFGS fit of a likelihood: used by the benchmark and the tests.
+"""Plain (Lightning-free) full-batch fits of a likelihood: used by the benchmark and the tests.
 
-It runs exactly what :class:`~lightning_modules.leaderbot.module.LeaderbotLitModule` runs per epoch (one
-``LBFGS.step(closure)`` of ``max_iter`` iterations) until a step ends early (converged) or ``max_steps``.
+They run exactly what :class:`~lightning_modules.leaderbot.module.LeaderbotLitModule` runs per epoch (one
+``optimizer.step`` of ``max_iter`` iterations) until a step reports convergence or ``max_steps``:
+:func:`fit_newton` (damped Newton with the exact Hessian, the default solver) and :func:`fit_lbfgs`
+(torch L-BFGS with a strong-Wolfe line search).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from lightning_modules.leaderbot import likelihoods as lk
+from lightning_modules.leaderbot.newton import DampedNewton
 
 
 @dataclass
@@ -105,3 +108,57 @@ def fit_lbfgs(
         loss = float(lk.objective(w, pairs, counts, layout, basis, total, constraint))
         nll = float(lk.objective(w, pairs, counts, layout, basis, total, False))
     return FitResult(w, loss, nll, iterations, time.perf_counter() - t0, converged)
+
+
+def fit_newton(
+    layout: lk.Layout,
+    pairs: torch.Tensor,
+    counts: torch.Tensor,
+    w0: torch.Tensor | None = None,
+    constraint: bool = True,
+    max_iter: int = 5,
+    max_steps: int = 60,
+    tolerance_grad: float = 1e-10,
+    tolerance_change: float = 1e-15,
+    precondition: bool = True,
+) -> FitResult:
+    """Minimise :func:`~lightning_modules.leaderbot.likelihoods.objective` with
+    :class:`~lightning_modules.leaderbot.newton.DampedNewton` (exact Hessian) from ``w0`` (default: the
+    package's initial point); ``max_steps`` steps of ``max_iter`` iterations at most.
+
+    ``precondition`` optimises ``u = w / s`` as :func:`fit_lbfgs` does (Newton's direction does not depend on it;
+    the Levenberg-Marquardt damping does).
+
+    Returns:
+        :class:`FitResult` (``iterations`` = Newton iterations, i.e. Hessian evaluations).
+    """
+    t0 = time.perf_counter()
+    counts = counts.to(torch.float64)
+    basis = lk.dct_basis(layout.m, layout.k_tie)
+    total = counts.sum().clamp_min(1.0)
+    w_init = (lk.initial_params(layout, pairs, counts) if w0 is None else w0).clone().double()
+    scale = lk.preconditioner(layout, pairs, counts) if precondition else torch.ones_like(w_init)
+    u = torch.nn.Parameter(w_init / scale)
+    opt = DampedNewton([u], max_iter=max_iter, tolerance_grad=tolerance_grad, tolerance_change=tolerance_change)
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = lk.objective(u * scale, pairs, counts, layout, basis, total, constraint)
+        loss.backward()
+        return loss
+
+    def hessian_closure() -> torch.Tensor:
+        h = lk.hessian((u * scale).detach(), pairs, counts, layout, basis, total, constraint)
+        return scale[:, None] * h * scale[None, :]
+
+    converged = False
+    for _ in range(max_steps):
+        opt.step(closure, hessian_closure)
+        if opt.state[u]["converged"]:
+            converged = True
+            break
+    w = (u * scale).detach()
+    with torch.no_grad():
+        loss = float(lk.objective(w, pairs, counts, layout, basis, total, constraint))
+        nll = float(lk.objective(w, pairs, counts, layout, basis, total, False))
+    return FitResult(w, loss, nll, int(opt.state[u]["n_iter"]), time.perf_counter() - t0, converged)

@@ -190,9 +190,15 @@ def log_probs(w: torch.Tensor, pairs: torch.Tensor, layout: Layout, basis: torch
     """
     p = unpack(w, layout)
     z = standardized_difference(p, pairs)
+    mu = tie_threshold(p, pairs, basis) if layout.has_tie else None
+    return outcome_log_probs(z, mu, layout)
+
+
+def outcome_log_probs(z: torch.Tensor, mu: torch.Tensor | None, layout: Layout) -> torch.Tensor:
+    """``[n, 3]`` log-probabilities of the outcomes from the standardised difference ``z [n]`` and the tie
+    threshold ``mu [n]`` (``None`` for Bradley-Terry); the formulas are those of :func:`log_probs`."""
     if layout.kind == "bradley_terry":
         return torch.stack([F.logsigmoid(z), F.logsigmoid(-z), torch.full_like(z, -math.inf)], -1)
-    mu = tie_threshold(p, pairs, basis)
     if layout.kind == "rao_kupper":
         eta = _rk_eta(mu, layout)
         lw, ll = F.logsigmoid(z - eta), F.logsigmoid(-z - eta)
@@ -393,3 +399,131 @@ def preconditioner(layout: Layout, pairs: torch.Tensor, counts: torch.Tensor) ->
     if layout.has_tie:
         parts.append(s_comp.repeat_interleave(layout.k_tie) if layout.k_tie > 0 else torch.ones(1, dtype=torch.float64))
     return torch.cat(parts)
+
+
+# -- exact Hessian -------------------------------------------------------------------------------------------------
+# A pair (i, j) touches only the parameters of competitors i and j (and the scalar tie threshold), so the Hessian of
+# the NLL is a sum of small per-pair blocks: H = sum_pairs P_ij^T H_ij P_ij, with P_ij the selection of the pair's
+# ``d = 2 r (+ 1)`` local parameters, r = 1 + [1 + k_cov] + k_tie per competitor. The blocks come from forward-over-
+# reverse autodiff of the per-pair NLL, d Hessian-vector products over all pairs at once.
+
+
+def local_index(layout: Layout, pairs: torch.Tensor) -> torch.Tensor:
+    """``[n, d]`` positions in ``w`` of each pair's local parameters: competitor i's row ``[x_i, t_i, Lambda_i,
+    G_i]`` (blocks that exist), then competitor j's row, then the scalar tie parameter when ``k_tie = 0``."""
+    b, m = layout.blocks(), layout.m
+
+    def row(k: torch.Tensor) -> list[torch.Tensor]:
+        cols = [k[:, None]]
+        if layout.has_cov:
+            cols.append(m + k[:, None])
+            cols.append(b["Lambda"].start + k[:, None] * layout.k_cov + torch.arange(layout.k_cov))
+        if layout.has_tie and layout.k_tie > 0:
+            cols.append(b["tie"].start + k[:, None] * layout.k_tie + torch.arange(layout.k_tie))
+        return cols
+
+    pairs = pairs.long()
+    cols = row(pairs[:, 0]) + row(pairs[:, 1])
+    if layout.has_tie and layout.k_tie == 0:
+        cols.append(torch.full((pairs.shape[0], 1), b["tie"].start, dtype=torch.long))
+    return torch.cat(cols, -1)
+
+
+def local_pair_nll(
+    theta: torch.Tensor, phi_i: torch.Tensor, phi_j: torch.Tensor, counts: torch.Tensor, layout: Layout
+) -> torch.Tensor:
+    """Per-pair NLL (like :func:`pair_nll`) from the pair's local parameters ``theta [n, d]`` (the columns of
+    :func:`local_index`) and the basis rows ``phi_i, phi_j [n, k_tie]``; ``z_ij`` and ``mu_ij`` as in
+    :func:`standardized_difference` and :func:`tie_threshold`. Returns ``[n]``."""
+    kc, kt = (layout.k_cov if layout.has_cov else None), (layout.k_tie if layout.has_tie else 0)
+    r = 1 + (0 if kc is None else 1 + kc) + kt
+    ri, rj = theta[:, :r], theta[:, r : 2 * r]
+    z = ri[:, 0] - rj[:, 0]
+    if kc is not None:
+        lam_d = ri[:, 2 : 2 + kc] - rj[:, 2 : 2 + kc]
+        z = z / torch.sqrt(ri[:, 1] ** 2 + rj[:, 1] ** 2 + (lam_d**2).sum(-1))
+    mu = None
+    if layout.has_tie:
+        if kt == 0:
+            mu = theta[:, 2 * r]
+        else:
+            mu = (ri[:, r - kt :] * phi_j).sum(-1) + (rj[:, r - kt :] * phi_i).sum(-1)
+    lp = outcome_log_probs(z, mu, layout)
+    n = effective_counts(counts, layout)
+    terms = torch.where(n > 0, n * torch.where(n > 0, lp, torch.zeros_like(lp)), torch.zeros_like(lp))
+    return -terms.sum(-1)
+
+
+def hessian(
+    w: torch.Tensor,
+    pairs: torch.Tensor,
+    counts: torch.Tensor,
+    layout: Layout,
+    basis: torch.Tensor,
+    total: float | torch.Tensor,
+    constraint: bool = True,
+) -> torch.Tensor:
+    """Exact Hessian of :func:`objective` at ``w``: ``[n_param, n_param]``, symmetric.
+
+    Per-pair blocks (see :func:`local_index`) scattered into the full matrix, plus the Hessian of
+    :func:`constraint_penalty` (``torch.func.hessian``, it is cheap). Equal to
+    ``torch.autograd.functional.hessian(objective)`` (tested to 1e-12), at a few hundredths of its cost.
+
+    Args: as :func:`objective`.
+
+    Returns:
+        ``[n_param, n_param]`` float64.
+    """
+    w = w.detach()
+    p_dim = layout.n_param
+    idx = local_index(layout, pairs)
+    d = idx.shape[1]
+    pi, pj = pairs[:, 0].long(), pairs[:, 1].long()
+    phi_i, phi_j = basis[pi], basis[pj]
+    counts = counts.to(w.dtype)
+    theta = w[idx].requires_grad_(True)
+    with torch.enable_grad():
+        (g,) = torch.autograd.grad(local_pair_nll(theta, phi_i, phi_j, counts, layout).sum(), theta, create_graph=True)
+        # pairs are independent in theta: column k of every block is d(g[:, k])/d(theta) summed over pairs
+        cols = [torch.autograd.grad(g[:, k].sum(), theta, retain_graph=k < d - 1)[0] for k in range(d)]
+    blocks = torch.stack(cols, -1) / total  # [n, d, d]
+    flat = (idx[:, :, None] * p_dim + idx[:, None, :]).reshape(-1)
+    h = torch.zeros(p_dim * p_dim, dtype=w.dtype).index_add_(0, flat, blocks.reshape(-1)).view(p_dim, p_dim)
+    if constraint:
+        h = h + constraint_hessian(w, layout)
+    return 0.5 * (h + h.T)
+
+
+def constraint_hessian(w: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """Analytic Hessian of :func:`constraint_penalty` (tested against ``torch.func.hessian``).
+
+    With ``T = tr(C S C) = (1 - 1/m) |t|^2 + |Lambda|^2 - |1^T Lambda|^2 / m``: ``(1^T x)^2`` gives ``2 * 1 1^T``
+    on the ``x`` block; ``(T - 1)^2`` gives ``2 grad T grad T^T + 2 (T - 1) Hess T`` with
+    ``grad_t T = 2 (1 - 1/m) t``, ``grad_Lambda T = 2 (Lambda - 1 1^T Lambda / m)``, ``Hess T`` block diagonal
+    (``2 (1 - 1/m) I`` on ``t``, ``2 (I - J/m)`` within each column of ``Lambda``); ``|1^T Lambda|^2`` gives
+    ``2 J`` within each column of ``Lambda``.
+
+    Returns:
+        ``[n_param, n_param]``.
+    """
+    w = w.detach()
+    m, b = layout.m, layout.blocks()
+    h = torch.zeros(layout.n_param, layout.n_param, dtype=w.dtype)
+    h[b["x"], b["x"]] = 2.0
+    if not layout.has_cov:
+        return h
+    p, kc = unpack(w, layout), layout.k_cov
+    t, lam = p["t"], p["Lambda"]
+    col = lam.sum(0)
+    tr_csc = (1.0 - 1.0 / m) * (t**2).sum() + (lam**2).sum() - (col**2).sum() / m
+    cov = slice(b["t"].start, b["Lambda"].stop)  # t and Lambda are contiguous
+    grad_t = torch.cat([2.0 * (1.0 - 1.0 / m) * t, (2.0 * (lam - col / m)).reshape(-1)])
+    h[cov, cov] += 2.0 * torch.outer(grad_t, grad_t)
+    h[b["t"], b["t"]] += 2.0 * (tr_csc - 1.0) * 2.0 * (1.0 - 1.0 / m) * torch.eye(m, dtype=w.dtype)
+    if kc > 0:
+        # Lambda row-major: entry (k, c) at k * kc + c; "same column" = kron(J_m or I_m, I_kc)
+        eye_c = torch.eye(kc, dtype=w.dtype)
+        same_col = torch.kron(torch.ones(m, m, dtype=w.dtype), eye_c)
+        diag = torch.kron(torch.eye(m, dtype=w.dtype), eye_c)
+        h[b["Lambda"], b["Lambda"]] += 2.0 * (tr_csc - 1.0) * 2.0 * (diag - same_col / m) + 2.0 * same_col
+    return h

@@ -6,11 +6,13 @@ Ameli, Zhuang, Stoica, Mahoney, "A Statistical Framework for Ranking LLM-Based C
   diagonal ``0``, diagonal + rank-k) and ``k_tie`` (tie threshold: scalar ``0`` or factored rank-k), see
   :mod:`lightning_modules.leaderbot.likelihoods`. ``bradley_terry`` with ``k_cov=None`` is the Arena's own
   method (plain Bradley-Terry); ``kind=elo`` is the online Elo baseline (no gradients).
-* Fitting: manual optimisation, ONE batch = all training pairs; each ``training_step`` is one
-  ``LBFGS.step(closure)`` (up to ``max_iter`` iterations with a strong-Wolfe line search), so ``max_epochs``
-  bounds the total number of iterations; the run stops as soon as an L-BFGS step ends before ``max_iter``
-  (gradient or loss change below tolerance). The L-BFGS memory lives in the optimizer, so checkpoints resume
-  exactly. The package fits with scipy BFGS instead (same objective: mean NLL + identifiability penalties).
+* Fitting: manual optimisation, ONE batch = all training pairs; each ``training_step`` is one optimiser step of
+  up to ``max_iter`` iterations, so ``max_epochs`` bounds the total number of iterations. ``optimizer=newton``
+  (default): damped Newton with the exact Hessian (:mod:`~lightning_modules.leaderbot.newton`), which reaches the
+  minimum to machine precision in a few tens of iterations; ``optimizer=lbfgs``: torch L-BFGS with a strong-Wolfe
+  line search. The run stops as soon as a step reports convergence (gradient or loss change below tolerance).
+  The optimiser's state (L-BFGS memory, Newton damping) lives in the optimizer, so checkpoints resume exactly.
+  The package fits with scipy BFGS instead (same objective: mean NLL + identifiability penalties).
 * ``val/*``: goodness of fit on the training pairs (NLL, AIC, BIC, MAE, KLD, JSD); ``test/*``: the same on the
   held-out pairs (generalisation). At the end of the run the leaderboard (score, standard error from the observed
   Fisher information) and PNG plots are written into the run folder and logged to wandb when present.
@@ -32,11 +34,24 @@ from lightning_modules._base import SuiteLitModule
 from lightning_modules.leaderbot import elo as elo_lib
 from lightning_modules.leaderbot import likelihoods as lk
 from lightning_modules.leaderbot.fit import lbfgs_converged
+from lightning_modules.leaderbot.newton import DampedNewton
 from lightning_modules.leaderbot.metrics import PairOutcomeMetrics, information_criteria
 from suite.errors import ConfigError
 
 log = logging.getLogger(__name__)
 ALL_KINDS = (*lk.KINDS, "elo")
+SOLVERS = ("newton", "lbfgs")
+#: Settings of the two named solvers (``model.newton`` / ``model.lbfgs`` override them key by key).
+NEWTON_DEFAULTS: dict[str, Any] = dict(max_iter=5, tolerance_grad=1e-10, tolerance_change=1e-15, damping=1e-6)
+LBFGS_DEFAULTS: dict[str, Any] = dict(
+    lr=1.0,
+    max_iter=20,
+    max_eval=40,
+    history_size=50,
+    tolerance_grad=1e-10,
+    tolerance_change=1e-14,
+    line_search_fn="strong_wolfe",
+)
 
 
 class LeaderbotLitModule(SuiteLitModule):
@@ -47,7 +62,10 @@ class LeaderbotLitModule(SuiteLitModule):
         k_cov: Covariance structure: ``None`` (none), ``0`` (diagonal), ``k`` (diagonal + rank k).
         k_tie: Tie model: ``0`` (scalar threshold) or rank of the factored tie model (0 for Bradley-Terry).
         constraint: Add the identifiability penalties to the objective (the paper's constraints).
-        optimizer: Partial of the optimiser (default: L-BFGS, ``max_iter=20``, strong Wolfe, tiny tolerances).
+        optimizer: ``newton`` (default: damped Newton, exact Hessian), ``lbfgs`` (torch L-BFGS, strong Wolfe) or a
+            partial of a ``torch.optim`` optimiser (stepped with a closure).
+        newton: Overrides of :data:`NEWTON_DEFAULTS` (``max_iter`` = Newton iterations per training step).
+        lbfgs: Overrides of :data:`LBFGS_DEFAULTS` (``max_iter`` = L-BFGS iterations per training step).
         elo_k: Elo K factor.
         elo_base: Elo base (10).
         elo_scale: Elo scale (400).
@@ -56,7 +74,7 @@ class LeaderbotLitModule(SuiteLitModule):
         plots: Write PNG plots at the end of the run.
         plot_top: Competitors shown in the match-matrix and map plots.
         standard_errors: Compute standard errors from the observed Fisher information (one Hessian).
-        min_improvement: Stop when one training step (``max_iter`` L-BFGS iterations) lowers the objective by less
+        min_improvement: L-BFGS: stop when one training step (``max_iter`` iterations) lowers the objective by less
             than this, relative (the MLE of a competitor that won or lost every game lies at infinity, so the
             gradient tolerance alone may never be met).
         precondition: Optimise ``u = w / s`` with the per-competitor vote-share scaling ``s`` of
@@ -69,7 +87,9 @@ class LeaderbotLitModule(SuiteLitModule):
         k_cov: int | None = 0,
         k_tie: int = 1,
         constraint: bool = True,
-        optimizer: Any = None,
+        optimizer: Any = "newton",
+        newton: dict[str, Any] | None = None,
+        lbfgs: dict[str, Any] | None = None,
         elo_k: float = 4.0,
         elo_base: float = 10.0,
         elo_scale: float = 400.0,
@@ -100,19 +120,20 @@ class LeaderbotLitModule(SuiteLitModule):
             raise ConfigError(f"model.min_improvement={min_improvement} must be >= 0")
         if plot_top < 2:
             raise ConfigError(f"model.plot_top={plot_top} must be >= 2")
-        if optimizer is None:
-            optimizer = functools.partial(
-                torch.optim.LBFGS,
-                lr=1.0,
-                max_iter=20,
-                max_eval=40,
-                history_size=50,
-                tolerance_grad=1e-10,
-                tolerance_change=1e-14,
-                line_search_fn="strong_wolfe",
+        named = optimizer is None or isinstance(optimizer, str)
+        if named:
+            name = optimizer or "newton"
+            if name not in SOLVERS:
+                raise ConfigError(f"model.optimizer={name!r} must be one of {list(SOLVERS)} or a partial")
+            cls, base, extra = (
+                (DampedNewton, NEWTON_DEFAULTS, newton) if name == "newton" else (torch.optim.LBFGS, LBFGS_DEFAULTS, lbfgs)
             )
+            unknown = set(extra or {}) - set(base)
+            if unknown:
+                raise ConfigError(f"model.{name} has unknown keys {sorted(unknown)}; valid: {sorted(base)}")
+            optimizer = functools.partial(cls, **{**base, **dict(extra or {})})
         super().__init__(optimizer=optimizer)
-        self.save_hyperparameters(ignore=["optimizer"])
+        self.save_hyperparameters(ignore=["optimizer"])  # a partial is not weights-only loadable
         self.kind, self.k_cov, self.k_tie, self.constraint = kind, k_cov, k_tie, constraint
         self.elo = dict(k=elo_k, base=elo_base, scale=elo_scale)
         self.elo_init, self.elo_passes = elo_init, elo_passes
@@ -215,7 +236,10 @@ class LeaderbotLitModule(SuiteLitModule):
             self.manual_backward(loss)
             return loss
 
-        opt.step(closure=closure)
+        if isinstance(inner, DampedNewton):
+            opt.step(closure=closure, hessian_closure=lambda: self.hessian_u(pairs, counts))
+        else:
+            opt.step(closure=closure)
         iters = int(inner.state[self.w].get("n_iter", 0)) - before[0]
         evals = int(inner.state[self.w].get("func_evals", 0)) - before[1]
         with torch.no_grad():
@@ -223,12 +247,24 @@ class LeaderbotLitModule(SuiteLitModule):
             nll = self.objective(self.params(), pairs, counts, False)
         self.log("train/loss", loss, prog_bar=True, batch_size=1)
         self.log("train/nll", nll, batch_size=1)
-        self.log("train/lbfgs_iters", float(iters), batch_size=1)
+        self.log("train/opt_iters", float(iters), batch_size=1)
         stalled = self._prev_loss - float(loss) < self.min_improvement * max(1.0, abs(float(loss)))
         self._prev_loss = float(loss)
-        if stalled or (isinstance(inner, torch.optim.LBFGS) and lbfgs_converged(iters, evals, inner)):
-            log.info("L-BFGS converged at epoch %d (loss %.10f)", self.current_epoch, float(loss))
+        if isinstance(inner, DampedNewton):  # its own tolerance_change is the (far tighter) stall test
+            stalled = False
+            converged = bool(inner.state[self.w].get("converged", False))
+        else:
+            converged = isinstance(inner, torch.optim.LBFGS) and lbfgs_converged(iters, evals, inner)
+        if stalled or converged:
+            log.info("%s converged at epoch %d (loss %.12f)", type(inner).__name__, self.current_epoch, float(loss))
             self.trainer.should_stop = True
+
+    def hessian_u(self, pairs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Exact Hessian of the training objective with respect to the optimiser's variable ``u = w / s``:
+        ``diag(s) H_w diag(s)``."""
+        total = counts.sum().clamp_min(1.0)
+        h = lk.hessian(self.params().detach(), pairs, counts, self.score_layout, self.basis, total, self.constraint)
+        return self.precond[:, None] * h * self.precond[None, :]
 
     def _elo_pass(self, pairs: torch.Tensor, counts: torch.Tensor) -> None:
         a, b, s = elo_lib.expand_battles(pairs, counts, seed=int(self.trainer.datamodule.seed) + self.current_epoch)
@@ -275,10 +311,7 @@ class LeaderbotLitModule(SuiteLitModule):
         w = self.params().detach().clone()
         total = counts.sum().clamp_min(1.0)
 
-        def f(v: torch.Tensor) -> torch.Tensor:
-            return lk.objective(v, pairs, counts, self.score_layout, self.basis, total, self.constraint)
-
-        hess = torch.autograd.functional.hessian(f, w, vectorize=True) * total
+        hess = lk.hessian(w, pairs, counts, self.score_layout, self.basis, total, self.constraint) * total
         try:
             cov = torch.linalg.inv(0.5 * (hess + hess.T))
         except RuntimeError:

@@ -1,9 +1,11 @@
-"""Claim-check report hook for TS-LIF (``conf/claim/ts_lif.yaml``): robustness table, verdicts and the
-frequency-response plot of the learned two-compartment neurons (Eq. (13))."""
+"""Claim-check report hook for TS-LIF (``conf/claim/ts_lif.yaml``): robustness table over the test-time missing
+ratios, seed-aware verdicts against each baseline and ablation, validation R^2 curves, the learned two-compartment
+coefficients, and the frequency-response plot of the learned neurons (Eq. (13))."""
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -13,12 +15,15 @@ import torch
 from layers.spiking.neurons import TSLIF_INIT_DECAY, TSLIF_INIT_GAMMA_DS, TSLIF_INIT_KAPPA
 from layers.spiking.stability import frequency_response, system_matrix
 
+BASELINES = ("lif", "tc_lif", "gru", "ts_lif_no_soma", "ts_lif_no_dspike")
 
-def _mean(values: list[float]) -> tuple[float, float]:
+
+def _mean(values: list[float]) -> tuple[float, float, int]:
+    """Mean, sample std and count of the finite values."""
     vals = [v for v in values if math.isfinite(v)]
     if not vals:
-        return float("nan"), float("nan")
-    return statistics.fmean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0
+        return float("nan"), float("nan"), 0
+    return statistics.fmean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0, len(vals)
 
 
 def _group(records: list[Any]) -> dict[str, list[Any]]:
@@ -28,10 +33,44 @@ def _group(records: list[Any]) -> dict[str, list[Any]]:
     return out
 
 
+def _ratios(records: list[Any]) -> list[int]:
+    """Test-time missing ratios (percent) present in the metrics, from keys ``test/r2_miss<p>``."""
+    found = {int(m.group(1)) for r in records for k in r.metrics if (m := re.fullmatch(r"test/r2_miss(\d+)", k))}
+    return sorted(found)
+
+
+def compare(a: tuple[float, float, int], b: tuple[float, float, int]) -> tuple[float, float, str]:
+    """Difference of means ``a - b``, its standard error over seeds, and a verdict: ``better``/``worse`` only when
+    ``|diff| > 2 s.e.`` (seed noise), else ``no clear difference``."""
+    diff = a[0] - b[0]
+    se = math.sqrt((a[1] ** 2 / a[2] if a[2] else 0.0) + (b[1] ** 2 / b[2] if b[2] else 0.0))
+    if not math.isfinite(diff):
+        return diff, se, "n/a"
+    if diff > 2 * se:
+        return diff, se, "better"
+    if diff < -2 * se:
+        return diff, se, "worse"
+    return diff, se, "no clear difference"
+
+
 def _gains(d: list[float], kappa: float, gamma_ds: float, omega: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     a, b = system_matrix(torch.tensor(d, dtype=torch.float64), kappa, gamma_ds)
     h_d, h_s = frequency_response(a, b, omega)
     return h_d.abs(), h_s.abs()
+
+
+def _learned(groups: dict[str, list[Any]]) -> dict[str, tuple[list[float], float, float]]:
+    """Mean learned ``(d, kappa, gamma_ds)`` over seeds of every group that logged ``neuron/*``."""
+    out = {}
+    for name, recs in groups.items():
+        coeffs = [r.metrics for r in recs if "neuron/d0" in r.metrics]
+        if coeffs:
+            out[name] = (
+                [statistics.fmean(m[f"neuron/d{i}"] for m in coeffs) for i in range(4)],
+                statistics.fmean(m["neuron/kappa"] for m in coeffs),
+                statistics.fmean(m["neuron/gamma_ds"] for m in coeffs),
+            )
+    return out
 
 
 def plot_frequency_responses(groups: dict[str, list[Any]], path: Path) -> Path | None:
@@ -42,23 +81,13 @@ def plot_frequency_responses(groups: dict[str, list[Any]], path: Path) -> Path |
     import matplotlib.pyplot as plt
 
     omega = torch.linspace(0, math.pi, 128, dtype=torch.float64)
-    curves = {"init": (list(TSLIF_INIT_DECAY), TSLIF_INIT_KAPPA, TSLIF_INIT_GAMMA_DS)}
-    for name, recs in groups.items():
-        coeffs = [r.metrics for r in recs if "neuron/d0" in r.metrics]
-        if not coeffs:
-            continue
-        d = [statistics.fmean(m[f"neuron/d{i}"] for m in coeffs) for i in range(4)]
-        curves[name] = (
-            d,
-            statistics.fmean(m["neuron/kappa"] for m in coeffs),
-            statistics.fmean(m["neuron/gamma_ds"] for m in coeffs),
-        )
+    curves = {"init (TS-LIF)": (list(TSLIF_INIT_DECAY), TSLIF_INIT_KAPPA, TSLIF_INIT_GAMMA_DS), **_learned(groups)}
     if len(curves) == 1:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
     for name, (d, kappa, gamma_ds) in curves.items():
         h_d, h_s = _gains(d, kappa, gamma_ds, omega)
-        style = "k--" if name == "init" else "-"
+        style = "k--" if name.startswith("init") else "-"
         axes[0].plot(omega.numpy(), h_d.numpy(), style, label=name)
         axes[1].plot(omega.numpy(), h_s.numpy(), style, label=name)
     axes[0].set_title("dendrite |H_d(e^{jw})|")
@@ -73,55 +102,119 @@ def plot_frequency_responses(groups: dict[str, list[Any]], path: Path) -> Path |
     return path
 
 
+def plot_val_curves(groups: dict[str, list[Any]], path: Path, key: str = "val/r2") -> Path | None:
+    """Validation R^2 against the optimisation step, mean over seeds, one line per run group."""
+    series = {}
+    for name, recs in groups.items():
+        by_step: dict[int, list[float]] = {}
+        for r in recs:
+            for step, v in getattr(r, "curves", {}).get(key, []):
+                by_step.setdefault(step, []).append(v)
+        if by_step:
+            steps = sorted(by_step)
+            series[name] = (steps, [statistics.fmean(by_step[s]) for s in steps])
+    if not series:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, (steps, vals) in series.items():
+        ax.plot(steps, vals, "--" if name.startswith("gru") else "-", marker=".", label=name)
+    ax.set_xlabel("optimisation step")
+    ax.set_ylabel(f"{key} (mean over seeds)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _fmt(m: tuple[float, float, int], digits: int = 4) -> str:
+    return "—" if not math.isfinite(m[0]) else f"{m[0]:.{digits}f} ± {m[1]:.{max(digits - 1, 1)}f}"
+
+
 def claim_report(records: list[Any], out_dir: str | Path) -> str:
-    """Markdown: robustness (R^2 at 0/10/30% missing inputs), verdicts vs each baseline, learned-neuron gains."""
+    """Markdown: robustness table, verdicts vs each baseline (seed-aware), horizon trend, curves, learned neurons."""
     out_dir = Path(out_dir)
     groups = _group(records)
+    ratios = _ratios(records)
+    top = ratios[-1] if ratios else None
+    r2 = {n: _mean([r.metrics.get("test/r2", float("nan")) for r in recs]) for n, recs in groups.items()}
+    drop = {
+        n: _mean([r.metrics.get("test/r2", math.nan) - r.metrics.get(f"test/r2_miss{top}", math.nan) for r in recs])
+        for n, recs in groups.items()
+    }
+    head = ["R^2"] + [f"R^2 @{p}%" for p in ratios] + ([f"drop 0 -> {top}%"] if top else []) + ["spectral radius"]
     lines = [
-        "## Robustness to missing inputs (R^2, mean ± std over seeds)",
+        "## Robustness to missing inputs (test R^2, mean ± std over seeds)",
         "",
-        "| run | R^2 | R^2 @10% | R^2 @30% | drop 0 -> 30% | spectral radius |",
-        "|---|---|---|---|---|---|",
+        "Each trained model is tested on the clean test windows and with each input entry zeroed at the given ratio.",
+        "",
+        "| run | " + " | ".join(head) + " |",
+        "|---|" + "---|" * len(head),
     ]
-    stats: dict[str, dict[str, tuple[float, float]]] = {}
     for name, recs in groups.items():
-        row = {
-            k: _mean([r.metrics.get(k, float("nan")) for r in recs])
-            for k in ("test/r2", "test/r2_miss10", "test/r2_miss30", "neuron/spectral_radius")
-        }
-        row["drop"] = _mean(
-            [r.metrics.get("test/r2", float("nan")) - r.metrics.get("test/r2_miss30", float("nan")) for r in recs]
-        )
-        stats[name] = row
-        cells = [f"{row[k][0]:.4f} ± {row[k][1]:.3f}" for k in ("test/r2", "test/r2_miss10", "test/r2_miss30", "drop")]
-        rho = row["neuron/spectral_radius"][0]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {'—' if math.isnan(rho) else f'{rho:.3f}'} |")
-    lines += ["", "## Verdicts (TS-LIF minus baseline, mean R^2 over seeds)", ""]
-    gaps: dict[str, dict[str, float]] = {}
+        cells = [_fmt(r2[name])]
+        cells += [_fmt(_mean([r.metrics.get(f"test/r2_miss{p}", math.nan) for r in recs])) for p in ratios]
+        cells += [_fmt(drop[name])] if top else []
+        rho = _mean([r.metrics.get("neuron/spectral_radius", math.nan) for r in recs])
+        cells.append("—" if not math.isfinite(rho[0]) else f"{rho[0]:.3f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Verdicts (TS-LIF minus baseline; 'better'/'worse' only beyond 2 standard errors over seeds)",
+        "",
+    ]
+    gaps: dict[str, dict[int, float]] = {}
     for name in groups:
-        if not name.startswith("ts_lif_h"):
+        if not (m := re.fullmatch(r"ts_lif_h(\d+)", name)):
             continue
-        suffix = name[len("ts_lif") :]
-        for base in ("lif", "tc_lif", "gru", "ts_lif_no_soma", "ts_lif_no_dspike"):
-            other = f"{base}{suffix}"
-            if other not in stats:
+        horizon = int(m.group(1))
+        for base in BASELINES:
+            other = f"{base}_h{horizon}"
+            if other not in groups:
                 continue
-            diff = stats[name]["test/r2"][0] - stats[other]["test/r2"][0]
-            gaps.setdefault(base, {})[suffix] = diff
-            lines.append(
-                f"- {name} vs {other}: ΔR^2 = {diff:+.4f} ({'TS-LIF better' if diff > 0 else 'TS-LIF NOT better'}); "
-                f"R^2 change from 0% to 30% missing inputs: TS-LIF {-stats[name]['drop'][0]:+.4f}, "
-                f"{other} {-stats[other]['drop'][0]:+.4f}"
-            )
+            diff, se, verdict = compare(r2[name], r2[other])
+            gaps.setdefault(base, {})[horizon] = diff
+            text = f"- {name} vs {other}: ΔR^2 = {diff:+.4f} ± {se:.4f} (TS-LIF {verdict})"
+            if top:
+                # robustness: a smaller drop is better, so compare -drop
+                rd, rse, rv = compare((-drop[name][0], *drop[name][1:]), (-drop[other][0], *drop[other][1:]))
+                text += (
+                    f"; R^2 drop at {top}% missing: TS-LIF {drop[name][0]:+.4f}, {other} {drop[other][0]:+.4f} "
+                    f"(TS-LIF robustness {rv})"
+                )
+            lines.append(text)
     for base, by_h in gaps.items():
         if len(by_h) > 1:
-            items = sorted(by_h.items(), key=lambda kv: int(kv[0].lstrip("_h")))
+            items = sorted(by_h.items())
             rises = items[-1][1] > items[0][1]
-            sign = "positive" if all(g > 0 for _, g in items) else "not positive at every horizon"
-            text = ", ".join(f"{h.lstrip('_')}: {g:+.4f}" for h, g in items)
-            lines.append(
-                f"- ΔR^2 vs {base} by horizon ({text}): {'rises' if rises else 'does NOT rise'} with horizon; {sign}"
-            )
+            text = ", ".join(f"h{h}: {g:+.4f}" for h, g in items)
+            lines.append(f"- ΔR^2 vs {base} by horizon ({text}): {'grows' if rises else 'does NOT grow'} with horizon")
+    curves = plot_val_curves(groups, out_dir / "ts_lif_val_r2.png")
+    if curves is not None:
+        lines += ["", "## Validation R^2 during training", "", f"![validation R^2]({curves.name})"]
+    learned = _learned(groups)
+    if learned:
+        omega = torch.tensor([0.0, math.pi / 8, math.pi], dtype=torch.float64)
+        lines += [
+            "",
+            "## Learned two-compartment neurons (mean over seeds; Eqs. (11)-(13))",
+            "",
+            "| run | d0 | d1 | d2 | d3 | κ | γ_ds | ρ(A) | abs H_d at 0, π/8, π | abs H_s at 0, π/8, π |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        init = {"init (TS-LIF)": (list(TSLIF_INIT_DECAY), TSLIF_INIT_KAPPA, TSLIF_INIT_GAMMA_DS)}
+        for name, (d, kappa, gamma_ds) in {**init, **learned}.items():
+            a, _ = system_matrix(torch.tensor(d, dtype=torch.float64), kappa, gamma_ds)
+            rho = float(torch.linalg.eigvals(a).abs().max())
+            h_d, h_s = _gains(d, kappa, gamma_ds, omega)
+            hd, hs = (", ".join(f"{v:.3f}" for v in h.tolist()) for h in (h_d, h_s))
+            cells = [f"{v:.3f}" for v in (*d, kappa, gamma_ds, rho)]
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {hd} | {hs} |")
     plot = plot_frequency_responses(groups, out_dir / "ts_lif_freq.png")
     if plot is not None:
         lines += [

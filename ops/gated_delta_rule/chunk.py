@@ -50,6 +50,63 @@ def _check_inputs(
             raise ValueError(f"initial_state must be [B, H, K, V] = {want}, got {tuple(initial_state.shape)}")
 
 
+class _ChunkRecurrence(torch.autograd.Function):
+    """The inter-chunk state hand-off with a hand-written backward (fla's ``chunk_fwd_h`` / ``chunk_bwd_dh`` split).
+
+    Inputs are per chunk ``i`` (all chunk-major, ``[N, B, H, ...]``): ``u_i, w_i`` (``[C, V]``, ``[C, K]``; ``w = None`` without
+    the delta rule), ``q_i`` = ``diag(e^b) Q``, ``a_i`` = masked ``(Q K^T) * Gamma``, ``k_i`` = ``diag(e^{b_C - b}) K``,
+    ``d_i = e^{b_C}`` and the initial state ``h_0`` (``[B, H, K, V]``)::
+
+        v_i     = u_i - w_i h_i                 o_i = q_i h_i + a_i v_i
+        h_{i+1} = d_i h_i + k_i^T v_i
+
+    Only the two state products per chunk run sequentially; the outputs (and in backward every gradient except the
+    state's) are one batched matmul over all chunks. Backward walks the chunks in reverse with ``dh_{i+1}``::
+
+        dv_i = a_i^T do_i + k_i dh_{i+1}        dh_i = q_i^T do_i + d_i dh_{i+1} - w_i^T dv_i
+    """
+
+    @staticmethod
+    def forward(ctx, u, w, q_dec, attn, k_dec, decay, h0):
+        n = u.shape[0]
+        hs = u.new_empty(n, *h0.shape)  # state entering each chunk, [N, B, H, K, V]
+        v_new = u.clone() if w is not None else u
+        k_t = k_dec.transpose(-1, -2)
+        h = h0
+        for i in range(n):
+            hs[i] = h
+            if w is not None:
+                v_new[i] -= w[i] @ h
+            h = decay[i, ..., None, None] * h + k_t[i] @ v_new[i]
+        o = q_dec @ hs + attn @ v_new
+        ctx.save_for_backward(w, q_dec, attn, k_dec, decay, hs, v_new)
+        return o, h
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_o, d_h):
+        w, q_dec, attn, k_dec, decay, hs, v_new = ctx.saved_tensors
+        n = hs.shape[0]
+        d_o = torch.zeros_like(v_new) if d_o is None else d_o.contiguous()
+        dh = torch.zeros_like(hs[0]) if d_h is None else d_h
+        dv = attn.transpose(-1, -2) @ d_o  # intra-chunk part of dv_i, then + k_i dh_{i+1}
+        dh_q = q_dec.transpose(-1, -2) @ d_o  # q_i^T do_i
+        dhs = torch.empty_like(hs)  # dh_{i+1} for every chunk
+        w_t = w.transpose(-1, -2) if w is not None else None
+        for i in reversed(range(n)):
+            dhs[i] = dh
+            dv[i] += k_dec[i] @ dh
+            dh = dh_q[i] + decay[i, ..., None, None] * dh
+            if w_t is not None:
+                dh -= w_t[i] @ dv[i]
+        d_w = -(dv @ hs.transpose(-1, -2)) if w is not None else None
+        d_q = d_o @ hs.transpose(-1, -2)
+        d_attn = d_o @ v_new.transpose(-1, -2)
+        d_k = v_new @ dhs.transpose(-1, -2)
+        d_decay = (dhs * hs).sum((-1, -2))
+        return dv, d_w, d_q, d_attn, d_k, d_decay, dh
+
+
 def check_chunk_size(chunk_size: int) -> None:
     """Raise ``ValueError`` unless ``chunk_size`` is a positive power of two."""
     if not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
@@ -98,19 +155,20 @@ def chunk_gated_delta_rule(
     if g is None:
         g = beta.new_zeros(beta.shape)
 
-    def prep(x: torch.Tensor) -> torch.Tensor:  # [B, T, H, ...] -> [B, H, N, C, ...]
-        x = x.to(dt).transpose(1, 2)
+    def prep(x: torch.Tensor) -> torch.Tensor:  # [B, T, H, ...] -> [N, B, H, C, ...], chunk-major and contiguous
+        x = x.to(dt)
         if pad:
-            x = F.pad(x, (0, 0, 0, pad)) if x.dim() == 4 else F.pad(x, (0, pad))
-        return x.reshape(bsz, nh, n, c, *x.shape[3:])
+            x = F.pad(x, (0, 0, 0, 0, 0, pad)) if x.dim() == 4 else F.pad(x, (0, 0, 0, pad))
+        x = x.reshape(bsz, n, c, nh, *x.shape[3:])
+        return (x.permute(1, 0, 3, 2, 4) if x.dim() == 5 else x.permute(1, 0, 3, 2)).contiguous()
 
     qc, kc, vc = prep(q) * scale, prep(k), prep(v)
     bc, gc = prep(beta), prep(g)
 
-    b = gc.cumsum(-1)  # [B, H, N, C]
+    b = gc.cumsum(-1)  # [N, B, H, C]
     lower_incl = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
     diff = (b[..., :, None] - b[..., None, :]).masked_fill(~lower_incl, float("-inf"))
-    gamma = diff.exp()  # [B, H, N, C, C], zero above the diagonal
+    gamma = diff.exp()  # [N, B, H, C, C], zero above the diagonal
     u = bc[..., None] * vc
     if use_delta:
         a = (bc[..., None] * (kc @ kc.transpose(-1, -2)) * gamma).tril(-1)
@@ -121,13 +179,8 @@ def chunk_gated_delta_rule(
     attn = (qc @ kc.transpose(-1, -2)) * gamma
     q_dec = qc * b.exp()[..., None]
     k_dec = kc * (b[..., -1:] - b).exp()[..., None]
-    decay = b[..., -1].exp()[..., None, None]  # [B, H, N, 1, 1]
 
     state = q.new_zeros(bsz, nh, dk, dv, dtype=dt) if initial_state is None else initial_state.to(dt)
-    outs = []
-    for i in range(n):
-        v_new = u[:, :, i] - w[:, :, i] @ state if use_delta else u[:, :, i]
-        outs.append(q_dec[:, :, i] @ state + attn[:, :, i] @ v_new)
-        state = decay[:, :, i] * state + k_dec[:, :, i].transpose(-1, -2) @ v_new
-    o = torch.stack(outs, dim=2).reshape(bsz, nh, n * c, dv)[:, :, :t].transpose(1, 2)
+    o, state = _ChunkRecurrence.apply(u, w if use_delta else None, q_dec, attn, k_dec, b[..., -1].exp(), state)
+    o = o.permute(1, 0, 3, 2, 4).reshape(bsz, n * c, nh, dv)[:, :t]
     return o.to(out_dtype), (state if output_final_state else None)

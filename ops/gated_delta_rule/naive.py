@@ -58,10 +58,14 @@ def naive_recurrent_gated_delta_rule(
     scale = dk**-0.5 if scale is None else scale
     state = q.new_zeros(b, h, dk, dv) if initial_state is None else initial_state.to(q.dtype)
     outs = []
+    # ``unbind`` once (one stack in backward): indexing ``x[:, i]`` per token would make autograd zero-fill and add a
+    # full-size gradient per token, a quadratic-in-T backward that is an artefact, not the cost of the recurrence.
+    qs, ks, vs, bs = (q * scale).unbind(1), k.unbind(1), v.unbind(1), beta.unbind(1)
+    gs = g.exp().unbind(1) if g is not None else None
     for i in range(t):
-        q_i, k_i, v_i, b_i = q[:, i] * scale, k[:, i], v[:, i], beta[:, i]  # [B,H,K], [B,H,K], [B,H,V], [B,H]
-        if g is not None:
-            state = state * g[:, i].exp()[..., None, None]
+        q_i, k_i, v_i, b_i = qs[i], ks[i], vs[i], bs[i]  # [B,H,K], [B,H,K], [B,H,V], [B,H]
+        if gs is not None:
+            state = state * gs[i][..., None, None]
         if use_delta:
             v_i = v_i - torch.einsum("bhkv,bhk->bhv", state, k_i)
         state = state + torch.einsum("bhk,bhv->bhkv", k_i, v_i * b_i[..., None])

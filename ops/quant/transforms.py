@@ -55,14 +55,18 @@ def klt(cov: torch.Tensor) -> torch.Tensor:
 
 
 def cayley_retraction(r: torch.Tensor, grad: torch.Tensor, lr: float) -> torch.Tensor:
-    """One Cayley step on the Stiefel manifold: ``(I + lr/2 A)^{-1} (I - lr/2 A) R``, ``A = G R^T - R G^T``."""
-    a = grad @ r.T - r @ grad.T
-    eye = torch.eye(r.shape[0], dtype=r.dtype, device=r.device)
+    """One Cayley step on the Stiefel manifold: ``(I + lr/2 A)^{-1} (I - lr/2 A) R``, ``A = G R^T - R G^T``.
+
+    ``r, grad [..., n, n]``: a leading batch dimension holds independent rotations (OSTQuant's per-head ``R_ov``).
+    """
+    a = grad @ r.mT - r @ grad.mT
+    eye = torch.eye(r.shape[-1], dtype=r.dtype, device=r.device)
     return torch.linalg.solve(eye + 0.5 * lr * a, (eye - 0.5 * lr * a) @ r)
 
 
 class CayleySGD(torch.optim.Optimizer):
-    """SGD with momentum on the Stiefel manifold via the Cayley retraction (square orthogonal parameters).
+    """SGD with momentum on the Stiefel manifold via the Cayley retraction (square orthogonal parameters, or batches
+    ``[..., n, n]`` of them such as per-head rotations).
 
     The momentum buffer holds Euclidean gradients; each step retracts along the skew part, so every parameter stays
     orthogonal to rounding error (re-orthonormalised by QR every ``reortho_every`` steps against drift).
@@ -93,6 +97,6 @@ class CayleySGD(torch.optim.Optimizer):
                 new = cayley_retraction(p, buf, group["lr"])
                 if self.reortho_every and self._steps % self.reortho_every == 0:
                     q, r = torch.linalg.qr(new)
-                    new = q * torch.sign(torch.diag(r))[None]
+                    new = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)
                 p.copy_(new)
         return loss

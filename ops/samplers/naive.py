@@ -93,3 +93,65 @@ def naive_rx_euler(
             x = fine
         i = j
     return x, nfe
+
+
+def naive_rx_second_order(
+    denoiser: Callable[[Tensor, Tensor], Tensor], x: Tensor, sigmas: list[float], solver: str, a_exponent: int = 3
+) -> tuple[Tensor, int]:
+    """RX on Heun / DPM-Solver-2 written generically: on every k = 2 interval (not ending at 0) the missing coarse stage
+    is fitted by solving, for (e1, e2, g), the stage model f(stage) = f_a + e1 d + e2 d^2 - g l^2 (d = sigma - sigma_a,
+    l = length of the Euler predictor leading to the stage) on the three other fine calls, then evaluated at the
+    coarse stage; the coefficients are the first row of inv([[1, 1], [1, a]]) with a = sum (h_m / H)^3 (official
+    ``get_coeff`` with exponent p + 1). Remainder and a last step into 0 are plain base steps."""
+
+    def f(y: Tensor, s: float) -> Tensor:
+        return (y - denoiser(y, y.new_full((y.shape[0],), s))) / s
+
+    nfe, i, n = 0, 0, len(sigmas) - 1
+    while i < n:
+        if i + 2 <= n and sigmas[i + 2] > 0:
+            sa, s1, sb = sigmas[i], sigmas[i + 1], sigmas[i + 2]
+            fa = f(x, sa)
+            if solver == "heun":
+                g1 = f(x + (s1 - sa) * fa, s1)
+                x1 = x + (s1 - sa) / 2 * (fa + g1)
+                f1 = f(x1, s1)
+                g2 = f(x1 + (sb - s1) * f1, sb)
+                fine = x1 + (sb - s1) / 2 * (f1 + g2)
+                # (delta, euler length) of the stages g1, f1, g2 and of the coarse target
+                geo = [(s1 - sa, s1 - sa), (s1 - sa, 0.0), (sb - sa, sb - s1)]
+                tgt = (sb - sa, sb - sa)
+            else:
+                m1, m2, mc = math.sqrt(sa * s1), math.sqrt(s1 * sb), math.sqrt(sa * sb)
+                g1 = f(x + (m1 - sa) * fa, m1)
+                x1 = x + (s1 - sa) * g1
+                f1 = f(x1, s1)
+                g2 = f(x1 + (m2 - s1) * f1, m2)
+                fine = x1 + (sb - s1) * g2
+                geo = [(m1 - sa, m1 - sa), (s1 - sa, 0.0), (m2 - sa, m2 - s1)]
+                tgt = (mc - sa, mc - sa)
+            nfe += 4
+            m = torch.tensor([[d, d * d, -(ll * ll)] for d, ll in geo], dtype=torch.float64)
+            rhs = torch.stack([(v - fa).flatten() for v in (g1, f1, g2)]).double()
+            e1, e2, g = torch.linalg.solve(m, rhs)
+            stage = fa + (e1 * tgt[0] + e2 * tgt[0] ** 2 - g * tgt[1] ** 2).reshape(fa.shape).to(fa.dtype)
+            coarse = x + (sb - sa) / 2 * (fa + stage) if solver == "heun" else x + (sb - sa) * stage
+            a = ((sa - s1) / (sa - sb)) ** a_exponent + ((s1 - sb) / (sa - sb)) ** a_exponent
+            c = torch.linalg.inv(torch.tensor([[1.0, 1.0], [1.0, a]], dtype=torch.float64))[0]
+            x = float(c[0]) * coarse + float(c[1]) * fine
+            i += 2
+            continue
+        sa, sb = sigmas[i], sigmas[i + 1]
+        fa = f(x, sa)
+        nfe += 1
+        if sb == 0:
+            x = x + (sb - sa) * fa
+        elif solver == "heun":
+            x = x + (sb - sa) / 2 * (fa + f(x + (sb - sa) * fa, sb))
+            nfe += 1
+        else:
+            mid = math.sqrt(sa * sb)
+            x = x + (sb - sa) * f(x + (mid - sa) * fa, mid)
+            nfe += 1
+        i += 1
+    return x, nfe

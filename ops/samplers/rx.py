@@ -14,13 +14,25 @@ and eliminating C gives the extrapolation (the paper's linear system A c = e_1 w
 On a uniform sub-grid a = k^(-p) (k = 2, p = 1: the naive (2, -1)). The same two solutions give the explicit error
 estimate of the fine solution, err = C a H^(p+1) = a (x_fine - x_coarse) / (a - 1), returned per interval.
 
+Second-order single-step solvers (Heun, DPM-Solver-2; p = 2, k = 2) [our derivation; the official code has neither].
+Their coarse step sigma_a -> sigma_b needs one denoiser call at a stage the fine steps never visit (Heun: at the
+Euler predictor x_a + H f_a at sigma_b; DPM-Solver-2: at the DDIM predictor at sqrt(sigma_a sigma_b)). With
+f = (x - D)/sigma, phi(sigma) = f(x*(sigma), sigma) on the exact path and, at an Euler-type stage z = x_a + l f_a off
+it, f(z, sigma) = phi(sigma) - (1/2) J x'' l^2 + O(H^3). The four fine calls determine (x'', x''', J x'') well enough
+to rebuild the missing stage to O(H^3) without a call (:func:`heun_interval`, :func:`dpm2_coarse_weights`), so the
+coarse solution equals the true base-solver step up to O(H^4), below its O(H^3) local error: the grid-adapted
+extrapolation with exponent p + 1 = 3 then lifts the order from 2 to 3 at the same NFE, and the error estimate
+a (x_fine - x_coarse)/(a - 1) holds as for Euler.
+
 Grid remainder (official ``skip_last``): if N mod k != 0 the last N mod k steps are plain base steps; with
 ``skip_last=False`` the last interval absorbs them. DPM-Solver++(2M) intervals need a previous coarse node, so the
 first interval is plain (as the official RX-DDIM's first round), and a final step into sigma = 0 (where 2M is first
-order) is plain too.
+order) is plain too, as is a Heun / DPM-Solver-2 step into sigma = 0 (Euler there).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -31,12 +43,15 @@ from ops.samplers.solvers import (
     Denoiser,
     SampleOutput,
     call_denoiser,
+    dpm2_step,
     dpmpp_2m_step,
     euler_step,
+    heun_step,
 )
 from suite.errors import ConfigError
 
-RX_SOLVERS = ("euler", "dpmpp_2m")
+RX_SOLVERS = ("euler", "heun", "dpm2", "dpmpp_2m")
+SINGLESTEP_2ND = ("heun", "dpm2")
 COEFFICIENTS = ("adapted", "naive")
 
 
@@ -82,6 +97,75 @@ def rx_plan(n_steps: int, k: int, skip_last: bool, first_plain: bool, last_plain
     return chunks
 
 
+def _f(denoiser: Denoiser, x: Tensor, s: float) -> Tensor:
+    """PF-ODE derivative dx/dsigma = (x - D(x, sigma)) / sigma (Karras et al. 2022, Eq. (4))."""
+    return (x - call_denoiser(denoiser, x, s)) / s
+
+
+def heun_interval(denoiser: Denoiser, x: Tensor, sa: float, s1: float, sb: float) -> tuple[Tensor, Tensor]:
+    """Two EDM Heun steps sa -> s1 -> sb (fine) and one coarse Heun step sa -> sb, 4 NFE in all (sb > 0).
+
+    Coarse: x_a + H/2 (f_a + f(x_a + H f_a, sb)). Its stage f(x_a + H f_a, sb) is not computed: with the fine
+    predictor x~_b = x_1 + h_2 f_1 the two stage points differ by v = -(1/2) x'' (H^2 - h_2^2) + O(H^3), and the
+    fine step at s1 evaluates f at x~_1 = x_a + h_1 f_a and at x_1, with x_1 - x~_1 = (1/2) x'' h_1^2 + O(H^3), so
+    J v = c (f_1 - f(x~_1)) + O(H^3) with c = -(H^2 - h_2^2) / h_1^2 = -(h_1 + 2 h_2) / h_1 (signed steps h).
+
+    Returns:
+        (x_fine, x_coarse) at sb.
+    """
+    h1, h2 = s1 - sa, sb - s1
+    fa = _f(denoiser, x, sa)
+    g1 = _f(denoiser, x + h1 * fa, s1)
+    x1 = x + 0.5 * h1 * (fa + g1)
+    f1 = _f(denoiser, x1, s1)
+    g2 = _f(denoiser, x1 + h2 * f1, sb)
+    x_fine = x1 + 0.5 * h2 * (f1 + g2)
+    c = -(h1 + 2.0 * h2) / h1
+    x_coarse = x + 0.5 * (h1 + h2) * (fa + g2 + c * (f1 - g1))
+    return x_fine, x_coarse
+
+
+def dpm2_coarse_weights(sa: float, s1: float, sb: float) -> tuple[float, float, float]:
+    """Weights (w_q1, w_f1, w_q2): f(u_c, m_c) = f_a + sum w (stage - f_a) + O(H^3) for DPM-Solver-2's coarse stage.
+
+    Model (delta = sigma - sa): phi = f_a + e1 delta + e2 delta^2 on the exact path, and an Euler-type stage of length
+    l from the path is lower by g l^2 (g = J x'' / 2). The fine calls give q1 (at m1 = sqrt(sa s1), l = m1 - sa),
+    f_1 (on the path at s1) and q2 (at m2 = sqrt(s1 sb), l = m2 - s1); the target is m_c = sqrt(sa sb), l = m_c - sa.
+    """
+    m1, m2, mc = math.sqrt(sa * s1), math.sqrt(s1 * sb), math.sqrt(sa * sb)
+    d1, e1, e2, ep, ec = s1 - sa, m1 - sa, m2 - sa, m2 - s1, mc - sa
+    rows = torch.tensor([[e1, e1**2, -(e1**2)], [d1, d1**2, 0.0], [e2, e2**2, -(ep**2)]], dtype=torch.float64)
+    target = torch.tensor([ec, ec**2, -(ec**2)], dtype=torch.float64)
+    w = torch.linalg.solve(rows.T, target)
+    return float(w[0]), float(w[1]), float(w[2])
+
+
+def dpm2_interval(denoiser: Denoiser, x: Tensor, sa: float, s1: float, sb: float) -> tuple[Tensor, Tensor]:
+    """Two DPM-Solver-2 steps sa -> s1 -> sb (fine) and one coarse step sa -> sb, 4 NFE in all (sb > 0).
+
+    The coarse stage f(x_a + (m_c - sa) f_a, m_c), m_c = sqrt(sa sb), is reconstructed from the fine calls with
+    :func:`dpm2_coarse_weights`. Returns (x_fine, x_coarse) at sb.
+    """
+    m1, m2 = math.sqrt(sa * s1), math.sqrt(s1 * sb)
+    fa = _f(denoiser, x, sa)
+    q1 = _f(denoiser, x + (m1 - sa) * fa, m1)
+    x1 = x + (s1 - sa) * q1
+    f1 = _f(denoiser, x1, s1)
+    q2 = _f(denoiser, x1 + (m2 - s1) * f1, m2)
+    x_fine = x1 + (sb - s1) * q2
+    w1, w2, w3 = dpm2_coarse_weights(sa, s1, sb)
+    qc = fa + w1 * (q1 - fa) + w2 * (f1 - fa) + w3 * (q2 - fa)
+    return x_fine, x + (sb - sa) * qc
+
+
+def _extrapolate(x_fine: Tensor, x_coarse: Tensor, fine_grid: Tensor, order: int, coefficients: str):
+    """(extrapolated x, per-sample norm of the fine solution's error estimate a (x_fine - x_coarse) / (a - 1))."""
+    c_coarse, c_fine = rx_coeffs(fine_grid, order, coefficients)
+    a = c_coarse / (c_coarse - 1.0)  # recover a from c_coarse = a / (a - 1)
+    err = a * (x_fine - x_coarse) / (a - 1.0)
+    return c_fine * x_fine + c_coarse * x_coarse, err.flatten(1).norm(dim=1)
+
+
 def rx_sample(
     denoiser: Denoiser,
     x: Tensor,
@@ -91,26 +175,29 @@ def rx_sample(
     coefficients: str = "adapted",
     skip_last: bool = True,
 ) -> SampleOutput:
-    """RX-DPM sampling with base ``solver`` (``euler``/DDIM or ``dpmpp_2m``) at the base solver's NFE.
+    """RX-DPM sampling with base ``solver`` at the base solver's NFE.
 
     Args:
         denoiser: D(x [B, ...], sigma [B]) -> [B, ...].
         x: Start state [B, ...] at sigmas[0].
         sigmas: Decreasing grid [N+1] (any spacing; EDM, VP gamma grid, ...).
-        solver: Base solver.
+        solver: Base solver: ``euler`` (= DDIM), ``heun``, ``dpm2`` (k = 2 only) or ``dpmpp_2m``.
         k: Fine steps per coarse interval (k = 1 is the plain base solver).
-        coefficients: ``adapted`` (paper) or ``naive`` (uniform (2, -1) for k = 2, Euler).
+        coefficients: ``adapted`` (paper) or ``naive`` (uniform-grid a = k^-p: (2, -1) for Euler, (4/3, -1/3) for
+            p = 2).
         skip_last: Leave a remainder of N mod k steps un-extrapolated (else the last interval absorbs it).
 
     Returns:
         :class:`SampleOutput` with ``error_estimates`` [n_intervals, B] (norm of a (x_fine - x_coarse)/(a - 1)).
     """
     if solver not in RX_SOLVERS:
-        raise ConfigError(f"rx solver={solver!r} must be one of {list(RX_SOLVERS)} (no extra-NFE-free coarse step)")
+        raise ConfigError(f"rx solver={solver!r} must be one of {list(RX_SOLVERS)}")
     if coefficients not in COEFFICIENTS:
         raise ConfigError(f"coefficients={coefficients!r} must be one of {list(COEFFICIENTS)}")
     if k < 1:
         raise ConfigError(f"rx k={k} must be >= 1")
+    if solver in SINGLESTEP_2ND and k > 2:
+        raise ConfigError(f"rx with solver={solver!r} supports k in (1, 2), got k={k}")
     multistep = solver == "dpmpp_2m"
     sig_t = check_grid(sigmas, min_steps=k * (2 if multistep else 1), name="sigmas")
     sig = sig_t.tolist()
@@ -119,7 +206,11 @@ def rx_sample(
     if k == 1:
         plan = [(0, n, False)]
     else:
-        plan = rx_plan(n, k, skip_last, first_plain=multistep, last_plain=multistep and sig[-1] == 0.0)
+        # Steps into sigma = 0 are first order for 2M / Heun / DPM-Solver-2 (Euler there): keep them plain.
+        last_plain = solver != "euler" and sig[-1] == 0.0
+        plan = rx_plan(n, k, skip_last or solver in SINGLESTEP_2ND, multistep, last_plain)
+    if solver in SINGLESTEP_2ND:
+        return _rx_singlestep(denoiser, x, sig_t, plan, solver, coefficients)
     nfe = 0
     estimates: list[Tensor] = []
     d_prev = s_prev = None  # fine-trajectory history (2M)
@@ -141,11 +232,29 @@ def rx_sample(
             d_prev, s_prev = d, sig[j]
         if extrapolate:
             x_coarse = step(x_a, d_a, sig[a], sig[b], c_prev, cs_prev)
-            c_coarse, c_fine = rx_coeffs(sig_t[a : b + 1], order, coefficients)
-            a_w = c_coarse / (c_coarse - 1.0)  # recover a from c_coarse = a / (a - 1)
-            err = a_w * (x - x_coarse) / (a_w - 1.0)
-            estimates.append(err.flatten(1).norm(dim=1))
-            x = c_fine * x + c_coarse * x_coarse
+            x, est = _extrapolate(x, x_coarse, sig_t[a : b + 1], order, coefficients)
+            estimates.append(est)
         c_prev, cs_prev = d_a, sig[a]
     est = torch.stack(estimates) if estimates else None
     return SampleOutput(x, nfe, est)
+
+
+def _rx_singlestep(
+    denoiser: Denoiser, x: Tensor, sig_t: Tensor, plan: list[tuple[int, int, bool]], solver: str, coefficients: str
+) -> SampleOutput:
+    """RX on Heun / DPM-Solver-2 (k = 2 intervals from :func:`heun_interval` / :func:`dpm2_interval`)."""
+    sig = sig_t.tolist()
+    base_step = heun_step if solver == "heun" else dpm2_step
+    interval = heun_interval if solver == "heun" else dpm2_interval
+    nfe, estimates = 0, []
+    for a, b, extrapolate in plan:
+        if extrapolate:
+            x_fine, x_coarse = interval(denoiser, x, sig[a], sig[a + 1], sig[b])
+            nfe += 4
+            x, est = _extrapolate(x_fine, x_coarse, sig_t[a : b + 1], SOLVER_ORDER[solver], coefficients)
+            estimates.append(est)
+            continue
+        for j in range(a, b):
+            x, used = base_step(denoiser, x, sig[j], sig[j + 1])
+            nfe += used
+    return SampleOutput(x, nfe, torch.stack(estimates) if estimates else None)

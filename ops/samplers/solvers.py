@@ -77,42 +77,58 @@ def euler_sampler(denoiser: Denoiser, x: Tensor, sigmas: Tensor) -> SampleOutput
     return SampleOutput(x, len(sig) - 1)
 
 
+def heun_step(denoiser: Denoiser, x: Tensor, s: float, t: float, d_s: Tensor | None = None) -> tuple[Tensor, int]:
+    """One EDM Heun step s -> t (Karras et al. 2022, Alg. 1, lines 4-8); Euler when t = 0.
+
+    ``d_s`` reuses an already computed D(x, s). Returns (x_t, NFE spent here).
+    """
+    nfe = 0
+    if d_s is None:
+        d_s, nfe = call_denoiser(denoiser, x, s), 1
+    d1 = (x - d_s) / s
+    x_e = x + (t - s) * d1
+    if t == 0.0:
+        return x_e, nfe
+    d2 = (x_e - call_denoiser(denoiser, x_e, t)) / t
+    return x + (t - s) * 0.5 * (d1 + d2), nfe + 1
+
+
+def dpm2_step(denoiser: Denoiser, x: Tensor, s: float, t: float, d_s: Tensor | None = None) -> tuple[Tensor, int]:
+    """One DPM-Solver-2 step s -> t (Lu et al. 2022, Alg. 1, r1 = 1/2) in the scaled variables; DDIM when t = 0.
+
+    eps = (x - D)/sigma; s1 = sqrt(s t) (lambda midpoint); u = x + (s1 - s) eps_s; x_t = x + (t - s) eps(u, s1).
+    ``d_s`` reuses an already computed D(x, s). Returns (x_t, NFE spent here).
+    """
+    nfe = 0
+    if d_s is None:
+        d_s, nfe = call_denoiser(denoiser, x, s), 1
+    if t == 0.0:
+        return euler_step(x, d_s, s, t), nfe
+    s1 = math.sqrt(s * t)
+    u = x + (s1 - s) * (x - d_s) / s
+    eps1 = (u - call_denoiser(denoiser, u, s1)) / s1
+    return x + (t - s) * eps1, nfe + 1
+
+
 def heun_sampler(denoiser: Denoiser, x: Tensor, sigmas: Tensor) -> SampleOutput:
     """EDM Heun (Karras et al. 2022, Alg. 1 with S_churn = 0); NFE = 2N, or 2N - 1 if the grid ends at 0."""
     sig = check_grid(sigmas).tolist()
     nfe = 0
     for s, t in zip(sig[:-1], sig[1:]):
-        d1 = (x - call_denoiser(denoiser, x, s)) / s
-        x_e = x + (t - s) * d1
-        nfe += 1
-        if t == 0.0:
-            x = x_e
-            continue
-        d2 = (x_e - call_denoiser(denoiser, x_e, t)) / t
-        nfe += 1
-        x = x + (t - s) * 0.5 * (d1 + d2)
+        x, n = heun_step(denoiser, x, s, t)
+        nfe += n
     return SampleOutput(x, nfe)
 
 
 def dpm2_sampler(denoiser: Denoiser, x: Tensor, sigmas: Tensor) -> SampleOutput:
-    """Singlestep DPM-Solver-2 (Lu et al. 2022, Alg. 1 / Eq. (3.8), r1 = 1/2) in the scaled variables.
-
-    eps = (x - D)/sigma; s1 = sqrt(s t) (lambda midpoint); u = x + (s1 - s) eps_s; x_t = x + (t - s) eps(u, s1).
-    A step to sigma = 0 (lambda = inf) is a DDIM step. NFE = 2N (2N - 1 if the grid ends at 0).
+    """Singlestep DPM-Solver-2 (Lu et al. 2022, Alg. 1 / Eq. (3.8), r1 = 1/2) in the scaled variables (see
+    :func:`dpm2_step`). A step to sigma = 0 (lambda = inf) is a DDIM step. NFE = 2N (2N - 1 if the grid ends at 0).
     """
     sig = check_grid(sigmas).tolist()
     nfe = 0
     for s, t in zip(sig[:-1], sig[1:]):
-        d = call_denoiser(denoiser, x, s)
-        nfe += 1
-        if t == 0.0:
-            x = euler_step(x, d, s, t)
-            continue
-        s1 = math.sqrt(s * t)
-        u = x + (s1 - s) * (x - d) / s
-        eps1 = (u - call_denoiser(denoiser, u, s1)) / s1
-        nfe += 1
-        x = x + (t - s) * eps1
+        x, n = dpm2_step(denoiser, x, s, t)
+        nfe += n
     return SampleOutput(x, nfe)
 
 

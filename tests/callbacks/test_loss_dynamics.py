@@ -118,3 +118,61 @@ def test_errors():
         LossDynamics(metric="acc")
     with pytest.raises(ConfigError, match="capacity=0"):
         LossDynamics(capacity=0)
+
+
+class OddDynamicsData(ToyData):
+    """38 training rows (global batch 8 splits evenly over 2 ranks), losses recorded on the first 37: under 2-process
+    DDP the dynamics loader pads 37 to 38, so one example is scored on both ranks and scattered twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(1)
+        self.x = torch.randn(38, 5, generator=g)
+        self.y = (self.x[:, 0] > 0).long() + (self.x[:, 1] > 0).long()
+
+    def load_embedded(self):
+        out = super().load_embedded()
+        return {**out, "dynamics": Indexed(self.x[:37], self.y[:37])}
+
+    def dynamics_dataloader(self):
+        return self.loader("dynamics", shuffle=False)
+
+
+class SaveTrajectories(pl.Callback):
+    """Each rank writes the matrix its own LossDynamics holds (forked DDP children do not return callbacks)."""
+
+    def __init__(self, out_dir) -> None:
+        self.out_dir = out_dir
+
+    def on_train_end(self, trainer, pl_module):
+        rec = next(cb for cb in trainer.callbacks if isinstance(cb, LossDynamics))
+        torch.save({"traj": rec.trajectories, "epochs": rec.epochs}, self.out_dir / f"rank{trainer.global_rank}.pt")
+
+
+def test_ddp_two_processes_record_the_single_process_matrix(tmp_path):
+    # 2-process gloo DDP on CPU: each rank scores its shard of the dynamics set, the (index, value) pairs are
+    # all-gathered and scattered by example index. Same global batch (8 = 2 x 4, the suite's loaders deal the same
+    # 8 examples to the ranks) and the same initial weights, so training matches and so must the recorded matrix.
+    def run(strategy: str, devices: int, out) -> None:
+        out.mkdir()
+        torch.manual_seed(0)
+        model = Toy()
+        trainer = pl.Trainer(
+            max_epochs=3, accelerator="cpu", devices=devices, strategy=strategy, use_distributed_sampler=False,
+            callbacks=[LossDynamics(capacity=5), SaveTrajectories(out)], logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+        )  # fmt: skip
+        trainer.fit(model, datamodule=OddDynamicsData())
+
+    run("auto", 1, tmp_path / "single")
+    run("ddp_fork", 2, tmp_path / "ddp")  # fork: no re-import in the children, keeps it fast
+    single = torch.load(tmp_path / "single" / "rank0.pt")
+    ranks = [torch.load(tmp_path / "ddp" / f"rank{r}.pt") for r in (0, 1)]
+    assert single["traj"].shape == (37, 3) and single["epochs"] == [0, 1, 2]
+    assert not torch.allclose(single["traj"][:, 0], single["traj"][:, 2]), "it trained"
+    for r, got in enumerate(ranks):
+        assert got["epochs"] == [0, 1, 2], r
+        assert bool(torch.isfinite(got["traj"]).all()), f"rank {r} has unfilled rows"
+        # float32 all-reduce sums in another order: equal to rounding, not bitwise.
+        torch.testing.assert_close(got["traj"], single["traj"], rtol=1e-5, atol=1e-6)
+    assert torch.equal(ranks[0]["traj"], ranks[1]["traj"]), "every rank holds the same full matrix"

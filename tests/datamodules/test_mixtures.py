@@ -77,3 +77,21 @@ def test_real_loader_errors_name_file_and_row(tmp_path):
     path.write_text("{not json")
     with pytest.raises(DataFormatError, match="not valid JSON"):
         read_mixture_json(path)
+
+
+def test_sgm_lipschitz_laws_segment_and_logconcave():
+    """segment2d: uniform on [-1, 1] x {0}; logconcave1d: rejection draws match the density's moments (quadrature)."""
+    dm = GaussianMixtureDataModule(preset="segment2d", n_train=4000, n_val=10, n_test=20, seed=1)
+    dm.setup()
+    x = dm.datasets["train"].tensors[0]
+    assert dm.mixture is None and x.shape == (4000, 2) and float(x[:, 1].abs().max()) == 0.0
+    assert float(x[:, 0].abs().max()) <= 1.0 and abs(float(x[:, 0].var()) - 1 / 3) < 0.03
+    dm = GaussianMixtureDataModule(preset="logconcave1d", n_train=20000, n_val=10, n_test=20, seed=1)
+    dm.setup()
+    y = dm.datasets["train"].tensors[0].double()
+    grid = torch.linspace(-12, 12, 24001, dtype=torch.float64)
+    p = torch.exp(-0.25 * grid**2 - torch.log(torch.cosh(grid)))
+    var = float((grid**2 * p).sum() / p.sum())
+    assert y.shape == (20000, 1) and abs(float(y.var()) - var) < 0.05 * var and abs(float(y.mean())) < 0.05
+    with pytest.raises(ConfigError, match="needs data.source=embedded"):
+        GaussianMixtureDataModule(preset="segment2d", source="real")

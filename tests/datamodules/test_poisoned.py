@@ -61,14 +61,16 @@ def test_blends_match_formula_and_range():
         P.checkerboard_pattern(1, 28, 28),
         P.sinusoid_pattern(1, 28, 28),
     ):
-        assert pattern.shape == (1, 28, 28) and float(pattern.min()) >= 0.0 and float(pattern.max()) <= 1.0
+        assert pattern.shape == (1, 28, 28) and float(pattern.min()) >= 0.0 and float(pattern.max()) <= 2.0
         y = P.blend(x, pattern, 0.075)
-        torch.testing.assert_close(y, 0.925 * x + 0.075 * pattern.double(), rtol=0, atol=1e-12)
+        torch.testing.assert_close(y, (0.925 * x + 0.075 * pattern.double()).clamp(0, 1), rtol=0, atol=1e-12)
+        assert float(y.min()) >= 0.0 and float(y.max()) <= 1.0
     board = P.checkerboard_pattern(1, 4, 4)[0]
     assert board.tolist() == [[1, 0, 1, 0], [0, 0, 0, 0], [1, 0, 1, 0], [0, 0, 0, 0]]
     sin = P.sinusoid_pattern(1, 5, 24)[0]
     assert torch.equal(sin[0], sin[4]), "the sinusoid is constant down each column"
-    np.testing.assert_allclose(sin[0].numpy(), (1 - np.cos(2 * np.pi * np.arange(24) * 6 / 24)) / 2, atol=1e-6)
+    np.testing.assert_allclose(sin[0].numpy(), (1 - np.cos(2 * np.pi * np.arange(24) * 6 / 24)), atol=1e-6)
+    assert float(sin.max()) == pytest.approx(2.0), "official range [0, 2], not halved"
     # Clamped: a saturated image stays in range.
     assert float(P.blend(torch.ones(1, 4, 4), torch.ones(1, 4, 4), 0.5).max()) == 1.0
 
@@ -154,6 +156,33 @@ def test_poisoning_bookkeeping():
     for a, ds in zip(dm.attack_names, dm.datasets["tests"][1:]):
         assert bool((ds.labels == dm.targets[a]).all())
         assert len(ds) == int((dm.datasets["tests"][0].labels != dm.targets[a]).sum())
+
+
+def test_narcissus_is_additive_clean_label_from_a_noise_file(tmp_path):
+    noise = 0.06 * torch.randn(1, 1, 8, 8, generator=torch.Generator().manual_seed(0))  # official [1, C, H, W]
+    np.save(tmp_path / "noise.npy", noise.numpy())
+    x = img(1, 8, 8)
+    torch.testing.assert_close(P.additive(x, noise[0]), (x + noise[0].double()).clamp(0, 1), rtol=0, atol=1e-7)
+    assert float(P.additive(torch.ones(1, 8, 8), torch.ones(1, 8, 8)).max()) == 1.0
+    dm = digits_dm(
+        attacks=["patch", "narcissus"], poison_ratios={"patch": 0.05, "narcissus": 0.2},
+        narcissus_noise=str(tmp_path / "noise.npy"), num_backdoor_probes=0,
+    )  # fmt: skip
+    k = dm.attack_names.index("narcissus")
+    rows = torch.nonzero(dm.poison_attack == k).squeeze(1)
+    t = dm.targets["narcissus"]
+    assert len(rows) > 0 and bool((dm.train_full.labels[rows] == t).all()), "clean label: poisons keep their label"
+    n_target = int((dm.train_full.labels[: dm.num_original] == t).sum())
+    assert len(rows) == int(round(0.2 * n_target))
+    ds = dm.datasets["tests"][1 + k]
+    assert bool((ds.labels == t).all()) and float(ds.images.min()) >= 0.0 and float(ds.images.max()) <= 1.0
+    with pytest.raises(ConfigError, match="set data.narcissus_noise"):
+        digits_dm(attacks=["narcissus"], poison_ratios=None)
+    with pytest.raises(MissingDataError, match="no such file"):
+        digits_dm(attacks=["narcissus"], poison_ratios=None, narcissus_noise=str(tmp_path / "missing.npy"))
+    np.save(tmp_path / "wrong.npy", np.zeros((3, 8, 8), dtype=np.float32))
+    with pytest.raises(DataFormatError, match=r"shape \[3, 8, 8\] != image shape \[1, 8, 8\]"):
+        digits_dm(attacks=["narcissus"], poison_ratios=None, narcissus_noise=str(tmp_path / "wrong.npy"))
 
 
 def test_train_keep_and_dynamics_loader_keep_full_indices():

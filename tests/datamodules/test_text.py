@@ -29,6 +29,21 @@ def test_embedded_windows_and_lengths():
     assert [ld.batch_size for ld in loaders] == [4, 2]  # constant tokens per test batch
 
 
+def test_bos_token_windows_and_errors():
+    dm = TextDataModule(seq_len=16, max_bytes=20_000, batch_size=4, vocab_size=257, bos_token=256)
+    dm.setup()
+    plain = TextDataModule(seq_len=16, max_bytes=20_000, batch_size=4)
+    plain.setup()
+    item, ref = dm.datasets["train"][1], plain.datasets["train"][1]
+    assert item["input_ids"][0] == 256 and (item["input_ids"][1:] < 256).all()
+    assert torch.equal(item["input_ids"][1:], item["labels"][:-1]) and item["labels"].shape == (16,)
+    assert torch.equal(item["labels"], ref["input_ids"])  # the same 16-token slices, shifted behind the BOS
+    with pytest.raises(ConfigError, match="bos_token"):
+        TextDataModule(seq_len=16, bos_token=256)  # vocab_size 256 has no room for it
+    with pytest.raises(ConfigError, match="byte value"):
+        TextDataModule(seq_len=16, bos_token=10)
+
+
 def _write_shards(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -7,7 +7,14 @@ import torch
 from torch_geometric.data import Batch, Data
 from torch_geometric.utils import scatter, to_undirected
 
-from layers.graph.grass import GRASSLayer, GrassNet, NoAffineBatchNorm, PoolingHead, grass_layer_dense_reference
+from layers.graph.grass import (
+    GRASSLayer,
+    GrassNet,
+    NoAffineBatchNorm,
+    PoolingHead,
+    edge_removal,
+    grass_layer_dense_reference,
+)
 from layers.graph.grass_baselines import GINENet, GPSNet, count_parameters
 from suite.errors import ConfigError
 
@@ -97,6 +104,43 @@ def test_no_affine_batch_norm_uses_bessel_and_has_no_parameters():
     assert list(bn.parameters()) == []
     torch.testing.assert_close(y.var(0, unbiased=True), torch.ones(3, dtype=torch.float64), rtol=0, atol=1e-6)
     torch.testing.assert_close(bn.running_var, 0.9 + 0.1 * x.var(0, unbiased=True), rtol=0, atol=1e-12)
+
+
+def test_no_affine_batch_norm_fast_path_matches_naive_var_in_float64():
+    """The centred-sum variance (fast path) vs ``(x - mean) / sqrt(var(unbiased) + eps)``: outputs, gradients, stats."""
+    torch.manual_seed(0)
+    bn = NoAffineBatchNorm(4, eps=1e-3).double()
+    x = (3 * torch.randn(2, 9, 4, dtype=torch.float64) + 5).requires_grad_(True)
+    c = torch.randn(2, 9, 4, dtype=torch.float64)
+    y = bn(x)
+    flat = x.reshape(-1, 4)
+    naive = ((flat - flat.mean(0)) / torch.sqrt(flat.var(0, unbiased=True) + 1e-3)).view_as(x)
+    torch.testing.assert_close(y, naive, rtol=1e-12, atol=1e-12)
+    (gy,) = torch.autograd.grad((y * c).sum(), x)
+    (gn,) = torch.autograd.grad((naive * c).sum(), x)
+    torch.testing.assert_close(gy, gn, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(bn.running_mean, 0.1 * flat.mean(0).detach(), rtol=0, atol=1e-12)
+    torch.testing.assert_close(bn.running_var, 0.9 + 0.1 * flat.var(0, unbiased=True).detach(), rtol=0, atol=1e-12)
+
+
+def test_edge_removal_fast_path_has_the_distribution_of_dropout():
+    """Naive twin: ``F.dropout``. Keep rate 1 - p per element, kept values scaled by 1 / (1 - p), mean preserved."""
+    w = torch.rand(400, 250, dtype=torch.float64) + 0.5
+    g = torch.Generator().manual_seed(3)
+    for p in (0.1, 0.5):
+        out = edge_removal(w, p, g)
+        kept = out != 0
+        n = w.numel()
+        assert abs(float(kept.double().mean()) - (1 - p)) < 4 * (p * (1 - p) / n) ** 0.5
+        torch.testing.assert_close(out[kept], w[kept] / (1 - p), rtol=1e-12, atol=0)
+        naive = torch.nn.functional.dropout(w, p, training=True)
+        assert abs(float(out.mean() - naive.mean())) < 0.01
+        # every channel and every row is thinned, not whole blocks (the 16-bit lanes are independent)
+        assert kept.double().mean(0).min() > 1 - p - 0.15 and kept.double().mean(1).min() > 1 - p - 0.15
+    assert edge_removal(w, 0.0) is w
+    a = edge_removal(w, 0.3, torch.Generator().manual_seed(1))
+    b = edge_removal(w, 0.3, torch.Generator().manual_seed(1))
+    assert torch.equal(a, b) and not torch.equal(a, edge_removal(w, 0.3, torch.Generator().manual_seed(2)))
 
 
 def test_pooling_head_sums_groups_separately():

@@ -80,6 +80,24 @@ def test_tslif_training_form_matches_naive_steps(somatic_injection, dendritic_sp
         assert g[1][3].item() == 0.0  # d3 is masked out: no gradient reaches it
 
 
+def test_no_dendritic_spike_ablation_only_silences_the_output():
+    """Ablation 'w/o dendritic spike' (notes: alpha_d = 0): same potentials as TS-LIF (the dendrite keeps its soft
+    reset), the output loses exactly the alpha_d * s_d term, and there is no alpha_d parameter."""
+    torch.manual_seed(0)
+    full = TSLIFNeuron(5).double()
+    ablated = TSLIFNeuron(5, dendritic_spike=False).double()
+    with torch.no_grad():
+        ablated.alpha_s.copy_(full.alpha_s)
+    x = _inputs(scale=3.0)
+    y, vd, vs = full(x, return_states=True)
+    y_ab, vd_ab, vs_ab = ablated(x, return_states=True)
+    torch.testing.assert_close(vd_ab, vd, rtol=0, atol=0)
+    torch.testing.assert_close(vs_ab, vs, rtol=0, atol=0)
+    s_d = (y - y_ab) / full.alpha_d  # the removed term is alpha_d * s_d with binary s_d
+    assert set(s_d.detach().round(decimals=9).unique().tolist()) == {0.0, 1.0}
+    assert ablated.alpha_d is None and "alpha_d" not in dict(ablated.named_parameters())
+
+
 def test_tslif_both_spike_kinds_fire():
     torch.manual_seed(0)
     n = TSLIFNeuron(5).double()
@@ -140,6 +158,60 @@ def test_tclif_training_form_matches_naive_steps():
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("kind", ["ts_lif", "tc_lif", "lif"])
+def test_fused_scan_matches_naive_steps_with_detached_reset_and_extra_dims(kind):
+    """The fused scan (hand-written BPTT) with a detached reset and ``[B, T, L, H]`` input (the TCN's layout), only
+    ``y`` used downstream: outputs and gradients equal autograd through the naive per-step functions."""
+    torch.manual_seed(1)
+    if kind == "ts_lif":
+        n = TSLIFNeuron(5, detach_reset=True).double()
+    elif kind == "tc_lif":
+        n = TCLIFNeuron(c1=0.3, c2=-0.2, detach_reset=True).double()
+    else:
+        n = LIFNeuron(beta=0.8, detach_reset=True).double()
+    x = _inputs(shape=(2, 15, 3, 5), seed=3)
+    y = n(x)
+    flat = x.movedim(1, 0).reshape(15, 6, 5)  # [T, B*L, H]: the step functions take [N, H]
+    state = [torch.zeros(6, 5, dtype=D), torch.zeros(6, 5, dtype=D)]
+    ys = []
+    for t in range(15):
+        if kind == "ts_lif":
+            yt, *state = tslif_step(
+                flat[t], *state, n.d(), n.kappa, n.gamma_ds, n.alpha_s, n.alpha_d, detach_reset=True
+            )
+        elif kind == "tc_lif":
+            yt, *state = tclif_step(flat[t], *state, *n.betas(), detach_reset=True)
+        else:
+            yt, state[0] = lif_step(flat[t], state[0], n.beta.clamp(0, 1), detach_reset=True)
+        ys.append(yt)
+    y_ref = torch.stack(ys).reshape(15, 2, 3, 5).movedim(0, 1)
+    torch.testing.assert_close(y, y_ref, rtol=1e-12, atol=1e-12)
+    assert 0 < (y != 0).double().mean().item() < 1
+    params = [x, *n.parameters()]
+    w = torch.randn_like(y)
+    for a, b in zip(_grads((y * w).sum(), params), _grads((y_ref * w).sum(), params)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def _graph_nodes(fn) -> int:
+    seen, stack = set(), [fn]
+    while stack:
+        f = stack.pop()
+        if f is None or f in seen:
+            continue
+        seen.add(f)
+        stack += [g for g, _ in f.next_functions]
+    return len(seen)
+
+
+def test_training_form_graph_does_not_grow_with_time_steps():
+    """The fused scan records one autograd node for the whole recurrence, not a graph per time step."""
+    n = TSLIFNeuron(4)
+    short, long = n(torch.randn(2, 5, 4)), n(torch.randn(2, 60, 4))
+    assert type(long.grad_fn).__name__ == "_TwoCompartmentScanBackward"
+    assert _graph_nodes(long.grad_fn) == _graph_nodes(short.grad_fn) < 30
+
+
 # -- stability analysis -------------------------------------------------------------------------------------------
 def _init_matrices():
     n = TSLIFNeuron(4).double()
@@ -166,6 +238,11 @@ def test_frequency_response_hand_values():
     assert h_d.real.tolist() == pytest.approx([7 / 6, 3 / 22], abs=1e-6)
     assert h_s.real.tolist() == pytest.approx([-1 / 3, 5 / 11], abs=1e-6)
     assert h_d.imag.abs().max().item() < 1e-9
+    # the notes' values at pi/4 (dendrite) and pi/8 (soma), computed by hand from (I - A e^{-jw})^{-1} B
+    g_d, _ = frequency_response(a, b, torch.tensor([math.pi / 4], dtype=D))
+    _, g_s = frequency_response(a, b, torch.tensor([math.pi / 8], dtype=D))
+    assert g_d.abs().item() == pytest.approx(0.230, abs=5e-4)
+    assert g_s.abs().item() == pytest.approx(0.736, abs=5e-4)
     # dendrite low-pass, soma rises away from DC (frequency separation)
     w = torch.linspace(0, math.pi, 33, dtype=D)
     hd, hs = frequency_response(a, b, w)

@@ -124,3 +124,24 @@ def test_abl_isolation_and_lga():
     assert torch.nonzero(remove).squeeze(1).tolist() == [1, 3]
     assert float(baselines.abl_lga_loss(torch.tensor(0.2), 0.5)) == pytest.approx(-0.2)
     assert float(baselines.abl_lga_loss(torch.tensor(0.9), 0.5)) == pytest.approx(0.9)
+
+
+def test_claim_report_pairs_the_clean_accuracy_cost_by_seed():
+    from types import SimpleNamespace
+
+    from lightning_modules.badloss.report import detection_table, summary_table
+
+    def rec(name, seed, **m):
+        return SimpleNamespace(name=name, seed=seed, metrics={k.replace("__", "/"): v for k, v in m.items()})
+
+    records = [
+        rec("none", 0, test__acc=0.90, test__asr_mean=0.5),
+        rec("none", 1, test__acc=0.80, test__asr_mean=0.3),
+        rec("badloss", 1, test__acc=0.70, test__asr_mean=0.1, detect__auc=0.9, detect__auc_patch=1.0),
+        rec("badloss", 0, test__acc=0.85, test__asr_mean=0.1, detect__auc=0.8, detect__auc_patch=0.9),
+    ]
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in summary_table(records).splitlines()[2:]}
+    assert rows["none"][2] == "40.00 ± 10.00"  # mean ASR
+    assert rows["badloss"][4] == "7.50 ± 2.50"  # costs 0.90 - 0.85 and 0.80 - 0.70, paired by seed
+    det = detection_table(records).splitlines()
+    assert len(det) == 3 and det[2].startswith("| badloss | 85.00 ± 5.00 | 95.00 ± 5.00")

@@ -94,6 +94,7 @@ def test_fit_and_test_with_lion_one_cycle_and_bn_recollection(tmp_path: Path):
     metrics = trainer.test(lit, datamodule=dm, verbose=False)[0]
     assert metrics["test/mae"] > 0 and metrics["test/mae_std"] > 0  # rewirings disagree
     assert metrics["test/loss"] == pytest.approx(metrics["test/mae"], rel=1e-5)
+    assert metrics["test/params"] == count_parameters(lit.net)  # logged for the claim's equal-budget column
     norms = [m for m in lit.net.modules() if type(m) is NoAffineBatchNorm]
     assert all(int(m.num_batches_tracked) == 2 for m in norms), "statistics re-collected over the 2 train batches"
     assert all(m.momentum == 0.1 for m in norms)
@@ -132,7 +133,23 @@ def test_claim_report_verdicts():
     text = claim_report([rec("grass", 0.4), rec("grass", 0.6), rec("gine", 0.6), rec("gps", 0.8),
                          rec("grass_no_rewiring", 0.7), rec("grass_drrwp", 0.45)], None)  # fmt: skip
     assert "**reproduced**" in text and "+16.7% MAE reduction" in text
-    assert "`grass_no_rewiring`: MAE 0.7000 (+0.2000 vs GRASS)" in text and "rewiring helps" in text
+    assert "`grass_no_rewiring`: MAE 0.7000 (+0.2000 vs GRASS, one seed" in text and "rewiring helps" in text
     assert "RRWP instead of D-RRWP does not help" in text and "`grass_drrwp`: MAE 0.4500 (-0.0500" in text
     assert "**not reproduced**" in claim_report([rec("grass", 0.9), rec("gine", 0.6)], None)
     assert "No finished GRASS run" in claim_report([rec("gine", 0.6)], None)
+
+
+def test_claim_report_significance_and_parameter_counts():
+    from types import SimpleNamespace
+
+    from lightning_modules.grass import claim_report
+
+    def rec(name: str, mae: float, params: float = 1000.0) -> SimpleNamespace:
+        return SimpleNamespace(name=name, seed=0, metrics={"test/mae": mae, "test/params": params})
+
+    clear = [rec("grass", m) for m in (0.40, 0.41, 0.42)] + [rec("gine", m, 990.0) for m in (0.60, 0.61, 0.62)]
+    text = claim_report(clear, None)
+    assert "**reproduced**" in text and "outside 2 s.e." in text
+    assert "grass 1,000, gine 990" in text
+    noisy = [rec("grass", m) for m in (0.3, 0.5, 0.7)] + [rec("gine", m) for m in (0.4, 0.6, 0.8)]
+    assert "within 2 s.e.: not significant" in claim_report(noisy, None)

@@ -15,9 +15,12 @@ from datamodules.arena import ArenaDataModule, embedded_path, read_votes
 from lightning_modules.leaderbot import LeaderbotLitModule
 from lightning_modules.leaderbot import likelihoods as lk
 from lightning_modules.leaderbot.elo import elo_to_scores, expand_battles, online_elo
-from lightning_modules.leaderbot.fit import fit_lbfgs
+from lightning_modules.leaderbot.fit import fit_newton
 from lightning_modules.leaderbot.metrics import PairOutcomeMetrics, information_criteria
+from lightning_modules.leaderbot.newton import DampedNewton
 from suite.errors import ConfigError
+
+SOLVER_CLASSES = {"newton": DampedNewton, "lbfgs": torch.optim.LBFGS}
 
 lb = pytest.importorskip("leaderbot")
 
@@ -71,10 +74,10 @@ def test_lightning_fit_matches_plain_fit_and_writes_artifacts(subset_file: Path,
     assert trainer.current_epoch < 50, "L-BFGS should converge and stop the run early"
     assert model.w.dtype == torch.float64
     train = dm.datasets["train"]
-    ref = fit_lbfgs(model.layout, train.pairs, train.counts, max_steps=200)
+    ref = fit_newton(model.layout, train.pairs, train.counts)
     got = float(lk.objective(model.params().detach(), train.pairs, train.counts, model.layout, model.basis,
                              train.counts.sum(), True))  # fmt: skip
-    assert got <= ref.loss + 1e-7
+    assert ref.converged and got <= ref.loss + 1e-12  # the same Newton iterations, through Lightning
     m = trainer.callback_metrics
     assert float(m["val/nll"]) == pytest.approx(
         float(lk.objective(model.params().detach(), train.pairs, train.counts, model.layout, model.basis,
@@ -182,8 +185,11 @@ def test_elo_online_update_and_module(subset_file: Path, tmp_path: Path):
     assert float(trainer.callback_metrics["val/nll"]) < float(m["val/nll"])  # the MLE fits better than Elo
 
 
-def test_checkpoint_is_weights_only_and_resumes_exactly(subset_file: Path, tmp_path: Path):
-    model = LeaderbotLitModule(kind="rao_kupper", k_cov=0, k_tie=1, plots=False, standard_errors=False)
+@pytest.mark.parametrize("solver", ["newton", "lbfgs"])
+def test_checkpoint_is_weights_only_and_resumes_exactly(subset_file: Path, tmp_path: Path, solver: str):
+    kw = dict(kind="rao_kupper", k_cov=0, k_tie=1, plots=False, standard_errors=False, optimizer=solver)
+    kw.update(newton={"max_iter": 1}, lbfgs={"max_iter": 3, "max_eval": 6})  # 2 steps must not converge yet
+    model = LeaderbotLitModule(**kw)
     trainer = _trainer(tmp_path, max_epochs=2)
     trainer.fit(model, datamodule=_dm(subset_file))
     ckpt = tmp_path / "two.ckpt"
@@ -191,9 +197,11 @@ def test_checkpoint_is_weights_only_and_resumes_exactly(subset_file: Path, tmp_p
     state = torch.load(ckpt, weights_only=True)
     assert state["hyper_parameters"]["kind"] == "rao_kupper" and "state" in state["optimizer_states"][0]
     # continue 2 -> 4 epochs from the checkpoint == 4 epochs straight
-    straight = LeaderbotLitModule(kind="rao_kupper", k_cov=0, k_tie=1, plots=False, standard_errors=False)
+    assert trainer.current_epoch == 2 and isinstance(model.optimizers().optimizer, SOLVER_CLASSES[solver])
+    straight = LeaderbotLitModule(**kw)
     _trainer(tmp_path / "a", max_epochs=4).fit(straight, datamodule=_dm(subset_file))
-    resumed = LeaderbotLitModule(kind="rao_kupper", k_cov=0, k_tie=1, plots=False, standard_errors=False)
+    assert not torch.allclose(straight.params(), model.params(), rtol=0, atol=1e-9)  # epochs 3-4 moved it
+    resumed = LeaderbotLitModule(**kw)
     _trainer(tmp_path / "b", max_epochs=4).fit(
         resumed, datamodule=_dm(subset_file), ckpt_path=str(ckpt), weights_only=True
     )

@@ -17,8 +17,15 @@ from ops.samplers import (
     vp_sigmas,
     vp_time_grid,
 )
-from ops.samplers.naive import naive_ddim, naive_dpm2, naive_dpmpp_2m, naive_edm_euler, naive_rx_euler
-from ops.samplers.rx import rx_plan
+from ops.samplers.naive import (
+    naive_ddim,
+    naive_dpm2,
+    naive_dpmpp_2m,
+    naive_edm_euler,
+    naive_rx_euler,
+    naive_rx_second_order,
+)
+from ops.samplers.rx import dpm2_interval, heun_interval, rx_plan
 from ops.scores.gmm import gmm_denoiser
 from suite.errors import ConfigError
 
@@ -75,8 +82,10 @@ def test_nfe_smaller_than_order_and_rx_budget_errors():
     assert steps_for_nfe("heun", 9, ends_at_zero=True) == 5 and steps_for_nfe("euler", 3) == 3
     with pytest.raises(ConfigError, match="needs at least 2"):
         rx_sample(lambda x, s: x, torch.zeros(2, 2), torch.tensor([1.0, 0.0]), k=2)
-    with pytest.raises(ConfigError, match="rx solver='heun'"):
-        rx_sample(lambda x, s: x, torch.zeros(2, 2), karras_sigmas(4), "heun")
+    with pytest.raises(ConfigError, match="rx solver='rk4'"):
+        rx_sample(lambda x, s: x, torch.zeros(2, 2), karras_sigmas(4), "rk4")
+    with pytest.raises(ConfigError, match="supports k in"):
+        rx_sample(lambda x, s: x, torch.zeros(2, 2), karras_sigmas(6), "heun", k=3)
     with pytest.raises(ConfigError, match="sigma=-1.0 must be >= 0"):
         gmm_denoiser(torch.zeros(2, 2), -1.0, torch.ones(1), torch.zeros(1, 2), torch.eye(2)[None])
 
@@ -116,13 +125,17 @@ def test_nfe_counts(gmm):
     out = rx_sample(lambda x, s: calls.append(1) or den(x, s), x, sig, "euler", k=2)
     assert out.nfe == len(calls) == 8 and out.error_estimates.shape == (4, 3)
     assert rx_sample(den, x, sig, "dpmpp_2m", k=2).nfe == 8
+    for solver in ("heun", "dpm2"):  # RX on the second-order single-step solvers costs no extra call either
+        calls2: list[int] = []
+        out = rx_sample(lambda x, s, c=calls2: c.append(1) or den(x, s), x, sig, solver, k=2)
+        assert out.nfe == len(calls2) == 15 and out.error_estimates.shape == (3, 3)
 
 
 def test_rx_k1_is_base_solver(gmm):
     den = lambda x, s: gmm_denoiser(x, s, *gmm)  # noqa: E731
     x = torch.randn(4, 2, dtype=D64) * 80
     sig = karras_sigmas(9)
-    for solver in ("euler", "dpmpp_2m"):
+    for solver in ("euler", "heun", "dpm2", "dpmpp_2m"):
         torch.testing.assert_close(rx_sample(den, x, sig, solver, k=1).x, sample(den, x, sig, solver).x, rtol=0, atol=0)
 
 
@@ -189,3 +202,40 @@ def test_rx_error_estimate_tracks_true_local_error(gmm):
     assert abs(ratios[1] - 1) < 0.1 and abs(ratios[1] - 1) < abs(ratios[0] - 1) + 0.05
     out = rx_sample(den, x, sig, "euler", k=2).x
     assert float((out - exact).norm(dim=1).mean()) < 0.2 * float((fine - exact).norm(dim=1).mean())
+
+
+@pytest.mark.parametrize("solver", ["heun", "dpm2"])
+@pytest.mark.parametrize("n", [6, 7])
+def test_rx_second_order_matches_generic_fit_twin(gmm, solver, n):
+    """Fast RX-Heun (closed-form coarse stage) / RX-DPM-Solver-2 (precomputed weights) equal the twin that fits the
+    stage model per interval and extrapolates with the official 2x2 system, in float64, values and gradients."""
+    den = lambda y, s: gmm_denoiser(y, s, *gmm)  # noqa: E731
+    x = (torch.randn(4, 2, dtype=D64) * 5).requires_grad_()
+    sig = karras_sigmas(n, 0.002, 5.0)
+    fast = rx_sample(den, x, sig, solver, k=2)
+    slow, nfe = naive_rx_second_order(den, x, sig.tolist(), solver)
+    assert fast.nfe == nfe == sample(den, x.detach(), sig, solver).nfe
+    torch.testing.assert_close(fast.x, slow, rtol=1e-11, atol=1e-11)
+    (gf,) = torch.autograd.grad(fast.x.sum(), x)
+    (gs,) = torch.autograd.grad(slow.sum(), x)
+    torch.testing.assert_close(gf, gs, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("solver", ["heun", "dpm2"])
+def test_rx_second_order_coarse_stage_and_error_estimate(gmm, solver):
+    """The call-free coarse step equals the true one-step base solver up to O(H^4) (it shrinks ~16x when H halves,
+    much faster than the O(H^3) local error), and the Richardson estimate tracks the fine solution's true error."""
+    den = lambda y, s: gmm_denoiser(y, s, *gmm)  # noqa: E731
+    interval = heun_interval if solver == "heun" else dpm2_interval
+    x = torch.randn(6, 2, dtype=D64) * 2
+    gaps, ratios = [], []
+    for h in (0.4, 0.2, 0.1):
+        sa, s1, sb = 1.0, 1.0 - 0.4 * h, 1.0 - h  # non-uniform fine steps
+        fine, coarse = interval(den, x, sa, s1, sb)
+        true_coarse = sample(den, x, torch.tensor([sa, sb], dtype=D64), solver).x
+        exact = sample(den, x, torch.linspace(sa, sb, 201, dtype=D64), "dpm2").x
+        gaps.append(float((coarse - true_coarse).norm(dim=1).max()))
+        est = rx_sample(den, x, torch.tensor([sa, s1, sb], dtype=D64), solver, k=2).error_estimates[0]
+        ratios.append(float((est / (fine - exact).norm(dim=1)).median()))
+    assert gaps[1] / gaps[2] > 10 and gaps[0] / gaps[1] > 5, gaps  # an O(H^3) gap would shrink 8x
+    assert abs(ratios[-1] - 1) < 0.15 and abs(ratios[-1] - 1) <= abs(ratios[0] - 1) + 0.05, ratios

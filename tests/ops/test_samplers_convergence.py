@@ -35,8 +35,12 @@ RUNS = {
     "rx_euler": lambda den, x, s: rx_sample(den, x, s, "euler", k=2),
     "rx_euler_naive": lambda den, x, s: rx_sample(den, x, s, "euler", k=2, coefficients="naive"),
     "rx_dpmpp_2m": lambda den, x, s: rx_sample(den, x, s, "dpmpp_2m", k=2),
+    "rx_heun": lambda den, x, s: rx_sample(den, x, s, "heun", k=2),
+    "rx_heun_naive": lambda den, x, s: rx_sample(den, x, s, "heun", k=2, coefficients="naive"),
+    "rx_dpm2": lambda den, x, s: rx_sample(den, x, s, "dpm2", k=2),
 }
-# Expected global orders (Euler 1; the second-order solvers and RX-Euler 2; RX on 2M lifts the order above 2).
+# Expected global orders (Euler 1; the second-order solvers and RX-Euler 2; RX on a second-order solver lifts the
+# order towards 3: measured about 2.8 here for RX-Heun / RX-DPM-Solver-2, 2.5-2.9 for RX-2M).
 ORDER_RANGE = {
     "euler": (0.9, 1.1),
     "heun": (1.8, 2.2),
@@ -45,6 +49,9 @@ ORDER_RANGE = {
     "rx_euler": (1.75, 2.3),
     "rx_euler_naive": (1.75, 2.3),
     "rx_dpmpp_2m": (2.2, 3.2),
+    "rx_heun": (2.5, 3.3),
+    "rx_heun_naive": (2.5, 3.3),
+    "rx_dpm2": (2.5, 3.3),
 }
 
 
@@ -67,6 +74,6 @@ def test_sampler_converges_to_reference_with_expected_order(problem, name):
 
 def test_rx_beats_its_base_solver_at_equal_nfe(problem):
     den, x, ref = problem
-    for base, rx in (("euler", "rx_euler"), ("dpmpp_2m", "rx_dpmpp_2m")):
+    for base, rx in (("euler", "rx_euler"), ("dpmpp_2m", "rx_dpmpp_2m"), ("heun", "rx_heun"), ("dpm2", "rx_dpm2")):
         e_base, e_rx = _errors(RUNS[base], den, x, ref), _errors(RUNS[rx], den, x, ref)
         assert e_rx[-1] < 0.5 * e_base[-1], (base, e_base, e_rx)

@@ -38,7 +38,12 @@ from suite.errors import ConfigError
 
 METHODS = ("fp", "rtn", "gptq", "smoothquant", "quarot", "spinquant", "ostquant", "ostquant_kl", "ostquant_ce")
 # learned methods: (loss, learn the scales); loss None = the callback's ``loss``
-LEARNED = {"spinquant": ("ce", False), "ostquant": (None, True), "ostquant_kl": ("kl", True), "ostquant_ce": ("ce", True)}
+LEARNED = {
+    "spinquant": ("ce", False),
+    "ostquant": (None, True),
+    "ostquant_kl": ("kl", True),
+    "ostquant_ce": ("ce", True),
+}
 LOSSES = ("kl_top", "kl", "ce")
 IGNORE = -100
 

@@ -82,15 +82,20 @@ def claim_report(records: list[Any], out_dir: Path) -> str:
         for m in main:
             ppl, gap = res[m]["ppl"], res[m].get("ppl_gap", [])
             cells.append(
-                "-" if not ppl else f"{_mean(ppl):.3f}" + ("" if m == "fp" else f" ({_mean(gap):+.3f} ± {_sd(gap):.3f})")
+                "-"
+                if not ppl
+                else f"{_mean(ppl):.3f}" + ("" if m == "fp" else f" ({_mean(gap):+.3f} ± {_sd(gap):.3f})")
             )
         lines.append(f"| {subject} | " + " | ".join(cells) + " |")
-    lines += ["", "KL to the full-precision model (token mean) and mean log-QSUR of the inputs of the input-side linears:"]
+    lines += [
+        "",
+        "KL to the full-precision model (token mean) and mean log-QSUR of the inputs of the input-side linears:",
+    ]
     lines += ["", "| subject | " + " | ".join(f"{LABELS[m]} KL / logQSUR" for m in main if m != "fp") + " |"]
     lines.append("|---|" + "---|" * (len(main) - 1))
     for subject, res in table.items():
         cells = [
-            f"{_mean(res[m]['kl']):.4f} / {_mean(res[m].get('log_qsur', [])):.1f}" if res[m]["kl"] else "-"
+            f"{_mean(res[m]['kl']):.2e} / {_mean(res[m].get('log_qsur', [])):.1f}" if res[m]["kl"] else "-"
             for m in main
             if m != "fp"
         ]
@@ -100,15 +105,15 @@ def claim_report(records: list[Any], out_dir: Path) -> str:
         lines += ["", "## Loss ablation (OSTQuant, gap to FP perplexity)", ""]
         lines += ["| subject | " + " | ".join(LABELS[m] for m in abl) + " |", "|---|" + "---|" * len(abl)]
         for subject, res in table.items():
-            lines.append(
-                f"| {subject} | " + " | ".join(f"{_mean(res[m].get('ppl_gap', [])):+.3f}" for m in abl) + " |"
-            )
+            if not all(res[m]["ppl"] for m in abl):
+                continue
+            lines.append(f"| {subject} | " + " | ".join(f"{_mean(res[m].get('ppl_gap', [])):+.3f}" for m in abl) + " |")
     lines += [
         "",
         "## Cross-paper: does an outlier-free architecture quantize better?",
         "",
-        "| subject | FP ppl | RTN damage | best rotation method | its damage | act top1/median | attn on token 0 "
-        "(layers >= 1) |",
+        "| subject | FP ppl | RTN damage | best rotation method | its damage | act top1/median | largest attn share "
+        "on token 0 |",
         "|---|---|---|---|---|---|---|",
     ]
     rot = [m for m in ("quarot", "spinquant", "ostquant") if m in methods]
@@ -118,10 +123,41 @@ def claim_report(records: list[Any], out_dir: Path) -> str:
         best = min(rot, key=lambda m: _mean(res[m]["ppl"])) if rot else None
         dmg = _mean(res[best]["ppl"]) / fp - 1 if best else float("nan")
         cs = census.get(subject, [])
-        ratio = f"{_mean([c['ratio_max'] for c in cs]):.1f}" if cs else "-"
-        sink = f"{_mean([c['sink_later'] for c in cs]):.3f}" if cs else "-"
+        ratio, sink = _mean([c["ratio_max"] for c in cs]), _mean([c["sink_max"] for c in cs])
+        ratio = f"{ratio:.1f}" if ratio == ratio else "-"
+        sink = f"{sink:.3f}" if sink == sink else "- (no attention probabilities)"
         lines.append(
             f"| {subject} | {fp:.3f} | {100 * rtn:+.2f} % | {LABELS.get(best, '-')} | {100 * dmg:+.2f} % | "
             f"{ratio} | {sink} |"
         )
+    lines += ["", "## Verdict (computed)", "", *verdict(table, main)]
     return "\n".join(lines)
+
+
+def verdict(table: dict, main: list[str]) -> list[str]:
+    """Ranking lines: methods per subject by perplexity gap, and subjects by quantization damage."""
+    out = []
+    for subject, res in table.items():
+        ranked = sorted((m for m in main if m != "fp" and res[m]["ppl"]), key=lambda m: _mean(res[m]["ppl_gap"]))
+        if ranked:
+            order = " < ".join(f"{LABELS[m]} ({_mean(res[m]['ppl_gap']):+.3f})" for m in ranked)
+            out.append(f"* {subject}: gap to FP, smallest first: {order}.")
+    if "ostquant" in main:
+        wins = [
+            s
+            for s, res in table.items()
+            if res["ostquant"]["ppl"]
+            and all(
+                _mean(res["ostquant"]["ppl_gap"]) <= _mean(res[m]["ppl_gap"])
+                for m in main
+                if m != "fp" and res[m]["ppl"]
+            )
+        ]
+        out.append(
+            f"* OSTQuant has the smallest gap on {len(wins)} of {len(table)} subjects ({', '.join(wins) or '-'})."
+        )
+    if "rtn" in main and "fp" in main:
+        dmg = {s: _mean(r["rtn"]["ppl"]) / _mean(r["fp"]["ppl"]) - 1 for s, r in table.items() if r["rtn"]["ppl"]}
+        order = " < ".join(f"{s} ({100 * d:+.2f} %)" for s, d in sorted(dmg.items(), key=lambda kv: kv[1]))
+        out.append(f"* RTN damage (relative perplexity increase), smallest first: {order}.")
+    return out

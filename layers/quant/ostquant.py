@@ -326,7 +326,7 @@ class TransformedLM(nn.Module):
         mixer = self.head_mixers[i]
         h, d = mixer.num_heads, mixer.head_dim
         s = self.qk_scale(i)
-        rot = self.head_rotations[f"ov{i}"] if f"ov{i}" in self.head_rotations else None
+        rot = self.head_rotations.get(f"ov{i}")
         s_ov = self.scales[f"ov{i}"] if rot is not None else None
 
         def rows(x: torch.Tensor) -> torch.Tensor:  # x [3 H D, ...]

@@ -443,11 +443,10 @@ def local_pair_nll(
         lam_d = ri[:, 2 : 2 + kc] - rj[:, 2 : 2 + kc]
         z = z / torch.sqrt(ri[:, 1] ** 2 + rj[:, 1] ** 2 + (lam_d**2).sum(-1))
     mu = None
-    if layout.has_tie:
-        if kt == 0:
-            mu = theta[:, 2 * r]
-        else:
-            mu = (ri[:, r - kt :] * phi_j).sum(-1) + (rj[:, r - kt :] * phi_i).sum(-1)
+    if layout.has_tie and kt == 0:
+        mu = theta[:, 2 * r]
+    elif layout.has_tie:
+        mu = (ri[:, r - kt :] * phi_j).sum(-1) + (rj[:, r - kt :] * phi_i).sum(-1)
     lp = outcome_log_probs(z, mu, layout)
     n = effective_counts(counts, layout)
     terms = torch.where(n > 0, n * torch.where(n > 0, lp, torch.zeros_like(lp)), torch.zeros_like(lp))

@@ -34,8 +34,8 @@ from lightning_modules._base import SuiteLitModule
 from lightning_modules.leaderbot import elo as elo_lib
 from lightning_modules.leaderbot import likelihoods as lk
 from lightning_modules.leaderbot.fit import lbfgs_converged
-from lightning_modules.leaderbot.newton import DampedNewton
 from lightning_modules.leaderbot.metrics import PairOutcomeMetrics, information_criteria
+from lightning_modules.leaderbot.newton import DampedNewton
 from suite.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -125,9 +125,10 @@ class LeaderbotLitModule(SuiteLitModule):
             name = optimizer or "newton"
             if name not in SOLVERS:
                 raise ConfigError(f"model.optimizer={name!r} must be one of {list(SOLVERS)} or a partial")
-            cls, base, extra = (
-                (DampedNewton, NEWTON_DEFAULTS, newton) if name == "newton" else (torch.optim.LBFGS, LBFGS_DEFAULTS, lbfgs)
-            )
+            if name == "newton":
+                cls, base, extra = DampedNewton, NEWTON_DEFAULTS, newton
+            else:
+                cls, base, extra = torch.optim.LBFGS, LBFGS_DEFAULTS, lbfgs
             unknown = set(extra or {}) - set(base)
             if unknown:
                 raise ConfigError(f"model.{name} has unknown keys {sorted(unknown)}; valid: {sorted(base)}")

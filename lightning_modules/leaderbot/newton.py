@@ -35,6 +35,8 @@ class DampedNewton(torch.optim.Optimizer):
         damping: Initial ``lam`` (relative to the mean absolute diagonal of ``H``).
         max_ls: Halvings of the step length before giving up on a direction.
         c1: Armijo constant.
+        lr: First step length tried along the Newton direction (1: the full Newton step; the backtracking
+            halves it). Also what Lightning's ``LearningRateMonitor`` reads.
     """
 
     def __init__(
@@ -46,11 +48,12 @@ class DampedNewton(torch.optim.Optimizer):
         damping: float = 1e-6,
         max_ls: int = 30,
         c1: float = 1e-4,
+        lr: float = 1.0,
     ) -> None:
-        if max_iter < 1 or max_ls < 1 or damping < 0 or not 0 < c1 < 0.5:
+        if max_iter < 1 or max_ls < 1 or damping < 0 or not 0 < c1 < 0.5 or not 0 < lr <= 1:
             raise ConfigError(
-                f"newton: max_iter={max_iter}, max_ls={max_ls}, damping={damping}, c1={c1} must satisfy "
-                "max_iter >= 1, max_ls >= 1, damping >= 0, 0 < c1 < 0.5"
+                f"newton: max_iter={max_iter}, max_ls={max_ls}, damping={damping}, c1={c1}, lr={lr} must satisfy "
+                "max_iter >= 1, max_ls >= 1, damping >= 0, 0 < c1 < 0.5, 0 < lr <= 1"
             )
         defaults = dict(
             max_iter=max_iter,
@@ -59,6 +62,7 @@ class DampedNewton(torch.optim.Optimizer):
             damping=damping,
             max_ls=max_ls,
             c1=c1,
+            lr=lr,
         )
         super().__init__(params, defaults)
         if len(self.param_groups) != 1 or len(self.param_groups[0]["params"]) != 1:
@@ -106,7 +110,7 @@ class DampedNewton(torch.optim.Optimizer):
             direction = self._direction(h, g, state)
             slope = float(g @ direction)
             x0 = u.detach().clone()
-            t, accepted = 1.0, False
+            t, accepted = float(group["lr"]), False
             for _ls in range(group["max_ls"]):
                 u.copy_((x0.reshape(-1) + t * direction).view_as(u))
                 new_loss, new_g = evaluate()
@@ -120,7 +124,8 @@ class DampedNewton(torch.optim.Optimizer):
                 state["converged"] = True
                 break
             lam = state["lam"]
-            state["lam"] = (lam / 10.0 if lam > 1e-12 else 0.0) if t == 1.0 else max(10.0 * lam, 1e-10)
+            full = t == float(group["lr"])
+            state["lam"] = (lam / 10.0 if lam > 1e-12 else 0.0) if full else max(10.0 * lam, 1e-10)
             decrease = loss - new_loss
             loss, g = new_loss, new_g
             if decrease < group["tolerance_change"] * max(1.0, abs(loss)):

@@ -2,8 +2,11 @@
 and the Cayley retraction on the Stiefel manifold used to learn them.
 
 * Sylvester Hadamard ``H_{2n} = [[H, H], [H, -H]] / sqrt(2)`` (``n`` a power of two).
-* Random Hadamard ``H diag(s)``, ``s`` uniform random signs (QuaRot). For a width that is not a power of two a
-  random orthogonal matrix (QR of a Gaussian, sign-fixed) stands in; documented deviation.
+* Random Hadamard ``diag(s) H``, ``s`` uniform random signs (QuaRot's ``random_hadamard_matrix``: the signs act
+  first, ``x -> (x * s) H``). The order matters: ``H diag(s)`` would send the all-ones (common-mode) direction of the
+  residual stream onto a single channel -- an outlier made by the rotation -- while ``diag(s) H`` spreads it. For a
+  width that is not a power of two a random orthogonal matrix (QR of a Gaussian, sign-fixed) stands in; documented
+  deviation.
 * KLT: the eigenvectors of a covariance, largest eigenvalue first. OSTQuant's ``--use_klt`` initialises
   ``R_res = KLT(rows of [W_q; W_k; W_v; W_up; W_gate]) @ random Hadamard``.
 * Cayley retraction (Li, Li & Todorovic, ICLR 2020, the ``SGDG`` option of the official code): for a Euclidean gradient
@@ -41,11 +44,11 @@ def random_orthogonal(n: int, generator: torch.Generator | None = None) -> torch
 
 
 def random_hadamard(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """QuaRot's randomised Hadamard ``H diag(s)`` (random orthogonal when ``n`` is not a power of two)."""
+    """QuaRot's randomised Hadamard ``diag(s) H`` (random orthogonal when ``n`` is not a power of two)."""
     if not is_pow2(n):
         return random_orthogonal(n, generator)
     s = torch.randint(0, 2, (n,), generator=generator).float() * 2 - 1
-    return hadamard(n) * s[None, :]
+    return s[:, None] * hadamard(n)
 
 
 def klt(cov: torch.Tensor) -> torch.Tensor:

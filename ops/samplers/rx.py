@@ -185,7 +185,8 @@ def rx_sample(
         k: Fine steps per coarse interval (k = 1 is the plain base solver).
         coefficients: ``adapted`` (paper) or ``naive`` (uniform-grid a = k^-p: (2, -1) for Euler, (4/3, -1/3) for
             p = 2).
-        skip_last: Leave a remainder of N mod k steps un-extrapolated (else the last interval absorbs it).
+        skip_last: Leave a remainder of N mod k steps un-extrapolated (else the last interval absorbs it; always
+            true for Heun / DPM-Solver-2, whose coarse stage is rebuilt for k = 2 only).
 
     Returns:
         :class:`SampleOutput` with ``error_estimates`` [n_intervals, B] (norm of a (x_fine - x_coarse)/(a - 1)).

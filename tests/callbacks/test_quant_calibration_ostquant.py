@@ -58,3 +58,21 @@ def test_fit_then_quantize_w4a4kv4(tmp_path):
         assert abs(metrics[f"quant/{m}_ppl_gap"] - res[m]["ppl_gap"]) < 1e-5
     saved = json.loads((tmp_path / "quant_calibration.json").read_text())
     assert saved["bits"] == {"w_bits": 4, "a_bits": 4, "kv_bits": 4} and set(saved["results"]) == set(res)
+
+
+def test_loss_ablation_methods_learn_with_their_loss(monkeypatch):
+    """``ostquant_kl`` / ``ostquant_ce`` run OSTQuant with the full-KL / label-CE loss (the paper's ablation)."""
+    torch.manual_seed(0)
+    net = CausalLM(
+        16, 16, 1, mixer=[partial(OutlierVariantAttention, num_heads=2)], pos_embedding="learned", max_len=16
+    )
+    ids = torch.randint(0, 16, (4, 17), generator=torch.Generator().manual_seed(0))
+    calib = [{"input_ids": ids[:, :-1], "labels": ids[:, 1:]}]
+    cb = QuantCalibration(methods=["ostquant", "ostquant_kl", "ostquant_ce", "spinquant"], steps=2, w_quantizer="rtn")
+    seen = []
+    monkeypatch.setattr(
+        cb, "_learn", lambda net, t, calib, steps, learn_scales, loss: seen.append((loss, learn_scales))
+    )
+    for m in cb.methods:
+        assert cb.build(net, m, calib, steps=2) is not None
+    assert seen == [("kl_top", True), ("kl", True), ("ce", True), ("ce", False)]

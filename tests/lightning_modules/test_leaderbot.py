@@ -140,26 +140,65 @@ def test_metrics_match_package_evaluate(subset_file: Path):
             assert "mae_tie" not in got
 
 
-@pytest.mark.slow
-def test_fit_matches_package_on_cheap_models():
-    """Full bundled data, models the package fits in seconds: NLL no worse, Kendall tau >= 0.99."""
+@pytest.fixture(scope="module")
+def arena_full():
+    votes = read_votes(embedded_path())
+    return torch.as_tensor(votes["pairs"]), torch.as_tensor(votes["counts"], dtype=torch.float64), len(votes["models"])
+
+
+def test_fit_matches_package_fits(arena_full):
+    """Item 4 of the issue on the full bundled data, against the package's recorded fits
+    (tests/fixtures/leaderbot_package_fits.py): the suite's default fit (Newton, the experiment's budget of 60
+    steps) has NLL <= package + 1e-6 and a Kendall tau >= 0.99 with the package's ranking.
+
+    Davidson(0, 1) with the package's defaults is the exception for tau: its BFGS stops at ``max_iter=1500`` far
+    from the minimum (gradient ~5e-4; NLL 1.1e-4 above the suite's), and its ranking there has tau 0.981 with the
+    minimiser's. Continued for another 1500 iterations the package comes to within 3e-6 of the suite's NLL and its
+    ranking to tau >= 0.99, asserted on the ``rounds=1`` record."""
     from scipy.stats import kendalltau
 
-    votes = read_votes(embedded_path())
-    data = {"models": votes["models"], "X": votes["pairs"], "Y": votes["counts"]}
-    pairs, counts = torch.as_tensor(votes["pairs"]), torch.as_tensor(votes["counts"], dtype=torch.float64)
-    for kind, model in (
-        ("bradley_terry", lb.BradleyTerry(data, k_cov=None)),
-        ("davidson", lb.Davidson(data, k_cov=None, k_tie=0)),
-    ):
-        model.train()
-        layout = lk.Layout(kind, len(data["models"]), None, 0)
-        res = fit_lbfgs(layout, pairs, counts, max_steps=150)
-        pkg_nll = model.loss(constraint=False)
-        assert res.nll <= pkg_nll + 1e-6, kind
-        tau = kendalltau(res.w[: layout.m].numpy(), model.param[: layout.m]).statistic
-        assert tau >= 0.99, kind
-    assert abs(res.nll - 1.0100) < 5e-5  # the paper's Davidson(None, 0) NLL
+    from tests.fixtures.leaderbot_package_fits import load
+
+    pairs, counts, m = arena_full
+    fits: dict[tuple, object] = {}
+    for rec in load():
+        layout = lk.Layout(rec["kind"], m, rec["k_cov"], rec["k_tie"])
+        basis = lk.dct_basis(m, layout.k_tie)
+        key = (rec["kind"], rec["k_cov"], rec["k_tie"])
+        if key not in fits:
+            fits[key] = fit_newton(layout, pairs, counts, max_steps=60)
+        res = fits[key]
+        pkg = torch.tensor(rec["param"], dtype=torch.float64, requires_grad=True)
+        pkg_loss = lk.objective(pkg, pairs, counts, layout, basis, counts.sum(), True)
+        (pkg_grad,) = torch.autograd.grad(pkg_loss, pkg)
+        nll_pkg = float(lk.objective(pkg.detach(), pairs, counts, layout, basis, counts.sum(), False))
+        assert nll_pkg == pytest.approx(rec["nll"], rel=1e-9)  # the record is what the package computes
+        assert res.converged and res.nll <= rec["nll"] + 1e-6, key
+        tau = kendalltau(res.w[:m].numpy(), rec["param"][:m]).statistic
+        if key == ("davidson", 0, 1) and rec["rounds"] == 0:
+            assert pkg_grad.abs().max() > 1e-4  # not a stationary point: the package's iteration cap
+            assert res.nll < rec["nll"] - 1e-4 and tau >= 0.98
+        else:
+            assert tau >= 0.99, (key, rec["rounds"], tau)
+    w = fits[("davidson", 0, 1)].w.clone().requires_grad_(True)
+    layout = lk.Layout("davidson", m, 0, 1)
+    loss = lk.objective(w, pairs, counts, layout, lk.dct_basis(m, 1), counts.sum(), True)
+    assert torch.autograd.grad(loss, w)[0].abs().max() < 1e-9  # the suite's fit is a stationary point
+    assert abs(fits[("davidson", None, 0)].nll - 1.0100) < 5e-5  # the paper's Davidson(None, 0) NLL
+
+
+@pytest.mark.slow
+def test_package_fixture_reproduces_live():
+    """The recorded package fits are what the package computes (the models it fits in seconds), and the suite's
+    fit of each is at least as good."""
+    from tests.fixtures.leaderbot_package_fits import load, package_fit
+
+    for rec in load():
+        if (rec["kind"], rec["k_cov"]) == ("davidson", 0):
+            continue  # minutes of scipy BFGS; regenerate with python -m tests.fixtures.leaderbot_package_fits
+        live = package_fit(rec["kind"], rec["k_cov"], rec["k_tie"], rec["rounds"])
+        assert live["nll"] == pytest.approx(rec["nll"], rel=1e-12)
+        assert np.allclose(live["param"], rec["param"], rtol=0, atol=1e-9)
 
 
 def test_elo_online_update_and_module(subset_file: Path, tmp_path: Path):

@@ -67,7 +67,9 @@ def test_hessian_matches_naive_hessian(small, kind, k_cov, k_tie, constraint):
     assert (fast - naive).abs().max() <= 1e-12 * naive.abs().max()
 
 
-@pytest.mark.parametrize(("kind", "k_cov", "k_tie"), [("davidson", 0, 1), ("rao_kupper", 1, 2), ("bradley_terry", 2, 0)])
+@pytest.mark.parametrize(
+    ("kind", "k_cov", "k_tie"), [("davidson", 0, 1), ("rao_kupper", 1, 2), ("bradley_terry", 2, 0)]
+)
 def test_hessian_vs_finite_differences_of_gradient(small, kind, k_cov, k_tie):
     pairs, counts, m = small
     layout = lk.Layout(kind, m, k_cov, k_tie)
@@ -147,6 +149,7 @@ def test_newton_bad_settings_fail_clearly():
     x = torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))
     with pytest.raises(ConfigError, match="newton: max_iter=0"):
         DampedNewton([x], max_iter=0)
+    assert DampedNewton([x]).param_groups[0]["lr"] == 1.0  # Lightning's LearningRateMonitor reads it
     with pytest.raises(ConfigError, match="needs hessian_closure"):
         DampedNewton([x]).step(lambda: torch.zeros(()))
     with pytest.raises(ConfigError, match="exactly one"):

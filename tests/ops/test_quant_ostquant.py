@@ -92,6 +92,10 @@ def test_hadamard_klt_orthogonal():
     assert torch.allclose(h.abs(), torch.full((8, 8), 1 / math.sqrt(8), dtype=torch.float64))
     r = random_hadamard(16, torch.Generator().manual_seed(0))
     torch.testing.assert_close(r @ r.T, torch.eye(16), atol=1e-6, rtol=0)
+    # QuaRot's order diag(s) H: a common-mode vector is spread, not sent to one channel (as H diag(s) would)
+    assert (torch.ones(16) @ r).abs().max() < 0.75 * 4.0
+    signs = torch.tensor([1.0, -1.0] * 8)
+    assert (torch.ones(16) @ (hadamard(16) * signs[None])).abs().max() == pytest.approx(4.0)
     r12 = random_hadamard(12, torch.Generator().manual_seed(0))  # not a power of two: random orthogonal
     torch.testing.assert_close(r12 @ r12.T, torch.eye(12), atol=1e-6, rtol=0)
     with pytest.raises(ConfigError, match="power of two"):

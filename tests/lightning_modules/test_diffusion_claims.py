@@ -32,7 +32,7 @@ def test_sweep_table_orders_and_verdict(tmp_path):
     for method, p in orders.items():
         assert measured_order(sweep[method]) == pytest.approx(p, abs=1e-9)
     page = rx_dpm_report(recs, tmp_path)
-    assert "measured order 1.00 -> 2.00" in page and "measured order 2.00 -> 3.00" in page
+    assert "largest budgets 1.00 -> 2.00" in page and "largest budgets 2.00 -> 3.00" in page
     assert "adapted better at NFE [6, 10, 18, 34]" in page  # naive is the slower one here
     assert "9.99e-05 [NFE 33]" not in page and "[NFE 9]" in page  # Heun's actual NFE is shown
     assert (tmp_path / "rx_dpm_sweep.png").exists() and "No finished run `fmnist`" in page

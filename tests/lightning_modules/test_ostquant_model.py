@@ -110,8 +110,7 @@ def test_learning_keeps_orthogonality_and_lowers_kl_top():
     ids = torch.randint(0, 40, (8, 17), generator=torch.Generator().manual_seed(2))
     calib = [{"input_ids": ids[:, :-1], "labels": ids[:, 1:]}]
     cb = QuantCalibration(methods=["ostquant"], w_bits=16, a_bits=4, kv_bits=4, rotate_lr=0.05, smooth_lr=0.01)
-    # from the QuaRot (random Hadamard) point: KLT x Hadamard with per-head R_ov is already close to the optimum here
-    t = TransformedLM(net, "hadamard", w_bits=16, a_bits=4, kv_bits=4)
+    t = TransformedLM(net, "klt_hadamard", w_bits=16, a_bits=4, kv_bits=4)
     r_ov0 = t.head_rotations["ov0"].detach().clone()
     with torch.no_grad():
         before = kl_top(net(calib[0]["input_ids"]), t(calib[0]["input_ids"])).item()

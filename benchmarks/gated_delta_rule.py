@@ -2,6 +2,9 @@
 
 Also reports the achieved GFLOP/s of the chunked path as a fraction of a plain ``torch.matmul`` on the same machine.
 Run: ``python -m benchmarks.gated_delta_rule [--B 2 --H 4 --T 4096 --D 64 --chunk 64]`` (issue goal: >= 20x).
+Single-threaded by default (``--threads``). The token-by-token twin is time-bounded: it is first timed on ``T / 8``
+tokens; if that predicts more than ``--max-recurrent-s`` for the full ``T`` (both paths are linear in ``T``), the
+full-length time is extrapolated from the prefix and marked as such instead of measured.
 """
 
 from __future__ import annotations
@@ -16,6 +19,11 @@ from ops.gated_delta_rule import chunk_gated_delta_rule, naive_recurrent_gated_d
 
 
 def timed(fn, repeat: int) -> float:
+    """Best of ``repeat`` timed calls after one warm-up (``repeat=0``: time the single call itself)."""
+    if repeat == 0:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
     fn()  # warm-up
     best = float("inf")
     for _ in range(repeat):
@@ -40,8 +48,12 @@ def main() -> None:
     p.add_argument("--D", type=int, default=64)
     p.add_argument("--chunk", type=int, default=64)
     p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0: torch's default)")
+    p.add_argument("--max-recurrent-s", type=float, default=600.0, help="time bound of the recurrent twin")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = p.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
     dev = torch.device(a.device)
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(a.B, a.T, a.H, a.D, generator=gen)
@@ -55,24 +67,28 @@ def main() -> None:
         if dev.type == "cuda":
             torch.cuda.synchronize()
 
-    def run(fn, **kw):
+    def run(fn, t=a.T, **kw):
         def go():
-            o, _ = fn(*leaves, **kw)
+            o, _ = fn(*(x[:, :t] for x in leaves), **kw)
             o.sum().backward()
             sync()
 
         return go
 
     t_chunk = timed(run(chunk_gated_delta_rule, chunk_size=a.chunk), a.repeat)
-    t_rec = timed(run(naive_recurrent_gated_delta_rule), 1)
+    t_pre = max(1, a.T // 8)
+    t_rec_pre = timed(run(naive_recurrent_gated_delta_rule, t=t_pre), 1)
+    extrapolated = t_rec_pre * a.T / t_pre > a.max_recurrent_s
+    t_rec = t_rec_pre * a.T / t_pre if extrapolated else timed(run(naive_recurrent_gated_delta_rule), 0)
     n = 2048 if dev.type == "cpu" else 8192
     x, y = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
     t_mm = timed(lambda: (x @ y, sync()), 3)
     mm_gflops = 2 * n**3 / t_mm / 1e9
     ck_gflops = chunk_flops(a.B, a.H, a.T, a.D, a.chunk) / t_chunk / 1e9
-    print(f"gated delta rule fwd+bwd  B={a.B} H={a.H} T={a.T} D={a.D} C={a.chunk} device={dev}")
+    print(f"gated delta rule fwd+bwd  B={a.B} H={a.H} T={a.T} D={a.D} C={a.chunk} device={dev} threads={a.threads}")
     print(f"{'path':<12}{'time [ms]':>12}{'speed-up':>10}")
-    print(f"{'recurrent':<12}{t_rec * 1e3:>12.1f}{1.0:>10.1f}")
+    note = f"   (extrapolated from T={t_pre})" if extrapolated else ""
+    print(f"{'recurrent':<12}{t_rec * 1e3:>12.1f}{1.0:>10.1f}{note}")
     print(f"{'chunked':<12}{t_chunk * 1e3:>12.1f}{t_rec / t_chunk:>10.1f}   (goal >= 20x)")
     print(
         f"chunked GFLOP/s {ck_gflops:.1f} vs torch.matmul {n}^3 {mm_gflops:.1f}: {ck_gflops / mm_gflops:.1%} of matmul"

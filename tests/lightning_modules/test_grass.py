@@ -153,3 +153,9 @@ def test_claim_report_significance_and_parameter_counts():
     assert "grass 1,000, gine 990" in text
     noisy = [rec("grass", m) for m in (0.3, 0.5, 0.7)] + [rec("gine", m) for m in (0.4, 0.6, 0.8)]
     assert "within 2 s.e.: not significant" in claim_report(noisy, None)
+    ablations = clear + [rec("grass_no_rewiring", m) for m in (0.50, 0.51, 0.52)]
+    ablations += [rec("grass_no_rrwp", m) for m in (0.30, 0.31, 0.32)]
+    ablations += [rec("grass_drrwp", m) for m in (0.20, 0.41, 0.62)]
+    text = claim_report(ablations, None)
+    assert "random regular rewiring helps here" in text and "the RRWP encoding hurts here" in text
+    assert "RRWP instead of D-RRWP makes no significant difference here" in text

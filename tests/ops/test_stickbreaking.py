@@ -134,8 +134,13 @@ def test_blockwise_saves_no_quadratic_state():
     q, k, v = (x.requires_grad_(True) for x in qkv(1, 2, 256, 8, dtype=torch.float32, seed=3))
     sizes = {}
     for fn in (naive_stickbreaking, blockwise_stickbreaking):
-        saved = []
-        with torch.autograd.graph.saved_tensors_hooks(lambda x: saved.append(x.numel()) or x, lambda x: x):
+        saved: list[int] = []
+
+        def pack(x: torch.Tensor, saved: list[int] = saved) -> torch.Tensor:
+            saved.append(x.numel())
+            return x
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
             fn(q, k, v)
         sizes[fn.__name__] = (sum(saved), max(saved))
     assert sizes["blockwise_stickbreaking"][1] <= 2 * 256 * 8  # q, k, v, o: B H T D

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import shlex
 import subprocess
 import sys
@@ -56,6 +57,15 @@ def run_entry(slug: str, entry: dict, spec: dict, out: Path, extra: list[str]) -
     t0 = time.perf_counter()
     rc = subprocess.call(cmd, cwd=ROOT)
     return rc, time.perf_counter() - t0
+
+
+def load_status(path: Path) -> dict:
+    """Exit code and wall time of each run from an earlier claim invocation (empty when absent or unreadable)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): (v[0], v[1]) for k, v in data.items() if isinstance(v, list) and len(v) == 2}
 
 
 def collect(spec: dict, out: Path) -> list[RunRecord]:
@@ -123,15 +133,18 @@ def main(argv: list[str] | None = None) -> None:
     try:
         spec = load_spec(args.slug, args.spec)
         out = Path(args.out or ROOT / "logs" / "claim" / args.slug).resolve()
-        status = {}
+        status_file = out / "claim_status.json"  # exit code + wall time per run, kept for --report-only
+        status = load_status(status_file)
         if not args.report_only:
             for entry in spec["runs"]:
                 status[entry["name"]] = run_entry(args.slug, entry, spec, out, args.overrides)
+                out.mkdir(parents=True, exist_ok=True)
+                status_file.write_text(json.dumps(status, indent=1))
         records = collect(spec, out)
         page_path = Path(args.page).resolve() if args.page else None
         page = write_page(args.slug, spec, records, status, out, args.overrides, page_path)
         print(f"wrote {page} ({len(records)} runs)")
-        failed = [n for n, (rc, _) in status.items() if rc]
+        failed = [] if args.report_only else [e["name"] for e in spec["runs"] if status[e["name"]][0]]
         if failed:
             fail(f"claim runs failed: {', '.join(failed)} (see {page})")
     except SuiteError as err:

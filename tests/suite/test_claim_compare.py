@@ -32,6 +32,16 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     md = compare(records, tmp_path / "cmp", ["test/mse"])
     assert md.count("\n") == 3  # header, rule, 2 groups
     assert (tmp_path / "cmp" / "curves.png").exists()
+    # Rebuilding the page from the finished runs keeps each run's status and wall time.
+    page.unlink()
+    proc = run_cli(
+        ["suite.claim", "spine_fixture", "--spec", str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml"),
+         "--out", str(tmp_path / "runs"), "--page", str(page), "--report-only"],
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rebuilt = page.read_text()
+    assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok |" in rebuilt
+    assert "reused" not in rebuilt and "(n=2)" in rebuilt
 
 
 def test_claim_unknown_spec_is_one_line(tmp_path):

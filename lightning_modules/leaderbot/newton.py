@@ -122,6 +122,11 @@ class DampedNewton(torch.optim.Optimizer):
                 if new_loss <= loss + group["c1"] * t * slope:
                     accepted = True
                     break
+                # Loss flat to rounding (the Armijo test cannot tell): a full step that shrinks the gradient is kept.
+                flat = abs(new_loss - loss) <= 4 * torch.finfo(u.dtype).eps * max(1.0, abs(loss))
+                if _ls == 0 and flat and float(new_g.abs().max()) < float(g.abs().max()):
+                    accepted = True
+                    break
                 t *= 0.5
             if not accepted:  # no step length lowers the loss: at the minimum to machine precision
                 u.copy_(x0)

@@ -6,7 +6,7 @@ import importlib.util
 
 import torch
 
-from ops.gated_delta_rule.chunk import check_chunk_size, chunk_gated_delta_rule
+from ops.gated_delta_rule.chunk import _check_inputs, check_chunk_size, chunk_gated_delta_rule
 from ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
 
 BACKENDS = ("auto", "chunk", "recurrent", "fla")
@@ -39,23 +39,40 @@ def gated_delta_rule(
     use_delta: bool = True,
     backend: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Dispatch: fla's Triton ``chunk_gated_delta_rule`` on CUDA when installed (and ``use_delta``), else the
-    PyTorch chunked algorithm; ``backend="recurrent"`` forces the token-by-token reference.
+    """Dispatch: fla's Triton ``chunk_gated_delta_rule`` on CUDA when installed (bf16/fp16 inputs, ``use_delta``), else
+    the PyTorch chunked algorithm; ``backend="recurrent"`` forces the token-by-token reference.
 
-    Shapes as in :func:`chunk_gated_delta_rule` (``[B, T, H, D]`` layout, fla's convention).
+    Shapes as in :func:`chunk_gated_delta_rule`: ``[B, T, H, D]`` (sequence-first, fla's ``head_first=False``), the
+    gate ``g`` in log space, ``initial_state`` ``[B, H, K, V]``, default scale ``K ** -0.5``: the same contract as
+    fla's ``chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state, output_final_state)`` (passed by keyword).
+    fla's chunk kernel rejects float32 ``q`` (it asserts bf16/fp16), so ``auto`` keeps float32 on the exact PyTorch
+    path and an explicit ``backend="fla"`` casts float32 ``q, k, v, g, beta`` to bfloat16 (output cast back).
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} must be one of {list(BACKENDS)}")
-    use_fla = backend == "fla" or (backend == "auto" and q.is_cuda and use_delta and fla_available())
+    half = q.dtype in (torch.bfloat16, torch.float16)
+    use_fla = backend == "fla" or (backend == "auto" and q.is_cuda and half and use_delta and fla_available())
     if use_fla:
         if not use_delta:
             raise ValueError("backend='fla' implements only the delta rule (use_delta=True)")
+        if not fla_available():
+            raise ValueError("backend='fla' needs the optional flash-linear-attention extra (pip install '.[gpu]')")
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_chunk  # optional extra, CUDA only
 
+        _check_inputs(q, k, v, beta, g, initial_state)
+        dt = q.dtype if half else torch.bfloat16
         gate = g if g is not None else beta.new_zeros(beta.shape)
-        return fla_chunk(
-            q, k, v, g=gate, beta=beta, scale=scale, initial_state=initial_state, output_final_state=output_final_state
+        o, ht = fla_chunk(
+            q.to(dt),
+            k.to(dt),
+            v.to(dt),
+            g=gate.to(dt),
+            beta=beta.to(dt),
+            scale=scale,
+            initial_state=initial_state,
+            output_final_state=output_final_state,
         )
+        return o.to(v.dtype), ht
     if backend == "recurrent":
         return naive_recurrent_gated_delta_rule(
             q,

@@ -22,9 +22,11 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     assert "(n=2)" in text  # two seeds aggregated
     assert (tmp_path / "spine_fixture.png").stat().st_size > 1000
     runs = find_runs([tmp_path / "runs"])
-    assert len(runs) == 4
+    assert len(runs) == 3  # sgd_lr001 sets its own seeds: [1]
     records = [read_run(r) for r in runs]
     assert {r.seed for r in records} == {0, 1}
+    assert [r.seed for r in records if "sgd_lr001" in str(r.path)] == [1]
+    assert "| sgd_lr001 | `model.optimizer.lr=0.01` (seeds [1]) | ok |" in text
     # A higher learning rate fits this problem faster at an equal budget: the table must show it.
     lr05 = [r.metrics["test/mse"] for r in records if "sgd_lr005" in str(r.path)]
     lr01 = [r.metrics["test/mse"] for r in records if "sgd_lr001" in str(r.path)]

@@ -1,7 +1,9 @@
 """Claim-check report for BaDLoss: per-attack ASR table and loss-trajectory plots (clean vs each attack).
 
 Called by ``suite/claim.py`` as ``claim_report(records, out_dir)``; reads each run's ``metrics.json`` (via the
-records) and the ``badloss_detection.npz`` that :class:`BadlossLitModule` writes at detection time.
+records) and the ``badloss_detection.npz`` that :class:`BadlossLitModule` writes at detection time. The hand-written
+set-up notes and verdict live in ``<out_dir>/badloss_notes.md`` and are appended verbatim, so that
+``python -m suite.claim badloss --report-only`` rebuilds the whole page.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+NOTES = "badloss_notes.md"  # hand-written part of the results page, next to it
 
 
 def _mean_std(values: list[float]) -> str:
@@ -136,4 +140,7 @@ def claim_report(records: list[Any], out_dir: Path) -> str:
             f"![trajectories]({png.name})",
             "",
         ]
+    notes = out_dir / NOTES
+    if notes.exists():
+        lines += ["", notes.read_text().rstrip(), ""]
     return "\n".join(lines)

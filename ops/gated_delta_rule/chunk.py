@@ -172,11 +172,13 @@ def chunk_gated_delta_rule(
     gamma = diff.exp()  # [N, B, H, C, C], zero above the diagonal
     u = bc[..., None] * vc
     if use_delta:
-        a = (bc[..., None] * (kc @ kc.transpose(-1, -2)) * gamma).tril(-1)
-        eye = torch.eye(c, dtype=dt, device=q.device)
-        tri = eye + a
-        w = torch.linalg.solve_triangular(tri, bc[..., None] * b.exp()[..., None] * kc, upper=False, unitriangular=True)
-        u = torch.linalg.solve_triangular(tri, u, upper=False, unitriangular=True)
+        # Only the strict lower triangle of A is read: ``unitriangular=True`` takes the diagonal of I + A as ones and
+        # ignores the rest (its gradient is zero there), so neither I nor tril(-1) is formed. W and U share the
+        # triangular system and are solved together.
+        kb = bc[..., None] * kc
+        a = (kb @ kc.transpose(-1, -2)) * gamma
+        rhs = torch.cat((kb * b.exp()[..., None], u), -1)
+        w, u = torch.linalg.solve_triangular(a, rhs, upper=False, unitriangular=True).split((dk, dv), -1)
     attn = (qc @ kc.transpose(-1, -2)) * gamma
     q_dec = qc * b.exp()[..., None]
     k_dec = kc * (b[..., -1:] - b).exp()[..., None]

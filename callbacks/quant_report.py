@@ -108,6 +108,13 @@ def claim_report(records: list[Any], out_dir: Path) -> str:
             if not all(res[m]["ppl"] for m in abl):
                 continue
             lines.append(f"| {subject} | " + " | ".join(f"{_mean(res[m].get('ppl_gap', [])):+.3f}" for m in abl) + " |")
+        same = [s for s, r in table.items() if r["ostquant"]["ppl"] and r["ostquant"]["ppl"] == r["ostquant_kl"]["ppl"]]
+        if same:
+            lines += [
+                "",
+                f"KL-Top and full KL give identical results on {', '.join(same)}: the top-k (official k = 1000, capped"
+                " at the vocabulary) covers the whole vocabulary, so the two losses are the same function there.",
+            ]
     lines += [
         "",
         "## Cross-paper: does an outlier-free architecture quantize better?",
@@ -160,4 +167,12 @@ def verdict(table: dict, main: list[str]) -> list[str]:
         dmg = {s: _mean(r["rtn"]["ppl"]) / _mean(r["fp"]["ppl"]) - 1 for s, r in table.items() if r["rtn"]["ppl"]}
         order = " < ".join(f"{s} ({100 * d:+.2f} %)" for s, d in sorted(dmg.items(), key=lambda kv: kv[1]))
         out.append(f"* RTN damage (relative perplexity increase), smallest first: {order}.")
+        fps = {s: _mean(r["fp"]["ppl"]) for s, r in table.items() if s in dmg}
+        order = " > ".join(f"{s} ({p:.3f})" for s, p in sorted(fps.items(), key=lambda kv: -kv[1]))
+        out.append(
+            f"* FP perplexity, largest first: {order}. Subjects that reach different FP quality are not equally hard "
+            "to quantize (a sharper model has more to lose), so damage across architectures is compared at unequal "
+            "quality; K/V quantization also differs by mixer (KV cache for attention, none for Gated DeltaNet's "
+            "recurrent state)."
+        )
     return out

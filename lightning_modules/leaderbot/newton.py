@@ -13,7 +13,7 @@ minimum the method becomes plain Newton (quadratic convergence).
 ``lam`` starts at 1 (times the mean ``|diag H|``): the first steps are short, gradient-like ones. The models with a
 low-rank covariance or a factored Rao-Kupper tie have several local minima, and undamped Newton steps from the
 start can jump into another basin: on the bundled data, Rao-Kupper(1, 1) ends at NLL 1.010818 from an initial
-``lam`` of 1e-6 but at 1.010204 (the published 1.0102) from 1; Davidson(0, 1) costs 28 iterations instead of 23.
+``lam`` of 1e-6 but at 1.010204 (the published 1.0102) from 1; Davidson(0, 1) costs 29 iterations instead of 23.
 
 ``step(closure, hessian_closure)``: ``closure()`` returns the loss and fills ``.grad`` (the usual contract);
 ``hessian_closure()`` returns the ``[n, n]`` Hessian with respect to the flattened parameter.

@@ -95,6 +95,7 @@ def plot_frequency_responses(groups: dict[str, list[Any]], path: Path) -> Path |
     for ax in axes:
         ax.set_xlabel("omega (rad / step)")
         ax.set_yscale("log")
+        ax.set_ylim(bottom=1e-2)  # TC-LIF: H_d(omega = 0) is exactly 0
     axes[1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

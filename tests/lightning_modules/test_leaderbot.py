@@ -266,3 +266,18 @@ def test_bad_config_fails_at_construction():
         LeaderbotLitModule(kind="elo", k_cov=0, k_tie=0)
     with pytest.raises(ConfigError, match="model.k_cov=200 must be null or an integer in"):
         lk.Layout("davidson", 129, 200, 1)
+
+
+def test_claim_report_verdict():
+    from types import SimpleNamespace
+
+    from lightning_modules.leaderbot.report import PUBLISHED, claim_report
+
+    recs = [SimpleNamespace(name=n, metrics={"val/nll": p["nll"], "val/mae_tie": 35.6}) for n, p in PUBLISHED.items()]
+    assert "reproduced to 4 decimals: 9/9" in claim_report(recs, Path("."))
+    recs[-1].metrics["val/nll"] = PUBLISHED["dv_0_1"]["nll"] - 2e-4
+    recs[0].metrics["val/nll"] = PUBLISHED["bt_none"]["nll"] + 1e-3
+    page = claim_report(recs[:-2] + recs[-1:], Path("."))
+    assert "6/9" in page and "Lower than published: dv_0_1" in page
+    assert "**Not reproduced** (higher NLL): bt_none" in page
+    assert "Not run: dv_0_0" in page

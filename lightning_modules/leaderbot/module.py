@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 ALL_KINDS = (*lk.KINDS, "elo")
 SOLVERS = ("newton", "lbfgs")
 #: Settings of the two named solvers (``model.newton`` / ``model.lbfgs`` override them key by key).
-NEWTON_DEFAULTS: dict[str, Any] = dict(max_iter=5, tolerance_grad=1e-10, tolerance_change=1e-15, damping=1.0)
+NEWTON_DEFAULTS: dict[str, Any] = dict(max_iter=5, tolerance_grad=1e-10, tolerance_change=1e-15, damping=1.0, lr=1.0)
 LBFGS_DEFAULTS: dict[str, Any] = dict(
     lr=1.0,
     max_iter=20,

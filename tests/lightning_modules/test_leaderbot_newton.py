@@ -156,8 +156,8 @@ def test_newton_bad_settings_fail_clearly():
         DampedNewton([x, torch.nn.Parameter(torch.zeros(1))])
     with pytest.raises(ConfigError, match="model.optimizer='adam'"):
         LeaderbotLitModule(optimizer="adam")
-    with pytest.raises(ConfigError, match=r"model.newton has unknown keys \['lr'\]"):
-        LeaderbotLitModule(optimizer="newton", newton={"lr": 1.0})
+    with pytest.raises(ConfigError, match=r"model.newton has unknown keys \['history_size'\]"):
+        LeaderbotLitModule(optimizer="newton", newton={"history_size": 10})
 
 
 @pytest.fixture(scope="module")

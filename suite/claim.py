@@ -21,6 +21,7 @@ import argparse
 import importlib
 import json
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -55,7 +56,16 @@ def run_entry(slug: str, entry: dict, spec: dict, out: Path, extra: list[str]) -
     ]  # fmt: skip
     print("$", shlex.join(cmd[1:]), flush=True)
     t0 = time.perf_counter()
-    rc = subprocess.call(cmd, cwd=ROOT)
+    proc = subprocess.Popen(cmd, cwd=ROOT)
+    try:
+        rc = proc.wait()
+    finally:  # the claim was stopped (SIGTERM/Ctrl-C): stop its run too, so nothing keeps writing into the folders
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     return rc, time.perf_counter() - t0
 
 
@@ -131,6 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--page", default=None, help="results page (default: docs/results/<slug>.md)")
     parser.add_argument("--report-only", action="store_true", help="rebuild the page from existing runs")
     args = parser.parse_intermixed_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind through run_entry's cleanup
     try:
         spec = load_spec(args.slug, args.spec)
         out = Path(args.out or ROOT / "logs" / "claim" / args.slug).resolve()

@@ -56,3 +56,34 @@ def test_compare_no_runs_is_one_line(tmp_path):
     proc = run_cli(["suite.compare", "--method", "leaderbot", "--logs", str(tmp_path)])
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: no runs of 'leaderbot'")
+
+
+@pytest.mark.slow
+def test_stopping_a_claim_stops_its_run(tmp_path):
+    """SIGTERM to `suite.claim` must not orphan the `train -m` run, which would keep writing into the run folders."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    cmd = [sys.executable, "-m", "suite.claim", "spine_fixture", "--spec",
+           str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml"), "--out", str(tmp_path / "runs"),
+           "--page", str(tmp_path / "page.md"), "trainer.max_epochs=100000"]  # fmt: skip
+    claim = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        children: list[psutil.Process] = []
+        while not children and time.monotonic() < deadline and claim.poll() is None:
+            time.sleep(0.5)
+            children = psutil.Process(claim.pid).children()
+        assert children, "the claim never started its run"
+        time.sleep(2)
+        claim.send_signal(signal.SIGTERM)
+        assert claim.wait(timeout=60) != 0
+        gone, alive = psutil.wait_procs(children, timeout=40)
+        assert not alive, f"run still alive after the claim stopped: {alive}"
+    finally:
+        if claim.poll() is None:
+            claim.kill()

@@ -12,7 +12,8 @@
     report: lightning_modules.x.report:claim_report   # optional hook(records, out_dir) -> markdown
 
 Each entry becomes ``python -m train -m experiment=<slug> <overrides> seed=0,1,2``; a failing entry is reported on
-the page, not hidden. ``--report-only`` rebuilds the page from the runs already on disk.
+the page, not hidden. ``--report-only`` rebuilds the page from the runs already on disk. A hand-written reading of
+the results lives in ``docs/results/<slug>_notes.md`` and is appended to the page on every (re)build.
 """
 
 from __future__ import annotations
@@ -126,6 +127,9 @@ def write_page(
         except Exception as err:  # noqa: BLE001 - a broken report hook must not lose the table above
             extra = f"Report hook `{hook}` failed: {type(err).__name__}: {err}"
         lines += ["", extra]
+    notes = page.parent / f"{page.stem}_notes.md"  # hand-written reading of the results, kept across reruns
+    if notes.exists():
+        lines += ["", notes.read_text().rstrip()]
     page.write_text("\n".join(lines) + "\n")
     return page
 

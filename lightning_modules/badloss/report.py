@@ -2,8 +2,8 @@
 
 Called by ``suite/claim.py`` as ``claim_report(records, out_dir)``; reads each run's ``metrics.json`` (via the
 records) and the ``badloss_detection.npz`` that :class:`BadlossLitModule` writes at detection time. The hand-written
-set-up notes and verdict live in ``<out_dir>/badloss_notes.md`` and are appended verbatim, so that
-``python -m suite.claim badloss --report-only`` rebuilds the whole page.
+set-up notes and verdict live in ``docs/results/badloss_notes.md``, which ``suite/claim.py`` appends to every page it
+builds, so that ``python -m suite.claim badloss --report-only`` rebuilds the whole page.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-NOTES = "badloss_notes.md"  # hand-written part of the results page, next to it
 
 
 def _mean_std(values: list[float]) -> str:
@@ -140,7 +138,4 @@ def claim_report(records: list[Any], out_dir: Path) -> str:
             f"![trajectories]({png.name})",
             "",
         ]
-    notes = out_dir / NOTES
-    if notes.exists():
-        lines += ["", notes.read_text().rstrip(), ""]
     return "\n".join(lines)

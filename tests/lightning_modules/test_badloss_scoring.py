@@ -145,15 +145,3 @@ def test_claim_report_pairs_the_clean_accuracy_cost_by_seed():
     assert rows["badloss"][4] == "7.50 ± 2.50"  # costs 0.90 - 0.85 and 0.80 - 0.70, paired by seed
     det = detection_table(records).splitlines()
     assert len(det) == 3 and det[2].startswith("| badloss | 85.00 ± 5.00 | 95.00 ± 5.00")
-
-
-def test_claim_report_appends_the_hand_written_notes(tmp_path):
-    from types import SimpleNamespace
-
-    from lightning_modules.badloss.report import NOTES, claim_report
-
-    records = [SimpleNamespace(name="none", seed=0, metrics={"test/acc": 0.9}, path=str(tmp_path))]
-    assert "Verdict" not in claim_report(records, tmp_path)
-    (tmp_path / NOTES).write_text("## Reading\n\nVerdict: partly reproduced.\n")
-    page = claim_report(records, tmp_path)
-    assert page.index("## Summary") < page.index("Verdict: partly reproduced.")

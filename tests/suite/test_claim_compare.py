@@ -34,8 +34,10 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     md = compare(records, tmp_path / "cmp", ["test/mse"])
     assert md.count("\n") == 3  # header, rule, 2 groups
     assert (tmp_path / "cmp" / "curves.png").exists()
-    # Rebuilding the page from the finished runs keeps each run's status and wall time.
+    # Rebuilding the page from the finished runs keeps each run's status and wall time, and appends the
+    # hand-written reading kept next to the page.
     page.unlink()
+    (tmp_path / "page_notes.md").write_text("## Reading\n\nVerdict: a higher learning rate wins.\n")
     proc = run_cli(
         ["suite.claim", "spine_fixture", "--spec", str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml"),
          "--out", str(tmp_path / "runs"), "--page", str(page), "--report-only"],
@@ -44,6 +46,7 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     rebuilt = page.read_text()
     assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok |" in rebuilt
     assert "reused" not in rebuilt and "(n=2)" in rebuilt
+    assert rebuilt.rstrip().endswith("Verdict: a higher learning rate wins.")
 
 
 def test_claim_unknown_spec_is_one_line(tmp_path):

@@ -317,7 +317,9 @@ class BadlossLitModule(SuiteLitModule):
         dm.set_train_keep(self.keep)
         self.recorder().enabled = False
         self.phase = "retrain"
-        reset_parameters(self.net, seed=int(self.trainer.current_epoch) + 7919)
+        # Fresh weights for retraining from scratch: differ per run seed (torch.initial_seed() is the seed that
+        # seed_everything set) and per detection length, identical across DDP ranks.
+        reset_parameters(self.net, seed=(torch.initial_seed() + int(self.trainer.current_epoch) + 7919) % 2**63)
         if self.optimizer_factory is not None:
             self.trainer.strategy.setup_optimizers(self.trainer)
 

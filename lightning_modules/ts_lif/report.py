@@ -171,15 +171,17 @@ def claim_report(records: list[Any], out_dir: str | Path) -> str:
     ]
     gaps: dict[str, dict[int, float]] = {}
     for name in groups:
-        if not (m := re.fullmatch(r"ts_lif_h(\d+)", name)):
+        # ts_lif_h<H> (clean training) or ts_lif_h<H>_m<P> (trained with P% missing inputs)
+        if not (m := re.fullmatch(r"ts_lif_h(\d+)(_m\d+)?", name)):
             continue
-        horizon = int(m.group(1))
+        horizon, trained_missing = int(m.group(1)), m.group(2) or ""
         for base in BASELINES:
-            other = f"{base}_h{horizon}"
+            other = f"{base}_h{horizon}{trained_missing}"
             if other not in groups:
                 continue
             diff, se, verdict = compare(r2[name], r2[other])
-            gaps.setdefault(base, {})[horizon] = diff
+            if not trained_missing:
+                gaps.setdefault(base, {})[horizon] = diff
             text = f"- {name} vs {other}: ΔR^2 = {diff:+.4f} ± {se:.4f} (TS-LIF {verdict})"
             if top:
                 # robustness: a smaller drop is better, so compare -drop

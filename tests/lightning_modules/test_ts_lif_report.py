@@ -38,6 +38,9 @@ def test_claim_report(tmp_path):
         _Rec("lif_h6", {"test/r2": 0.45, "test/r2_miss10": 0.35, "test/r2_miss30": 0.25}),
         _Rec("ts_lif_h24", {"test/r2": 0.30, "test/r2_miss10": 0.28, "test/r2_miss30": 0.25, **_neuron()}),
         _Rec("lif_h24", {"test/r2": 0.20, "test/r2_miss10": 0.15, "test/r2_miss30": 0.10}),
+        # trained with 30% missing inputs: compared with the baseline trained the same way, not in the horizon trend
+        _Rec("ts_lif_h24_m30", {"test/r2": 0.27, "test/r2_miss10": 0.27, "test/r2_miss30": 0.26, **_neuron()}),
+        _Rec("lif_h24_m30", {"test/r2": 0.27, "test/r2_miss10": 0.27, "test/r2_miss30": 0.26}),
     ]
     md = claim_report(recs, tmp_path)
     assert "| run | R^2 | R^2 @10% | R^2 @30% | drop 0 -> 30% | spectral radius |" in md
@@ -45,6 +48,7 @@ def test_claim_report(tmp_path):
     assert "ts_lif_h6 vs lif_h6: ΔR^2 = +0.0600 ± 0.0100 (TS-LIF better)" in md
     assert "R^2 drop at 30% missing: TS-LIF +0.1000, lif_h6 +0.2000 (TS-LIF robustness better)" in md
     assert "ΔR^2 vs lif by horizon (h6: +0.0600, h24: +0.1000): grows with horizon" in md
+    assert "ts_lif_h24_m30 vs lif_h24_m30: ΔR^2 = +0.0000" in md
     assert "| init (TS-LIF) | 0.800 | 0.200 | 0.300 | 0.700 | 0.800 | 0.100 | 0.919 | 1.167, " in md
     assert (tmp_path / "ts_lif_freq.png").stat().st_size > 1000
     assert (tmp_path / "ts_lif_val_r2.png").stat().st_size > 1000

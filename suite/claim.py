@@ -14,6 +14,7 @@
 Each entry becomes ``python -m train -m experiment=<slug> <overrides> seed=0,1,2``; a failing entry is reported on
 the page, not hidden. ``--report-only`` rebuilds the page from the runs already on disk. A hand-written reading of
 the results lives in ``docs/results/<slug>_notes.md`` and is appended to the page on every (re)build.
+``--only a,b`` (re)runs just those entries and reuses the others (e.g. to split a claim over parallel processes).
 """
 
 from __future__ import annotations
@@ -144,6 +145,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--spec", default=None, help="claim spec (default: conf/claim/<slug>.yaml)")
     parser.add_argument("--page", default=None, help="results page (default: docs/results/<slug>.md)")
     parser.add_argument("--report-only", action="store_true", help="rebuild the page from existing runs")
+    parser.add_argument(
+        "--only", default=None, help="comma-separated run names to (re)run; the others are reused from disk"
+    )
     args = parser.parse_intermixed_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind through run_entry's cleanup
     try:
@@ -151,16 +155,27 @@ def main(argv: list[str] | None = None) -> None:
         out = Path(args.out or ROOT / "logs" / "claim" / args.slug).resolve()
         status_file = out / "claim_status.json"  # exit code + wall time per run, kept for --report-only
         status = load_status(status_file)
+        names = [e["name"] for e in spec["runs"]]
+        only = names if args.only is None else [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = sorted(set(only) - set(names))
+        if unknown:
+            raise ConfigError(f"--only names {unknown} are not runs of {args.slug} (runs: {', '.join(names)})")
+        ran = []
         if not args.report_only:
             for entry in spec["runs"]:
-                status[entry["name"]] = run_entry(args.slug, entry, spec, out, args.overrides)
+                if entry["name"] not in only:
+                    continue
+                result = run_entry(args.slug, entry, spec, out, args.overrides)
+                ran.append(entry["name"])
                 out.mkdir(parents=True, exist_ok=True)
+                status = load_status(status_file)  # re-read: another `--only` invocation may have written meanwhile
+                status[entry["name"]] = result
                 status_file.write_text(json.dumps(status, indent=1))
         records = collect(spec, out)
         page_path = Path(args.page).resolve() if args.page else None
         page = write_page(args.slug, spec, records, status, out, args.overrides, page_path)
         print(f"wrote {page} ({len(records)} runs)")
-        failed = [] if args.report_only else [e["name"] for e in spec["runs"] if status[e["name"]][0]]
+        failed = [n for n in ran if status[n][0]]
         if failed:
             fail(f"claim runs failed: {', '.join(failed)} (see {page})")
     except SuiteError as err:

@@ -47,12 +47,36 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok |" in rebuilt
     assert "reused" not in rebuilt and "(n=2)" in rebuilt
     assert rebuilt.rstrip().endswith("Verdict: a higher learning rate wins.")
+    # `--only` reruns one entry and keeps the other entries' status (how a claim is split over processes).
+    import json
+
+    status_file = tmp_path / "runs" / "claim_status.json"
+    before = json.loads(status_file.read_text())
+    proc = run_cli(
+        ["suite.claim", "spine_fixture", "--spec", str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml"),
+         "--out", str(tmp_path / "runs"), "--page", str(page), "--only", "sgd_lr001", "trainer.max_epochs=1"],
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after = json.loads(status_file.read_text())
+    assert after["sgd_lr005"] == before["sgd_lr005"] and after["sgd_lr001"] != before["sgd_lr001"]
+    assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok |" in page.read_text()
 
 
 def test_claim_unknown_spec_is_one_line(tmp_path):
     proc = run_cli(["suite.claim", "no_such_paper", "--out", str(tmp_path)])
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: no claim check for 'no_such_paper'")
+
+
+def test_claim_only_unknown_name_is_one_line(tmp_path):
+    proc = run_cli(
+        ["suite.claim", "spine_fixture", "--spec", str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml"),
+         "--out", str(tmp_path), "--only", "sgd_lr005,nope"],
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "--only names ['nope'] are not runs of spine_fixture" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "sgd_lr005").exists()  # nothing ran
 
 
 def test_compare_no_runs_is_one_line(tmp_path):

@@ -16,6 +16,9 @@ full-precision model. Methods (the paper's method and the baselines it compares 
 * ``ostquant_kl`` / ``ostquant_ce``: the same with the full-vocabulary KL / label cross-entropy loss (the paper's
   loss ablation, in one run).
 
+:class:`MaskedLMQuantCalibration` does the same for the pretrained MiniLM masked LM (:mod:`layers.quant.minilm`;
+losses at the masked positions).
+
 Logged at the end of the test epoch (``quant/<method>_<metric>``): ``loss``, ``ppl``, ``ppl_gap`` (to ``fp``), ``kl``
 (token-mean KL from the full-precision model) and ``log_qsur`` (mean log-QSUR of the inputs of the input-side
 linears, :mod:`ops.quant.qsur`). Also written to ``quant_calibration.json`` in the run's log folder.
@@ -117,20 +120,11 @@ class QuantCalibration(Callback):
     # -- the calibration pipeline (usable without a Trainer) -------------------------------------------------------
     def build(self, net: torch.nn.Module, method: str, calib: list[dict[str, torch.Tensor]], steps: int):
         """Transformed + calibrated + weight-quantized copy of ``net`` for ``method`` (``fp``: ``None``)."""
-        from layers.quant.ostquant import TransformedLM
-
         if method == "fp":
             return None
         init = {"quarot": "hadamard", "spinquant": "hadamard"}.get(method, "identity")
         init = "klt_hadamard" if method.startswith("ostquant") else init
-        t = TransformedLM(
-            net,
-            init,
-            **self.bits,
-            **self.groups,
-            online_hadamard=self.online_hadamard and init != "identity",
-            seed=self.seed,
-        ).to(next(net.parameters()).device)
+        t = self.transformed(net, init).to(next(net.parameters()).device)
         ids = [b["input_ids"] for b in calib]
         if method == "smoothquant":
             t.smoothquant_scales(ids)
@@ -143,6 +137,24 @@ class QuantCalibration(Callback):
         t.freeze(wq)
         return t
 
+    def transformed(self, net: torch.nn.Module, init: str) -> torch.nn.Module:
+        """The transformable, fake-quantized copy of ``net`` (a causal LM: :class:`~layers.quant.ostquant.
+        TransformedLM`)."""
+        from layers.quant.ostquant import TransformedLM
+
+        return TransformedLM(
+            net,
+            init,
+            **self.bits,
+            **self.groups,
+            online_hadamard=self.online_hadamard and init != "identity",
+            seed=self.seed,
+        )
+
+    def logits(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logits [..., V], labels [...])`` of ``model`` on ``batch`` (every position of a causal LM)."""
+        return model(batch["input_ids"]), batch["labels"]
+
     def _learn(self, net, t, calib, steps: int, learn_scales: bool, loss: str) -> None:
         opt_r = CayleySGD(t.rotation_parameters(), lr=self.rotate_lr)
         opt_s = torch.optim.Adam(t.scale_parameters(), lr=self.smooth_lr) if learn_scales else None
@@ -154,14 +166,14 @@ class QuantCalibration(Callback):
             for step in range(steps):
                 batch = calib[step % len(calib)]
                 with torch.no_grad():
-                    fp = net(batch["input_ids"])
-                q = t(batch["input_ids"])
+                    fp, _ = self.logits(net, batch)
+                q, labels = self.logits(t, batch)
                 if loss == "kl_top":
                     value = kl_top(fp, q, self.top_k)
                 elif loss == "kl":
                     value = kl_full(fp, q)
                 else:
-                    value = F.cross_entropy(q.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE)
+                    value = F.cross_entropy(q.reshape(-1, q.shape[-1]).float(), labels.flatten(), ignore_index=IGNORE)
                 opt_r.zero_grad()
                 if opt_s:
                     opt_s.zero_grad()
@@ -185,12 +197,11 @@ class QuantCalibration(Callback):
                 if lin.in_scale and key not in seen:
                     hooks.append(lin.register_forward_pre_hook(partial(_record_input, seen=seen, key=key, t=t)))
         for batch in batches:
-            fp = net(batch["input_ids"])
-            logits = fp if t is None else t(batch["input_ids"])
-            labels = batch["labels"]
+            fp, labels = self.logits(net, batch)
+            logits = fp if t is None else self.logits(t, batch)[0]
             mask = labels != IGNORE
             tot += F.cross_entropy(
-                logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE, reduction="sum"
+                logits.reshape(-1, logits.shape[-1]).float(), labels.flatten(), ignore_index=IGNORE, reduction="sum"
             ).item()
             kl += kl_full(fp[mask], logits[mask]).item() * int(mask.sum())
             n += int(mask.sum())
@@ -252,6 +263,34 @@ class QuantCalibration(Callback):
         for method, r in self.results.items():
             for k, v in r.items():
                 pl_module.log(f"quant/{method}_{k}", float(v), add_dataloader_idx=False)
+
+
+class MaskedLMQuantCalibration(QuantCalibration):
+    """:class:`QuantCalibration` for a masked LM (:class:`layers.quant.minilm.MaskedLM`, the pretrained MiniLM).
+
+    Same methods, bits, calibration and logged keys; the transformed copy is a :class:`layers.quant.minilm.
+    QuantMiniLM` (post-LN BERT: online input rotations instead of ``R_res``, see that module), and every loss (the
+    calibration loss, the evaluation loss and KL) is taken at the masked positions only (``labels != -100``): the MLM
+    distribution there is what the head was fitted for, and KL-Top ranks the 30,522-token vocabulary. ``log_qsur``
+    is not computed.
+    """
+
+    def transformed(self, net: torch.nn.Module, init: str) -> torch.nn.Module:
+        from layers.quant.minilm import QuantMiniLM
+
+        return QuantMiniLM(
+            net,
+            init,
+            **self.bits,
+            **self.groups,
+            online_hadamard=self.online_hadamard and init != "identity",
+            seed=self.seed,
+        )
+
+    def logits(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logits [N, V], labels [N])`` at the ``N`` masked positions of ``batch``."""
+        mask = batch["labels"] != IGNORE
+        return model(batch["input_ids"], mask), batch["labels"][mask]
 
 
 def _record_input(m: Any, inputs: tuple, seen: dict, key: str, t: Any) -> None:

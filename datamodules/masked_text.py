@@ -37,7 +37,7 @@ def bert_mask(
     gen: torch.Generator,
     mask_prob: float = 0.15,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """BERT masking of ``ids [N, T]``: ``(input_ids, labels)`` (see module docstring; ``special [N, T]`` never masked)."""
+    """BERT masking of ``ids [N, T]`` -> ``(input_ids, labels)`` (module docstring; ``special [N, T]``: never)."""
     chosen = (torch.rand(ids.shape, generator=gen) < mask_prob) & ~special
     # every window gets at least one target, so no batch is without a loss term
     none = ~chosen.any(1)
@@ -170,5 +170,8 @@ class MaskedTextDataModule(SuiteDataModule):
             raise MissingDataError(f"no *.txt / *.parquet / *.arrow files in {root}: put a text corpus there")
         docs = []
         for f in files:
-            docs += [d.decode("utf-8", errors="replace") if isinstance(d, bytes) else d for d in read_documents(f, self.text_column)]
+            docs += [
+                d.decode("utf-8", errors="replace") if isinstance(d, bytes) else d
+                for d in read_documents(f, self.text_column)
+            ]
         return self._build(docs)

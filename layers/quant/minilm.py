@@ -104,7 +104,7 @@ def hadamard_any(n: int) -> torch.Tensor | None:
 
 
 def random_hadamard_any(n: int, gen: torch.Generator) -> torch.Tensor:
-    """QuaRot's ``diag(±1) H`` with :func:`hadamard_any` (random orthogonal where no Hadamard of order ``n`` is built)."""
+    """QuaRot's ``diag(±1) H`` with :func:`hadamard_any` (random orthogonal where no such Hadamard is built)."""
     h = hadamard_any(n)
     if h is None:
         return random_orthogonal(n, gen)

@@ -72,3 +72,24 @@ def test_quant_report_tables_and_ranking(tmp_path):
     assert "| gdn | 10.000 | 11.000 (+1.000 ± 0.000) | - | - |" in page
     assert "OSTQuant has the smallest gap on 1 of 2 subjects (softmax)" in page
     assert "RTN damage (relative perplexity increase), smallest first: gdn (+10.00 %) < softmax (+40.00 %)" in page
+
+
+def test_minilm_report_table_and_verdict(tmp_path):
+    recs = []
+    losses = {"fp": 3.0, "rtn": 4.0, "smoothquant": 3.6, "quarot": 3.3, "ostquant": 3.2, "ostquant_kl": 3.25}
+    for seed in (0, 1):
+        folder = tmp_path / f"s{seed}"
+        folder.mkdir()
+        res = {
+            m: {"loss": v + 0.01 * seed, "ppl": 2.0 * v, "kl": v - 3.0, "ppl_gap": 2.0 * (v - 3.0)}
+            for m, v in losses.items()
+        }
+        (folder / "quant_calibration.json").write_text(json.dumps({"bits": {"w_bits": 4}, "results": res}))
+        recs.append(RunRecord(folder, "minilm", seed))
+    page = quant_report.minilm_claim_report(recs, tmp_path)
+    assert "| RTN | 4.0050 ± 0.0071 | +1.0000 ± 0.0000 |" in page
+    assert "over 2 seeds" in page and "w_bits=4" in page
+    assert "OSTQuant (+0.2000) < OSTQuant (full KL) (+0.2500) < QuaRot (+0.3000)" in page
+    assert "OSTQuant has the smallest gap" in page
+    assert "OSTQuant vs QuaRot: lower loss on 2 of 2 seeds." in page
+    assert "KL-Top (k = 1000 of 30,522) gap +0.2000 vs full KL +0.2500" in page

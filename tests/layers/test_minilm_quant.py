@@ -20,6 +20,15 @@ from ops.quant import random_orthogonal  # noqa: E402
 from suite.errors import ConfigError  # noqa: E402
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One intra-op thread: on the shared 2-core CI box, oversubscribed BLAS threads make these tests 10x slower."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module")
 def net():
     torch.manual_seed(0)

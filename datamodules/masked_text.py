@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset
 
 from datamodules._base import SuiteDataModule
+from datamodules.recall import TokenDataset
 from datamodules.text import SUFFIXES, read_documents, stdlib_documents
 from suite.errors import ConfigError, MissingDataError
 
@@ -52,19 +52,6 @@ def bert_mask(
     rand_pos = chosen & (r >= 0.8) & (r < 0.9)
     inputs[rand_pos] = torch.randint(0, vocab_size, (int(rand_pos.sum()),), generator=gen)
     return inputs, labels
-
-
-class MaskedWindows(Dataset):
-    """Pre-masked windows: items ``{"input_ids": [T], "labels": [T]}``."""
-
-    def __init__(self, input_ids: torch.Tensor, labels: torch.Tensor) -> None:
-        self.input_ids, self.labels = input_ids, labels
-
-    def __len__(self) -> int:
-        return self.input_ids.shape[0]
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {"input_ids": self.input_ids[i], "labels": self.labels[i]}
 
 
 class MaskedTextDataModule(SuiteDataModule):
@@ -158,7 +145,7 @@ class MaskedTextDataModule(SuiteDataModule):
         )
         parts = {"train": slice(0, n - n_val - n_test), "val": slice(n - n_val - n_test, n - n_test)}
         parts["test"] = slice(n - n_test, n)
-        return {k: MaskedWindows(inputs[s], labels[s]) for k, s in parts.items()}
+        return {k: TokenDataset(inputs[s], labels[s]) for k, s in parts.items()}  # pre-masked windows
 
     def load_embedded(self) -> dict[str, Any]:
         return self._build(self._documents_embedded())

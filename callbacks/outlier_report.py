@@ -94,7 +94,7 @@ def _plot(per: dict, out: Path) -> Path:
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
     for name, runs in per.items():
-        rec, census = runs[0]  # first seed
+        rec, census = runs[0]  # first seed (curves of one run; the table averages over seeds)
         steps = sorted(census)
         summ = [census_summary(census[s]) for s in steps]
         axes[0].plot(steps, [x["ratio_max"] for x in summ], marker="o", ms=3, label=name)
@@ -127,7 +127,9 @@ def variant_table(per: dict, seq_len: int | None) -> tuple[list[str], dict[str, 
         layers = len(last[0]["ratio"])
         per_layer = [_mean([x["ratio"][i] for x in last if len(x["ratio"]) > i]) for i in range(layers)]
         sinks = [_mean([x["sink"][i] for x in last if len(x["sink"]) > i]) for i in range(len(last[0]["sink"]))]
-        val = runs[0][0].curves.get("val/loss", [])
+        curves = [dict(r.curves.get("val/loss", [])) for r, _ in runs]
+        steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+        val = [(st, _mean([c[st] for c in curves])) for st in steps]  # mean over seeds at each evaluation
         n = {
             "ratio_max": _mean([x["ratio_max"] for x in last]),
             "k100": _mean([x["frac"].get("token_frac_k100", float("nan")) for x in last]),
@@ -136,6 +138,8 @@ def variant_table(per: dict, seq_len: int | None) -> tuple[list[str], dict[str, 
             "weight": _mean([x["weight"] for x in last]),
             "test_loss": _mean([r.metrics.get("test/loss", float("nan")) for r, _ in runs]),
             "val": val,
+            "sink_by_seed": {r.seed: x["sink_max"] for (r, _), x in zip(runs, last)},
+            "test_by_seed": {r.seed: r.metrics.get("test/loss", float("nan")) for r, _ in runs},
         }
         numbers[name] = n
         lines.append(
@@ -174,6 +178,21 @@ def verdict(numbers: dict[str, dict[str, Any]], seq_len: int | None, base: str =
         if sink:
             parts.append("sink " + ("removed" if s <= 0.5 else "not removed"))
         dv = n["test_loss"] - b["test_loss"]
+        seeds = sorted(set(n.get("sink_by_seed", {})) & set(b.get("sink_by_seed", {})), key=str)
+        if len(seeds) > 1:  # per-seed view: does the variant remove the sink in every seed, and the paired loss change
+            per_seed = [n["sink_by_seed"][sd] / b["sink_by_seed"][sd] for sd in seeds]
+            diffs = [n["test_by_seed"][sd] - b["test_by_seed"][sd] for sd in seeds]
+            parts.append(
+                "sink share / baseline's by seed "
+                + ", ".join(f"{v:.2f}" for v in per_seed)
+                + f" (removed in {sum(v <= 0.5 for v in per_seed)} of {len(seeds)})"
+            )
+            parts.append(
+                f"paired test-loss change {statistics.mean(diffs):+.4f} ± {statistics.stdev(diffs):.4f} "
+                f"(lower in {sum(d < 0 for d in diffs)} of {len(seeds)} seeds)"
+            )
+            out.append(f"* {name}: {'; '.join(parts)}.")
+            continue
         out.append(f"* {name}: {'; '.join(parts)}; test loss {dv:+.4f} vs softmax.")
     return out
 

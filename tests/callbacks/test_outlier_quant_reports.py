@@ -58,6 +58,23 @@ def test_outlier_report_table_and_verdict(tmp_path, monkeypatch):
     assert "| minilm |" in page and (tmp_path / "systematic_outliers_census.png").exists()
 
 
+def test_outlier_report_averages_seeds_and_judges_each(tmp_path):
+    """Two seeds: the val-loss column is the mean over seeds at each evaluation, and the verdict says in how many
+    seeds the variant removes the sink (here only one), with the paired test-loss change."""
+    recs = []
+    for seed, sinks, losses in ((0, (0.6, 0.06), (2.0, 1.8)), (1, (0.6, 0.5), (2.2, 2.3))):
+        for name, sink, loss in zip(("softmax", "ca_scale"), sinks, losses):
+            folder = tmp_path / f"{name}{seed}"
+            _census(folder / "csv", 50.0, sink)
+            val = {"val/loss": [(50, 2.5 + seed), (100, 2.0 + seed)]}
+            recs.append(RunRecord(folder, name, seed, {"test/loss": loss}, val, {"data": {"seq_len": 64}}))
+    table, numbers = outlier_report.variant_table(outlier_report._runs(recs), 64)
+    assert "| softmax | 2 |" in table[2] and "| 3.000 2.500 |" in table[2]  # mean of (2.5, 3.5) and (2.0, 3.0)
+    lines = outlier_report.verdict(numbers, 64)
+    assert "sink share / baseline's by seed 0.10, 0.83 (removed in 1 of 2)" in lines[1]
+    assert "paired test-loss change -0.0500 ± 0.2121 (lower in 1 of 2 seeds)" in lines[1]
+
+
 def test_quant_report_tables_and_ranking(tmp_path):
     recs = []
     for subject, gaps in (("softmax", {"rtn": 4.0, "quarot": 1.0, "ostquant": 0.5}), ("gdn", {"rtn": 1.0})):

@@ -46,3 +46,18 @@ def test_head_learns_encoder_frozen_checkpoint_holds_head_only():
             assert torch.equal(m2(inputs, labels != -100), m(inputs, labels != -100))
     finally:
         torch.set_num_threads(n)
+
+
+def test_ostquant_minilm_experiment_wires_head_data_and_calibration(tmp_path):
+    """`experiment=ostquant_minilm` composes the MLM-head module, the masked-text data and the masked-LM calibration
+    callback with every method of the claim at W4A4KV4 (the claim's page depends on these exact settings)."""
+    from tests.conftest import compose_train
+
+    cfg = compose_train(["experiment=ostquant_minilm"], tmp_path)
+    assert cfg.experiment_slug == "ostquant_minilm"
+    assert cfg.model._target_ == "lightning_modules.minilm_mlm.MiniLMMLMLitModule"
+    assert cfg.data._target_.startswith("datamodules.masked_text.")
+    cal = cfg.callbacks.quant_calibration
+    assert cal._target_ == "callbacks.quant_calibration.MaskedLMQuantCalibration"
+    assert (cal.w_bits, cal.a_bits, cal.kv_bits) == (4, 4, 4)
+    assert {"fp", "rtn", "smoothquant", "quarot", "ostquant"} <= set(cal.methods) and cal.loss == "kl_top"

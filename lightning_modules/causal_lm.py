@@ -47,7 +47,26 @@ class LMMetrics(nn.Module):
         self.acc.reset()
 
 
-class CausalLMLitModule(SuiteLitModule):
+class TokenLMSteps:
+    """Training and validation steps shared by the token-level LMs (causal LM here, the MiniLM masked-LM head): the
+    host defines ``_step(batch) -> (loss, correct, count)`` and ``val_metrics`` (:class:`LMMetrics`)."""
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss, correct, count = self._step(batch)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/acc", correct.float() / count.clamp_min(1))
+        return loss
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self.val_metrics.update(*self._step(batch))
+
+    def on_validation_epoch_end(self) -> None:
+        for k, v in self.val_metrics.compute().items():
+            self.log(f"val/{k}", v, prog_bar=k == "loss")
+        self.val_metrics.reset()
+
+
+class CausalLMLitModule(TokenLMSteps, SuiteLitModule):
     """Next-token training of a :class:`layers.lm.CausalLM`.
 
     Args:
@@ -94,20 +113,6 @@ class CausalLMLitModule(SuiteLitModule):
         mask = labels != IGNORE
         correct = ((logits.argmax(-1) == labels) & mask).sum()
         return loss, correct, mask.sum()
-
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss, correct, count = self._step(batch)
-        self.log("train/loss", loss, prog_bar=True)
-        self.log("train/acc", correct.float() / count.clamp_min(1))
-        return loss
-
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self.val_metrics.update(*self._step(batch))
-
-    def on_validation_epoch_end(self) -> None:
-        for k, v in self.val_metrics.compute().items():
-            self.log(f"val/{k}", v, prog_bar=k == "loss")
-        self.val_metrics.reset()
 
     def setup(self, stage: str) -> None:
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None

@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule
-from lightning_modules.causal_lm import IGNORE, LMMetrics
+from lightning_modules.causal_lm import IGNORE, LMMetrics, TokenLMSteps
 
 
-class MiniLMMLMLitModule(SuiteLitModule):
+class MiniLMMLMLitModule(TokenLMSteps, SuiteLitModule):
     """Fit an MLM head on the frozen MiniLM encoder.
 
     Args:
@@ -72,20 +72,6 @@ class MiniLMMLMLitModule(SuiteLitModule):
         target = labels[mask]
         loss = F.cross_entropy(logits.float(), target)
         return loss, (logits.argmax(-1) == target).sum(), mask.sum()
-
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss, correct, count = self._step(batch)
-        self.log("train/loss", loss, prog_bar=True)
-        self.log("train/acc", correct.float() / count.clamp_min(1))
-        return loss
-
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self.val_metrics.update(*self._step(batch))
-
-    def on_validation_epoch_end(self) -> None:
-        for k, v in self.val_metrics.compute().items():
-            self.log(f"val/{k}", v, prog_bar=k == "loss")
-        self.val_metrics.reset()
 
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self.test_metrics.update(*self._step(batch))

@@ -1,0 +1,1 @@
+"""Temporal-graph building blocks: the leak-free temporal neighbour sampler and the TGAT encoder."""

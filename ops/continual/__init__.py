@@ -1,0 +1,1 @@
+"""Continual-learning protocol metrics (pure functions)."""

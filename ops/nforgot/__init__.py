@@ -1,0 +1,1 @@
+"""N-ForGOT losses and the temporal Weisfeiler-Lehman relabelling (pure tensor functions)."""

@@ -53,7 +53,7 @@ class TGATLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, h_self: Tensor, phi0: Tensor, h_nbr: Tensor, phi_dt: Tensor, mask: Tensor) -> Tensor:
-        """``h_self [B, D]``, ``phi0 [B, T]``, ``h_nbr [B, K, D]``, ``phi_dt [B, K, T]``, ``mask [B, K]`` -> ``[B, D]``."""
+        """Shapes: h_self [B, D], phi0 [B, T], h_nbr [B, K, D], phi_dt [B, K, T], mask [B, K] -> [B, D]."""
         query = torch.cat([h_self, phi0], -1)
         keys = torch.cat([h_nbr, phi_dt], -1)
         a = masked_multihead_attention(self.q(query), self.k(keys), self.v(keys), mask, self.heads)

@@ -32,7 +32,7 @@ def kd_loss(z: Tensor, z_old: Tensor, T: float = 2.0) -> Tensor:
 
 
 def class_means(emb: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-class mean of ``emb [B, D]`` over the classes present in ``labels [B]`` -> (``[C', D]``, classes ``[C']``)."""
+    """Per-class mean of ``emb [B, D]`` over the classes in ``labels [B]`` -> (``[C', D]``, classes ``[C']``)."""
     classes, inverse = torch.unique(labels, return_inverse=True)
     onehot = F.one_hot(inverse, classes.numel()).to(emb.dtype)  # [B, C']
     return (onehot.t() @ emb) / onehot.sum(0).unsqueeze(1), classes

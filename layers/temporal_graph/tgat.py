@@ -105,13 +105,13 @@ class TGAT(nn.Module):
         """``h^layer`` of ``nodes [B]`` at ``times [B]`` -> (``[B, D]``, the top layer's sampled neighbours)."""
         layer = self.num_layers if layer is None else layer
         if layer == 0:
-            return self.inp(x[nodes]), None
-        nb = sampler.sample(nodes, times, self.k)
+            return self.inp(x[nodes.to(x.device)]), None
+        nb = sampler.sample(nodes.cpu(), times.cpu(), self.k)  # the event tables live on the CPU
         b = nodes.numel()
         h_self, _ = self.embed(x, sampler, nodes, times, layer - 1)
         h_nbr, _ = self.embed(x, sampler, nb.nodes.reshape(-1), nb.times.reshape(-1), layer - 1)
         h_nbr = h_nbr.view(b, self.k, -1)
-        dt = times.double().unsqueeze(1) - nb.times
+        dt = times.cpu().double().unsqueeze(1) - nb.times
         phi0 = self.phi(torch.zeros(b, device=h_self.device, dtype=h_self.dtype))
         out = self.layers[layer - 1](h_self, phi0, h_nbr, self.phi(dt.to(h_self.device)), nb.mask.to(h_self.device))
         return out, nb
@@ -132,5 +132,5 @@ class TGAT(nn.Module):
         h, nb = self.embed(x, sampler, nodes, times)
         b = nodes.numel()
         h_nbr = self.forward(x, sampler, nb.nodes.reshape(-1), nb.times.reshape(-1)).view(b, self.k, -1)
-        h_nbr = h_nbr * nb.mask.unsqueeze(-1).to(h_nbr.dtype)
+        h_nbr = h_nbr * nb.mask.unsqueeze(-1).to(device=h_nbr.device, dtype=h_nbr.dtype)
         return h, torch.cat([h_nbr, h.unsqueeze(1)], 1)

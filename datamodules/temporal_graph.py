@@ -131,7 +131,7 @@ def read_jodie(data_dir: str | Path, name: str, node_features: str, feature_dim:
                 f"(needs >= {max_id + 1} rows, one per node id)"
             )
         num_nodes = x.shape[0]
-        x = torch.as_tensor(x, dtype=torch.float32)
+        x = torch.tensor(x, dtype=torch.float32)
     else:
         num_nodes, x = max_id + 1, None
     if "label_u" in cols:
@@ -143,7 +143,7 @@ def read_jodie(data_dir: str | Path, name: str, node_features: str, feature_dim:
         y = node_labels(u, pd.to_numeric(df["label"], errors="coerce").to_numpy(np.float64), num_nodes, csv)
     if (y < 0).all():
         raise DataFormatError(f"{csv}: no node has a class label (all labels empty or negative)")
-    g = TemporalGraph(torch.as_tensor(u), torch.as_tensor(i), torch.as_tensor(ts), x, torch.as_tensor(y), str(csv))
+    g = TemporalGraph(torch.tensor(u), torch.tensor(i), torch.tensor(ts), x, torch.tensor(y), str(csv))
     if x is None:
         g.x = structural_features(g, node_features, feature_dim, seed)
     return g

@@ -74,7 +74,8 @@ class NForGOTLitModule(SuiteLitModule):
         kd_official_head: distil the current head (released code) instead of the old heads.
         ewc_lambda, ewc_batches: EWC strength and batches used for the Fisher.
         replay_per_class: buffer size per old class for ``replay``.
-        wl_iterations, wl_time_scale, wl_time_buckets: temporal WL relabelling (``ops/nforgot/wl.py``).
+        wl_neighbors, wl_iterations, wl_time_scale, wl_time_buckets: temporal WL relabelling (``ops/nforgot/wl.py``;
+            coarse by default: with 10 neighbours and 2 rounds almost every subtree is its own pattern).
         eval_batch_size: batch size of the end-of-task evaluations.
     """
 
@@ -105,9 +106,10 @@ class NForGOTLitModule(SuiteLitModule):
         ewc_lambda: float = 5000.0,
         ewc_batches: int = 10,
         replay_per_class: int = 20,
-        wl_iterations: int = 2,
+        wl_neighbors: int = 3,
+        wl_iterations: int = 1,
         wl_time_scale: float = 1.0,
-        wl_time_buckets: int = 8,
+        wl_time_buckets: int = 4,
         eval_batch_size: int = 1000,
         optimizer: OptimizerFactory | None = None,
         scheduler: SchedulerFactory | None = None,
@@ -235,7 +237,9 @@ class NForGOTLitModule(SuiteLitModule):
             w_kd = self.hparams.alpha * (self.hparams.distill_loss if self.method == "nforgot" else 1.0)
             loss = loss + w_kd * l_kd
             if self.method == "nforgot":
-                loss = loss + self._plugins(h, h0, S, nodes, t, y, task, batch_idx)
+                plug, terms = self._plugins(h, h0, S, nodes, t, y, task, batch_idx)
+                self.log_dict({f"train/{k}": v for k, v in terms.items()}, batch_size=n)
+                loss = loss + plug
         if task > 0 and self.method == "ewc" and self.fisher:
             pen = sum((self.fisher[k] * (p - self.anchor[k]).pow(2)).sum() for k, p in self.named_parameters()
                       if k in self.fisher)  # fmt: skip
@@ -270,14 +274,14 @@ class NForGOTLitModule(SuiteLitModule):
 
     def _plugins(
         self, h: Tensor, h0: Tensor, S: Tensor | None, nodes: Tensor, t: Tensor, y: Tensor, task: int, b: int
-    ) -> Tensor:
-        """alpha class_loss L_class + beta mmd_loss L_disc (detached in the released code's behaviour)."""
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """alpha class_loss L_class + beta mmd_loss L_disc (detached in the released code's behaviour), terms."""
         hp = self.hparams
         detach = hp.detach_plugins
-        out = h.new_zeros(())
+        out, terms = h.new_zeros(()), {}
         if hp.class_loss and self.prototypes.numel():
             l_cls = prototype_distance_loss(h.detach() if detach else h, h0, y, self.prototypes.to(h))
-            self.log("train/l_class", l_cls, batch_size=y.numel())
+            terms["l_class"] = l_cls.detach()
             out = out + hp.alpha * hp.class_loss * l_cls
         if S is not None:
             mem = self._memory_batch(task - 1, y.numel(), b)
@@ -292,9 +296,9 @@ class NForGOTLitModule(SuiteLitModule):
                 lx = self._wl_labels(nodes, t, task)
                 ly = self._wl_labels(mem.node, mem.t, task - 1)
                 l_disc = wl_kernel_mmd(X, Y, lx.to(X.device), ly.to(X.device))
-            self.log("train/l_disc", l_disc, batch_size=y.numel())
+            terms["l_disc"] = l_disc.detach()
             out = out + hp.beta * hp.mmd_loss * l_disc
-        return out
+        return out, terms
 
     def _memory_batch(self, task: int, n: int, batch_idx: int) -> Examples:
         """The previous task's raw training events for the discrepancy: the same index window as the current
@@ -310,7 +314,7 @@ class NForGOTLitModule(SuiteLitModule):
     def _wl_labels(self, nodes: Tensor, times: Tensor, task: int) -> Tensor:
         hp = self.hparams
         return temporal_wl_labels(
-            self.stream.samplers[task], nodes.cpu(), times.cpu(), hp.num_neighbors, hp.wl_iterations,
+            self.stream.samplers[task], nodes.cpu(), times.cpu(), hp.wl_neighbors, hp.wl_iterations,
             hp.wl_time_scale, hp.wl_time_buckets,
         )  # fmt: skip
 
@@ -353,7 +357,7 @@ class NForGOTLitModule(SuiteLitModule):
             self.prototypes = torch.cat([self.prototypes.to(h), h[sample.y.to(h.device) == c].mean(0, keepdim=True)])
         if task > 0:
             prev = self.stream.examples[task - 1]["train"]
-            a = sample.subset(torch.arange(min(512, len(sample))))
+            a = sample.subset(torch.randperm(len(sample), generator=g)[:512])  # random, not the earliest events
             b = prev.subset(torch.randperm(len(prev), generator=g)[:512])
             self.wl_shift[task] = float(wl_histogram_mmd(self._wl_labels(a.node, a.t, task),
                                                         self._wl_labels(b.node, b.t, task - 1)))  # fmt: skip

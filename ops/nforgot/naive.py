@@ -35,7 +35,7 @@ def naive_wl_kernel_mmd(
     pts = [p.flatten() for p in x] + [p.flatten() for p in y]
     labs = (list(lx) + list(ly)) if lx is not None else [0] * len(pts)
     n, total = x.shape[0], len(pts)
-    s = sum(float(((pts[i] - pts[j]) ** 2).sum()) for i in range(total) for j in range(total))
+    s = sum(float(((pts[i] - pts[j]) ** 2).sum().detach()) for i in range(total) for j in range(total))
     base = s / (total * total - total) / kernel_mul ** (kernel_num // 2)
     out = x.new_zeros(())
     for i in range(total):

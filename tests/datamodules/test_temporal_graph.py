@@ -1,0 +1,103 @@
+"""Temporal-graph datamodule: the JODIE/DyGLib/N-ForGOT real-format loader on fixtures, its one-line errors, the
+protocol's splits, and the embedded SocioPatterns / PubMed defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from datamodules.temporal_graph import TemporalGraphDataModule, read_jodie
+from suite.errors import DataFormatError, MissingDataError
+
+# 7 nodes (ids 1..6, DyGLib's 0 is padding); classes 0..3; node 6 is unlabelled (label -1)
+ROWS = [(1, 2, 0.0, 0), (3, 4, 1.0, 2), (2, 1, 2.0, 1), (4, 5, 3.0, 3), (1, 5, 3.0, 0), (5, 6, 4.0, 3),
+        (3, 6, 5.0, 2), (2, 4, 6.0, 1), (6, 1, 7.0, -1)]  # fmt: skip
+
+
+def write_dyglib(root: Path, rows=ROWS, feat_rows: int = 7, name: str = "toy") -> Path:
+    lines = [",u,i,ts,label,idx"] + [f"{k},{u},{i},{t},{c},{k + 1}" for k, (u, i, t, c) in enumerate(rows)]
+    (root / f"ml_{name}.csv").write_text("\n".join(lines) + "\n")
+    np.save(root / f"ml_{name}_node.npy", np.arange(feat_rows * 3, dtype=np.float32).reshape(feat_rows, 3))
+    return root
+
+
+def test_reads_dyglib_layout(tmp_path):
+    g = read_jodie(write_dyglib(tmp_path), "toy", "file", 3, 0)
+    assert g.num_nodes == 7 and g.src.tolist() == [r[0] for r in ROWS] and g.t.tolist() == [r[2] for r in ROWS]
+    # `label` is the class of u; i-only nodes and label -1 stay unlabelled
+    assert g.y.tolist() == [-1, 0, 1, 2, 3, 3, -1]
+    assert torch.equal(g.x[2], torch.tensor([6.0, 7.0, 8.0]))
+
+
+def test_reads_nforgot_layout_with_both_labels(tmp_path):
+    text = "u,i,ts,label_u,label_i,idx\n1,2,0,0,1,1\n2,3,1,1,2,2\n3,1,2,2,0,3\n"
+    (tmp_path / "yelp.csv").write_text(text)
+    np.save(tmp_path / "yelp_node.npy", np.ones((4, 2)))
+    g = read_jodie(tmp_path, "yelp", "file", 2, 0)
+    assert g.y.tolist() == [-1, 0, 1, 2]
+
+
+def test_real_datamodule_builds_tasks_and_disjoint_node_splits(tmp_path):
+    write_dyglib(tmp_path)
+    dm = TemporalGraphDataModule(source="real", data_dir=str(tmp_path), name="toy", node_features="file",
+                                 classes_per_task=2, batch_size=2, train_frac=0.5)  # fmt: skip
+    dm.setup()
+    s = dm.stream
+    assert s.num_tasks == 2 and s.task_classes == [[0, 1], [2, 3]]
+    for k in range(2):
+        nodes = {sp: set(s.examples[k][sp].node.tolist()) for sp in ("train", "val", "test")}
+        assert not (nodes["train"] & nodes["val"]) and not (nodes["train"] & nodes["test"])
+        ex = s.examples[k]["train"]
+        assert (ex.y // 2 == k).all() and (ex.t[1:] >= ex.t[:-1]).all()
+    # task 0's graph holds the events touching classes 0/1 and not 2/3 (event task = max endpoint task)
+    assert s.samplers[0].eid.unique().numel() == 3  # (1,2), (2,1), (1,5): its own event list
+    batch = next(iter(dm.train_dataloader()))
+    assert set(batch) == {"node", "t", "task", "y"} and batch["t"].dtype == torch.float64
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda rows: rows[:3] + [(4, 5, 1.5, 3)] + rows[4:], r"ml_toy.csv: events out of time order at line 5"),
+        (lambda rows: rows + [(1, 3, 9.0, 1)], r"line 11: node 1 has class 1 but class 0 earlier"),
+    ],
+)
+def test_bad_csv_errors_name_file_and_line(tmp_path, mutate, message):
+    write_dyglib(tmp_path, mutate(list(ROWS)))
+    with pytest.raises(DataFormatError, match=message):
+        read_jodie(tmp_path, "toy", "file", 3, 0)
+
+
+def test_feature_rows_must_cover_every_node_id(tmp_path):
+    write_dyglib(tmp_path, feat_rows=6)
+    with pytest.raises(DataFormatError, match=r"ml_toy_node.npy: 6 rows but .*line 7 uses node id 6"):
+        read_jodie(tmp_path, "toy", "file", 3, 0)
+
+
+def test_missing_file_and_empty_task(tmp_path):
+    with pytest.raises(MissingDataError, match="missing data file: .*nope.csv"):
+        read_jodie(tmp_path, "nope", "file", 3, 0)
+    rows = [(u, i, t, c if c < 2 else c + 2) for u, i, t, c in ROWS]  # classes 0,1,4,5: task 1 is empty
+    write_dyglib(tmp_path, rows)
+    dm = TemporalGraphDataModule(source="real", data_dir=str(tmp_path), name="toy", node_features="file")
+    with pytest.raises(DataFormatError, match=r"task 1 \(classes 2..3\) has no labelled node"):
+        dm.setup()
+
+
+def test_embedded_primary_school_and_pubmed():
+    dm = TemporalGraphDataModule(dataset="primary_school", classes_per_task=2, max_train_examples_per_task=50)
+    dm.setup()
+    g = dm.stream.graph
+    assert (g.num_nodes, g.src.numel(), int(g.y.max()) + 1) == (242, 125773, 10)
+    assert int((g.y < 0).sum()) == 10  # the teachers are unlabelled
+    assert dm.stream.num_tasks == 5 and g.x.shape == (242, 16) and torch.isfinite(g.x).all()
+    assert len(dm.stream.examples[0]["train"]) == 50
+    pm = TemporalGraphDataModule(dataset="pubmed", classes_per_task=1, max_train_examples_per_task=50)
+    pm.setup()
+    g = pm.stream.graph
+    assert (g.num_nodes, g.src.numel()) == (19717, 44335)
+    assert torch.bincount(g.y).tolist() == [4103, 7875, 7739]
+    assert (g.t[1:] >= g.t[:-1]).all() and float(g.t.max()) == 2010 - 1967

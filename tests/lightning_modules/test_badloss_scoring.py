@@ -145,3 +145,27 @@ def test_claim_report_pairs_the_clean_accuracy_cost_by_seed():
     assert rows["badloss"][4] == "7.50 ± 2.50"  # costs 0.90 - 0.85 and 0.80 - 0.70, paired by seed
     det = detection_table(records).splitlines()
     assert len(det) == 3 and det[2].startswith("| badloss | 85.00 ± 5.00 | 95.00 ± 5.00")
+
+
+def test_claim_verdicts_need_implanted_attacks_and_a_plateau():
+    from types import SimpleNamespace
+
+    from reports.badloss import verdicts
+
+    flat = {"val/loss": [(0, 1.0), (10, 0.5), (20, 0.5)]}
+
+    def rec(name, seed, acc, asr, patch, curves=flat):
+        m = {"test/acc": acc, "test/asr_mean": asr, "test/asr_patch": patch, "test/asr_sinusoid": 0.0}
+        return SimpleNamespace(name=name, seed=seed, metrics=m, curves=curves)
+
+    records = [rec("none", s, 0.90, 0.45, 0.9) for s in range(3)]
+    records += [rec("badloss", s, 0.89 - 0.001 * s, 0.02 + 0.001 * s, 0.03) for s in range(3)]
+    records += [rec("spectral", s, 0.88, 0.30 + 0.01 * s, 0.6) for s in range(3)]
+    v = verdicts(records, {"sizing_metric": "val/loss"})
+    assert [x.verdict for x in v] == ["reproduced", "reproduced"]
+    assert "1 of 2 attacks implanted in `none` (ASR >= 50%: patch)" in v[0].evidence
+    no_attack = [rec(r.name, r.seed, r.metrics["test/acc"], 0.01, 0.02) for r in records]
+    assert verdicts(no_attack, {"sizing_metric": "val/loss"})[0].verdict == "inconclusive: phenomenon absent"
+    one_point = [rec(r.name, r.seed, r.metrics["test/acc"], r.metrics["test/asr_mean"], 0.9, {"val/loss": [(20, 0.5)]})
+                 for r in records]  # fmt: skip
+    assert {x.verdict for x in verdicts(one_point, {"sizing_metric": "val/loss"})} == {"inconclusive: underfit"}

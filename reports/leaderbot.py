@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from suite import report as rep
+
 # Published figures (leaderbot README / paper tables, full bundled data): NLL, MAE over all outcomes, KLD in %.
 PUBLISHED: dict[str, dict[str, float]] = {
     "bt_none": {"n_param": 129, "nll": 0.6554, "mae_all": 18.5, "kld_pct": 1.49},
@@ -28,7 +30,41 @@ def _fmt(v: Any, spec: str) -> str:
     return "—" if v is None else format(v, spec)
 
 
-def claim_report(records: list[Any], out_dir: Path) -> str:
+def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
+    """The paper's claims as verdicts; the fits are deterministic (one seed), so differences are judged with the 1%
+    relative margin of :func:`suite.report.compare`; a fit that had not plateaued on the sizing metric (the training
+    NLL) is ``inconclusive: underfit``."""
+    metric, hib = rep.sizing_spec(spec or "leaderbot")
+    judged = rep.sizing(records, metric or "train/nll", higher_is_better=hib)
+    by_name = {r.name: r.metrics for r in records}
+    out: list[rep.Verdict] = []
+    fitted = [n for n in PUBLISHED if (by_name.get(n) or {}).get("val/nll") is not None]
+    if fitted:
+        higher = [n for n in fitted if by_name[n]["val/nll"] > PUBLISHED[n]["nll"] + 5e-5]
+        still = [n for n in fitted if not judged.get(n, (False, ""))[0]]
+        word = rep.UNDERFIT if still else (rep.NOT_REPRODUCED if higher else rep.REPRODUCED)
+        ev = (
+            f"{len(fitted) - len(higher)} of {len(fitted)} fits reach the published NLL or lower"
+            + (f"; higher: {', '.join(higher)}" if higher else "")
+            + (f"; not plateaued: {', '.join(still)}" if still else "")
+        )
+        out.append(rep.Verdict("The published model-selection NLLs are reproduced by the same likelihoods", word, ev))
+
+    def pair(claim: str, a: str, b: str, key: str) -> None:
+        va, vb = rep.values(records, a, key), rep.values(records, b, key)
+        if va and vb:
+            ok = all(judged.get(n, (False, ""))[0] for n in (a, b))
+            word = rep.compare(va, vb, higher_is_better=False, converged=ok)
+            out.append(rep.Verdict(claim, word, f"{key}: {a} {va[0]:.4g} vs {b} {vb[0]:.4g} (deterministic fits)"))
+
+    pair("The factored tie model (Davidson, k_tie=1) fits ties better than Davidson without it", "dv_0_1", "dv_none_0",
+         "val/mae_tie")  # fmt: skip
+    pair("The factored tie model lowers the held-out NLL (90/10 split of pairs)", "gen_dv_0_1", "gen_dv_none_0",
+         "test/nll")  # fmt: skip
+    return out
+
+
+def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
     """Markdown tables from the runs' final metrics (``records[i].name``, ``records[i].metrics``)."""
     by_name = {r.name: r.metrics for r in records}
     lines = ["## Model selection and goodness of fit (fit on every pair)", ""]
@@ -70,7 +106,7 @@ def claim_report(records: list[Any], out_dir: Path) -> str:
             f"{_fmt(m.get('test/mae_tie'), '.1f')} | {_fmt(None if kld is None else 100 * kld, '.2f')} | "
             f"{_fmt(None if jsd is None else 100 * jsd, '.2f')} |"
         )
-    lines += ["", "## Verdict", "", verdict(by_name)]
+    lines += ["", "## Verdicts (computed)", "", rep.verdict_table(verdicts(records, spec)), "", verdict(by_name)]
     return "\n".join(lines)
 
 

@@ -283,3 +283,21 @@ def test_claim_report_verdict():
     assert "6/9" in page and "Lower than published: dv_0_1" in page
     assert "**Not reproduced** (higher NLL): bt_none" in page
     assert "Not run: dv_0_0" in page
+
+
+def test_claim_verdict_table():
+    from types import SimpleNamespace
+
+    from reports.leaderbot import PUBLISHED, verdicts
+
+    flat = {"train/nll": [(0, 2.0), (50, 1.0), (100, 1.0)]}
+    recs = [SimpleNamespace(name=n, metrics={"val/nll": p["nll"]}, curves=flat) for n, p in PUBLISHED.items()]
+    recs[-1].metrics["val/mae_tie"] = 35.6  # dv_0_1
+    recs[-3].metrics["val/mae_tie"] = 49.0  # dv_none_0
+    v = verdicts(recs, {"sizing_metric": "train/nll"})
+    assert [x.verdict for x in v] == ["reproduced", "reproduced"]
+    assert v[1].evidence == "val/mae_tie: dv_0_1 35.6 vs dv_none_0 49 (deterministic fits)"
+    recs[0].metrics["val/nll"] += 1e-3
+    assert verdicts(recs, {"sizing_metric": "train/nll"})[0].verdict == "not reproduced"
+    recs[0].curves = {"train/nll": [(0, 2.0), (100, 1.0)]}  # still falling at the stop
+    assert verdicts(recs, {"sizing_metric": "train/nll"})[0].verdict == "inconclusive: underfit"

@@ -75,6 +75,16 @@ def test_outlier_report_averages_seeds_and_judges_each(tmp_path):
     lines = outlier_report.verdict(numbers, 64)
     assert "sink share / baseline's by seed 0.10, 0.83 (removed in 1 of 2)" in lines[1]
     assert "paired test-loss change -0.0500 ± 0.2121 (lower in 1 of 2 seeds)" in lines[1]
+    v = {x.claim: x for x in outlier_report.verdicts(recs, numbers, 64, {"sizing_metric": "val/loss"})}
+    # top1/median 50 < 100: no massive activations by the census's criterion; a sink (0.6 = 7x uniform) is there
+    assert v["Softmax attention develops massive activations"].verdict == "inconclusive: phenomenon absent"
+    assert v["Softmax attention develops an attention sink on the first token"].verdict == "reproduced"
+    assert v["Context-aware scaling (e) removes massive activations"].verdict == "inconclusive: phenomenon absent"
+    # the sink share 0.06 / 0.5 vs 0.6 / 0.6: s.e. of the difference 0.22 > margin 0.32 / 2: within noise
+    assert v["Context-aware scaling (e) removes the sink"].verdict == "inconclusive: within noise"
+    recs = [RunRecord(r.path, r.name, r.seed, r.metrics, {"val/loss": [(50, 3.0), (100, 2.0)]}, r.config) for r in recs]
+    v = {x.claim: x.verdict for x in outlier_report.verdicts(recs, numbers, 64, {"sizing_metric": "val/loss"})}
+    assert v["Context-aware scaling (e) removes the sink"] == "inconclusive: underfit"  # still falling at the stop
 
 
 def test_quant_report_tables_and_ranking(tmp_path):

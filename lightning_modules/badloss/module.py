@@ -242,11 +242,26 @@ class BadlossLitModule(SuiteLitModule):
         self.train(was)
         return feats, labels
 
+    def scored_rows(self) -> torch.Tensor:
+        """Mask ``[N_orig]`` of the originals the detection phase trained on (ranked, and counted in the detection
+        metrics): all of them, less the clean probes' originals when their copies replaced them
+        (``data.probe_mode=replace``; the official code leaves those never-visited rows out of the ranking too)."""
+        dm = self.dm
+        n = dm.num_original
+        rows = getattr(dm, "default_train_rows", None)
+        mask = torch.zeros(n, dtype=torch.bool)
+        if rows is None:
+            mask[:] = True
+        else:
+            mask[rows[rows < n]] = True
+        return mask
+
     def detection_scores(self) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
         """(score ``[N_all]``, keep-mask over originals ``[N_orig]``, extras to save) for the current defence."""
         dm = self.dm
         n = dm.num_original
         kind = dm.probe_kind
+        scored = torch.nonzero(self.scored_rows()).squeeze(1)
         extras: dict[str, Any] = {}
         if self.defence in ("badloss", "badloss_two_class", "abl"):
             traj = self.recorder().trajectories
@@ -261,7 +276,7 @@ class BadlossLitModule(SuiteLitModule):
                 t, t[kind == 1], min(self.k, int((kind == 1).sum())), self.eps, self.log_scores
             )
             keep = torch.zeros(n, dtype=torch.bool)
-            keep[scoring.select_keep(scoring.scores_to_ranks(score[:n]), self.reject_frac)] = True
+            keep[scored[scoring.select_keep(scoring.scores_to_ranks(score[scored]), self.reject_frac)]] = True
         elif self.defence == "badloss_two_class":
             score = scoring.two_class_scores(t, t[kind == 1], t[kind == 2], self.two_class_k)
             keep = score[:n] <= 0.5
@@ -292,19 +307,21 @@ class BadlossLitModule(SuiteLitModule):
         dm = self.dm
         n = dm.num_original
         score, keep_mask, extras = self.detection_scores()
-        poison = dm.poison_attack[:n]
-        s = score[:n].double()
+        scored = self.scored_rows()
+        poison = dm.poison_attack[:n][scored]
+        s = score[:n].double()[scored]
+        kept = keep_mask[scored]
         logs = {
             "detect/auc": scoring.roc_auc(s, poison >= 0),
-            "detect/poison_removed": float((~keep_mask[poison >= 0]).float().mean()) if (poison >= 0).any() else 0.0,
-            "detect/clean_removed": float((~keep_mask[poison < 0]).float().mean()),
+            "detect/poison_removed": float((~kept[poison >= 0]).float().mean()) if (poison >= 0).any() else 0.0,
+            "detect/clean_removed": float((~kept[poison < 0]).float().mean()),
             "detect/kept": float(keep_mask.sum()),
         }
         for a_id, name in enumerate(dm.attack_names):
             sel = (poison == a_id) | (poison < 0)
             logs[f"detect/auc_{name}"] = scoring.roc_auc(s[sel], poison[sel] == a_id)
             if (poison == a_id).any():
-                logs[f"detect/removed_{name}"] = float((~keep_mask[poison == a_id]).float().mean())
+                logs[f"detect/removed_{name}"] = float((~kept[poison == a_id]).float().mean())
         for key, v in logs.items():
             if np.isfinite(v):
                 self.log(key, float(v), rank_zero_only=True, sync_dist=False)

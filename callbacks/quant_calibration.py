@@ -68,6 +68,11 @@ class QuantCalibration(Callback):
         net_attr: Attribute of the LightningModule holding the LM.
         online_hadamard: Hadamard before the down projections (QuaRot / OSTQuant default).
         seed: Seed of the random Hadamards.
+        w_clip: Search each weight row's clip ratio when the weights are frozen (official ``w_clip``, on by default).
+        w_clip_grid: ``official`` (80 ratios ``1.00 ... 0.21``) or ``coarse`` (``1.0 ... 0.5`` by 0.05).
+        w_clip_norm: Error exponent of the clip search (official 2.4; 2 = squared error).
+        klt_centered: KLT init of the OSTQuant methods from the centred weight-row covariance (default) or the
+            uncentred ``W^T W / N``.
     """
 
     def __init__(
@@ -90,7 +95,16 @@ class QuantCalibration(Callback):
         net_attr: str = "net",
         online_hadamard: bool = True,
         seed: int = 0,
+        w_clip: bool = True,
+        w_clip_grid: str = "official",
+        w_clip_norm: float = 2.4,
+        klt_centered: bool = True,
     ) -> None:
+        from ops.quant import clip_ratios
+
+        clip_ratios(w_clip_grid)  # a bad grid name fails here, not after training
+        if w_clip_norm <= 0:
+            raise ConfigError(f"callbacks.quant_calibration.w_clip_norm={w_clip_norm!r} must be > 0")
         bad = [m for m in methods if m not in METHODS]
         if bad or not methods:
             raise ConfigError(
@@ -114,6 +128,8 @@ class QuantCalibration(Callback):
         self.rotate_lr, self.smooth_lr = rotate_lr, smooth_lr
         self.calib_batches, self.eval_batches, self.net_attr = calib_batches, eval_batches, net_attr
         self.online_hadamard, self.seed = online_hadamard, seed
+        self.clip = {"clip_search": w_clip, "clip_grid": w_clip_grid, "clip_norm": w_clip_norm}
+        self.klt_centered = klt_centered
         self.results: dict[str, dict[str, float]] = {}
         self._smoke = False  # fast_dev_run: RTN weights only
 
@@ -134,7 +150,7 @@ class QuantCalibration(Callback):
         wq = "rtn" if method in ("rtn", "smoothquant") or self._smoke else self.w_quantizer
         if wq == "gptq" and self.bits["w_bits"] < 16:
             t.collect_hessians(ids)
-        t.freeze(wq)
+        t.freeze(wq, **self.clip)
         return t
 
     def transformed(self, net: torch.nn.Module, init: str) -> torch.nn.Module:
@@ -149,6 +165,7 @@ class QuantCalibration(Callback):
             **self.groups,
             online_hadamard=self.online_hadamard and init != "identity",
             seed=self.seed,
+            klt_centered=self.klt_centered,
         )
 
     def logits(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -285,6 +302,7 @@ class MaskedLMQuantCalibration(QuantCalibration):
             **self.groups,
             online_hadamard=self.online_hadamard and init != "identity",
             seed=self.seed,
+            klt_centered=self.klt_centered,
         )
 
     def logits(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

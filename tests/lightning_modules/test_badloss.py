@@ -56,10 +56,11 @@ def run(defence: str, tmp_path, detect_epochs=3, max_epochs=4, callback=True, su
 def test_badloss_detects_and_retrains_on_kept_set(tmp_path):
     model, dm, m = run("badloss", tmp_path)
     n = dm.num_original
-    # 40% of the originals rejected by rank, then the probes' originals put back.
-    expected_kept = int((torch.linspace(0, 1, n) <= 0.6 + 1e-12).sum())
+    # 40% of the originals trained on in detection (all but the probes' originals, which their copies replaced) are
+    # rejected by rank, then the probes' originals put back.
+    expected_kept = int((torch.linspace(0, 1, n - dm.num_probes) <= 0.6 + 1e-12).sum()) + dm.num_probes
     assert model.phase == "retrain"
-    assert expected_kept <= len(model.keep) <= expected_kept + dm.num_probes
+    assert len(model.keep) == expected_kept
     assert int(model.keep.max()) < n, "probe copies are removed"
     assert set(dm.probe_source[dm.probe_kind == 1].tolist()) <= set(model.keep.tolist())
     assert len(dm.datasets["train"]) == len(model.keep)
@@ -90,7 +91,7 @@ def test_every_defence_runs(defence, tmp_path):
     model, dm, m = run(defence, tmp_path, detect_epochs=2, max_epochs=3, callback=defence != "abl", subset=600)
     assert 0.0 <= m["test/acc"] <= 1.0 and 0.0 <= m["test/asr_mean"] <= 1.0
     if defence == "none":
-        assert "detect/auc" not in m and len(dm.datasets["train"]) == len(dm.train_full)
+        assert "detect/auc" not in m and len(dm.datasets["train"]) == len(dm.train_full) - dm.num_probes
         return
     assert 0.0 <= m["detect/auc"] <= 1.0
     removed = dm.num_original - len(model.keep)

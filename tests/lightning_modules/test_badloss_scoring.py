@@ -169,3 +169,50 @@ def test_claim_verdicts_need_implanted_attacks_and_a_plateau():
     one_point = [rec(r.name, r.seed, r.metrics["test/acc"], r.metrics["test/asr_mean"], 0.9, {"val/loss": [(20, 0.5)]})
                  for r in records]  # fmt: skip
     assert {x.verdict for x in verdicts(one_point, {"sizing_metric": "val/loss"})} == {"inconclusive: underfit"}
+
+
+def test_knn_distances_are_float64_whatever_the_input():
+    """Issue 18 item 3: on float32 loss-sized trajectories the matrix-product cdist gave self-distances of ~0.008 and
+    swapped neighbour ranks; distances are now float64 differences, so a copy is at distance exactly 0."""
+    g = torch.Generator().manual_seed(0)
+    ref = (2.3 + 0.01 * torch.rand(60, 30, generator=g)).float()  # > 25 rows: where cdist switches to matmul
+    query = (2.3 + 0.01 * torch.rand(50, 30, generator=g)).float()
+    query[:10] = ref[:10]
+    d1 = scoring.knn_mean_distance(query, ref, 1)
+    assert d1.dtype == torch.float64 and d1[:10].tolist() == [0.0] * 10
+    exact = ((query.double()[:, None] - ref.double()[None]) ** 2).sum(-1).sqrt()  # [50, 60] by hand
+    np.testing.assert_allclose(
+        scoring.knn_mean_distance(query, ref, 5).numpy(), exact.sort(1).values[:, :5].mean(1).numpy(), atol=1e-12
+    )
+    nearest = scoring.pairwise_distances(query, ref).argsort(1)[:, :5]
+    assert torch.equal(nearest, exact.argsort(1)[:, :5])
+    bd = ref[30:] + 0.001
+    votes = scoring.two_class_scores(query, ref[:30], bd, k=1)
+    assert votes.dtype == torch.float64 and votes[:10].tolist() == [0.0] * 10  # own copy is the nearest (clean)
+
+
+def test_activation_clustering_uses_fastica():
+    """Issue 18 item 4: FastICA before 2-means (Chen et al.). Fixture: three unimodal directions of std 10 and one
+    bimodal direction (20 poisons at +3, std 0.3): PCA keeps the raw scales, so 2-means splits a std-10 Gaussian and
+    both halves pass the 35% size test (nothing removed); ICA whitens to unit variance, where the bimodal direction
+    is the best 2-means split and exactly the 20 poisons form the small cluster."""
+    g = torch.Generator().manual_seed(0)
+    f = torch.randn(200, 4, generator=g, dtype=torch.float64) * torch.tensor([10.0, 10.0, 10.0, 0.3])
+    y = torch.cat([torch.zeros(100), torch.ones(100)]).long()
+    bad = torch.arange(100, 120)
+    f[bad, 3] += 3.0
+    _, remove = baselines.activation_clustering(f, y, n_components=4)
+    assert torch.nonzero(remove).squeeze(1).tolist() == bad.tolist()
+    _, remove_pca = baselines.activation_clustering(f, y, n_components=4, reduction="pca")
+    assert int(remove_pca.sum()) == 0
+    # the default path is sklearn's FastICA (10 components, all-zero columns dropped), then KMeans
+    from sklearn.cluster import KMeans
+    from sklearn.decomposition import FastICA
+
+    x = f[100:].numpy()
+    z = FastICA(n_components=4, whiten="unit-variance", random_state=0, max_iter=400, tol=1e-4).fit_transform(x)
+    np.testing.assert_allclose(baselines.reduce_features(np.c_[x, np.zeros(100)], 10), z, atol=1e-10)
+    assign = KMeans(n_clusters=2, n_init=5, random_state=0).fit_predict(z)
+    assert set(np.nonzero(assign == np.argmin(np.bincount(assign)))[0] + 100) == set(bad.tolist())
+    with pytest.raises(ConfigError, match="ac_reduction"):
+        baselines.activation_clustering(f, y, reduction="svd")

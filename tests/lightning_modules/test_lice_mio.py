@@ -19,7 +19,7 @@ from lightning_modules.lice.mio import (
     mlp_forward,
     sparsity,
 )
-from lightning_modules.lice.spn import LearnSPN
+from lightning_modules.lice.spn import SPN, CategoricalLeaf, HistogramLeaf, LearnSPN, ProductNode
 from suite.errors import ConfigError
 
 FEATURES = [
@@ -244,3 +244,25 @@ def test_official_upper_sum_variant_is_not_an_upper_bound():
     lower = LiceMIO(feats, layers, np.ones(1), spn=spn, objective="optimize").spn_value_at(x, 1)
     assert upper == pytest.approx(0.0, abs=1e-6) and upper < exact  # not an upper bound here
     assert lower == pytest.approx(float(spn.max_approx(x[None])[0]), abs=1e-6) and lower <= exact
+
+
+@pytest.mark.parametrize("gap", [1e-6, 1e-4])
+def test_histogram_upper_bin_gap_is_where_a_lower_bin_ends(gap):
+    """Hand-computed fixture: one feature, SPN = histogram (breaks 0, 0.5, 1; densities 1.6, 0.4) x label leaf
+    (0.5, 0.5), a classifier that always predicts class 1, alpha = 1, cost 1, factual 0.7. Staying costs
+    -log 0.4 - log 0.5; moving into the denser lower bin costs 0.2 + gap - log 1.6 - log 0.5, so the optimum is
+    x = 0.5 - gap exactly, with that objective: the gap (official default 1e-6) is the CE's distance below a break."""
+    features = [FeatureSpec("a", "continuous")]
+    hist = HistogramLeaf([0], breaks=np.array([0.0, 0.5, 1.0]), densities=np.array([1.6, 0.4]))
+    spn = SPN(ProductNode([0, 1], children=[hist, CategoricalLeaf([1], probs=np.array([0.5, 0.5]))]),
+              ["continuous", "binary"], [0, 2])  # fmt: skip
+    layers = [(np.array([[1e-3]]), np.array([1.0]))]  # logit 1 + 0.001 x > 0 everywhere
+    kwargs = {"objective": "optimize", "alpha": 1.0, "time_limit": 20.0}
+    mio = LiceMIO(features, layers, np.ones(1), spn, bin_gap=gap, **kwargs)
+    res = mio.generate(np.array([0.7]), desired=1)
+    assert res.status == "optimal"
+    assert float(res.x[0]) == pytest.approx(0.5 - gap, abs=2e-7)
+    assert res.objective == pytest.approx(0.2 + gap - np.log(1.6) - np.log(0.5), abs=2e-7)
+    assert LiceMIO(features, layers, np.ones(1), spn, **kwargs).bin_gap == 1e-6  # the official default
+    with pytest.raises(ConfigError, match="bin_gap"):
+        LiceMIO(features, layers, np.ones(1), spn, bin_gap=0.0, **kwargs)

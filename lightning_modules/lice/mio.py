@@ -375,8 +375,11 @@ class LiceMIO:
         return sum(float(np.log(dens[i])) * (1 - nib[i]) for i in range(nb))
 
     # -- solving ----------------------------------------------------------------------------------------------------
-    def solve_model(self, m: pyo.ConcreteModel) -> tuple[str, float | None, float]:
-        """Solve with HiGHS (``appsi_highs``); returns ``(status, objective, seconds)`` and loads the solution."""
+    def solve_model(self, m: pyo.ConcreteModel, warm_start: bool = False) -> tuple[str, float | None, float]:
+        """Solve with HiGHS (``appsi_highs``); returns ``(status, objective, seconds)`` and loads the solution.
+
+        ``warm_start`` hands the current values of ``m``'s variables to HiGHS as a MIP start (see :meth:`generate`).
+        """
         from pyomo.contrib.appsi.base import TerminationCondition as TC
         from pyomo.contrib.appsi.solvers import Highs
 
@@ -385,6 +388,7 @@ class LiceMIO:
         solver.config.load_solution = False
         solver.config.stream_solver = False
         solver.config.log_level = logging.DEBUG  # HiGHS's log goes to DEBUG, not the run's INFO log
+        solver.config.warmstart = warm_start
         solver.highs_options = {"mip_feasibility_tolerance": 1e-7, "primal_feasibility_tolerance": 1e-7}
         start = time.perf_counter()
         try:
@@ -429,15 +433,45 @@ class LiceMIO:
                 x[j] = float(k * f.step)
         return x
 
-    def generate(self, x0: np.ndarray, desired: int) -> CounterfactualResult:
-        """One counterfactual for factual ``x0`` ``[F]`` toward class ``desired``; never raises on solver trouble."""
+    def generate(self, x0: np.ndarray, desired: int, start: np.ndarray | None = None) -> CounterfactualResult:
+        """One counterfactual for factual ``x0`` ``[F]`` toward class ``desired``; never raises on solver trouble.
+
+        ``start`` ``[F]``: a valid counterfactual (the plain MIO's) handed to HiGHS as a MIP start for the optimise
+        objective, where every valid CE is feasible. Its variables are completed by a solve of the model with ``x``
+        pinned to ``start``; ``info["start_objective"]`` is its LiCE objective, which the result never exceeds.
+        Without it, a solve stopped by the time limit returns whatever incumbent HiGHS's heuristics found first,
+        which can be orders of magnitude worse than the optimum (docs/results/lice_notes.md). Ignored for the other
+        objectives (a MIO CE need not reach the threshold).
+        """
         m = self.build(x0, desired)
-        status, objective, seconds = self.solve_model(m)
+        start_objective, start_seconds = None, 0.0
+        if start is not None and self.objective == "optimize" and self.spn is not None:
+            start_objective, start_seconds = self._load_start(m, x0, desired, np.asarray(start, np.float64))
+        status, objective, seconds = self.solve_model(m, warm_start=start_objective is not None)
+        seconds += start_seconds
+        info = {} if start_objective is None else {"start_objective": start_objective}
         if objective is None:
-            return CounterfactualResult(status, seconds=seconds)
+            return CounterfactualResult(status, seconds=seconds, info=info)
         root = m.component("spn_root")
         spn_value = float(pyo.value(root)) if root is not None else None
-        return CounterfactualResult(status, self.decode(m), objective, spn_value, seconds)
+        return CounterfactualResult(status, self.decode(m), objective, spn_value, seconds, info)
+
+    def _load_start(
+        self, m: pyo.ConcreteModel, x0: np.ndarray, desired: int, start: np.ndarray
+    ) -> tuple[float | None, float]:
+        """Set every variable of ``m`` to its value at the counterfactual ``start`` (from the pinned model's solve);
+        returns (the start's objective or ``None`` if the pinned model is not solved, seconds)."""
+        pinned = self.build(x0, desired, fix_x=start)
+        pinned.del_component(pinned.obj)
+        pinned.obj = pyo.Objective(expr=pinned.distance - self.alpha * pinned.spn_root, sense=pyo.minimize)
+        status, objective, seconds = self.solve_model(pinned)
+        if status != "optimal":
+            return None, seconds
+        for var in pinned.component_data_objects(pyo.Var):
+            target = m.find_component(var.name)
+            if target is not None and var.value is not None:
+                target.set_value(var.value, skip_validation=True)
+        return objective, seconds
 
     def spn_value_at(self, x: np.ndarray, desired: int) -> float:
         """The MIO's root SPN value with the counterfactual pinned to ``x`` (parity with ``SPN.max_approx``)."""

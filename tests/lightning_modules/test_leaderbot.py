@@ -140,6 +140,33 @@ def test_metrics_match_package_evaluate(subset_file: Path):
             assert "mae_tie" not in got
 
 
+def test_bradley_terry_kld_with_the_package_integer_tie_split(subset_file: Path):
+    """Hand-computed: one pair [w, l, t] = [3, 1, 1], P = (1/2, 1/2). Exact split: p = (0.7, 0.3), KLD =
+    0.7 ln 1.4 + 0.3 ln 0.6; the package's integer split drops the odd tie: p = (0.75, 0.25), KLD = 0.75 ln 1.5 +
+    0.25 ln 0.5. Then on real pairs with odd tie counts ``kld_pkg`` equals the package's own ``goodness_of_fit``."""
+    metric = PairOutcomeMetrics(has_tie=False)
+    metric.update(torch.tensor([[0.5, 0.5, 0.0]]), torch.tensor([[3.0, 1.0, 1.0]]))
+    got = metric.compute()
+    assert float(got["kld"]) == pytest.approx(0.7 * math.log(1.4) + 0.3 * math.log(0.6), rel=1e-12)
+    assert float(got["kld_pkg"]) == pytest.approx(0.75 * math.log(1.5) + 0.25 * math.log(0.5), rel=1e-12)
+    assert "kld_pkg" not in PairOutcomeMetrics(has_tie=True).compute()
+
+    votes = read_votes(subset_file)
+    y = votes["counts"].copy()
+    assert (y[:, 2] % 2 == 1).any()  # odd tie counts present: the two conventions differ
+    model = lb.BradleyTerry({"models": votes["models"], "X": votes["pairs"], "Y": y}, k_cov=None)
+    layout = lk.Layout("bradley_terry", len(votes["models"]), None, 0)
+    pairs, counts = torch.as_tensor(votes["pairs"]), torch.as_tensor(y, dtype=torch.float64)
+    w = lk.initial_params(layout, pairs, counts) * 3.0
+    model._delegated_model.param = w.numpy().copy()
+    metric = PairOutcomeMetrics(has_tie=False)
+    metric.update(lk.probabilities(w, pairs, layout, lk.dct_basis(layout.m, 0)), counts)
+    got = {k: float(v) for k, v in metric.compute().items()}
+    ref = lb.evaluate.goodness_of_fit([model], report=False)["kld"][0]
+    assert got["kld_pkg"] == pytest.approx(ref, rel=1e-9)
+    assert abs(got["kld"] - ref) > 1e-3 * ref  # the exact split is a different number
+
+
 @pytest.fixture(scope="module")
 def arena_full():
     votes = read_votes(embedded_path())

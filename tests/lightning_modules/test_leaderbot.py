@@ -310,3 +310,44 @@ def test_claim_report_verdict():
     assert "6/9" in page and "Lower than published: dv_0_1" in page
     assert "**Not reproduced** (higher NLL): bt_none" in page
     assert "Not run: dv_0_0" in page
+
+
+def test_claim_report_kld_and_generalisation_verdicts():
+    """KLD% is judged on the package's tie split where a run reports it; the held-out ordering is judged on paired
+    differences over splits (hand-made numbers: 3 splits with differences -0.010, -0.012, -0.011 -> mean -0.011,
+    s.e. 0.00058: reproduced; +1, -1, +0.5 -> within noise; +2, +2.2, +1.8 -> not reproduced)."""
+    from types import SimpleNamespace
+
+    from lightning_modules.leaderbot.report import (
+        NOISE,
+        NOT_REPRODUCED,
+        PUBLISHED,
+        REPRODUCED,
+        claim_report,
+        paired_verdict,
+    )
+
+    assert paired_verdict([0.990, 0.988, 0.989], [1.0, 1.0, 1.0])[0] == REPRODUCED
+    assert paired_verdict([31.0, 29.0, 30.5], [30.0, 30.0, 30.0])[0] == NOISE
+    assert paired_verdict([32.0, 32.2, 31.8], [30.0, 30.0, 30.0])[0] == NOT_REPRODUCED
+    assert paired_verdict([0.9], [1.0])[0] == NOISE  # one split: no spread to judge by
+
+    recs = []
+    for n, p in PUBLISHED.items():
+        m = {"val/nll": p["nll"], "val/kld": p["kld_pct"] / 100, "val/mae_tie": 35.6 if n == "dv_0_1" else 49.0}
+        if n.startswith("bt_"):  # exact split 0.12 points below, the package's split on the published value
+            m.update({"val/kld": p["kld_pct"] / 100 - 0.0012, "val/kld_pkg": p["kld_pct"] / 100})
+        recs.append(SimpleNamespace(name=n, seed=0, metrics=m))
+    for seed, (nll0, nll1, tie0, tie1) in enumerate([(1.0134, 1.0126, 28.5, 31.5), (1.0140, 1.0131, 29.0, 31.0),
+                                                       (1.0129, 1.0122, 28.0, 32.0)]):  # fmt: skip
+        recs.append(SimpleNamespace(name="gen_dv_none_0", seed=seed, metrics={"test/nll": nll0, "test/mae_tie": tie0}))
+        recs.append(SimpleNamespace(name="gen_dv_0_1", seed=seed, metrics={"test/nll": nll1, "test/mae_tie": tie1}))
+    page = claim_report(recs, Path("."))
+    assert f"| The published KLD% of the 9 models (goodness-of-fit table) | {REPRODUCED} | 9/9" in page
+    assert f"| Held out: Davidson(0, 1) has a lower NLL than Davidson(None, 0) | {REPRODUCED} |" in page
+    assert f"| Held out: Davidson(0, 1) has a lower MAE tie than Davidson(None, 0) | {NOT_REPRODUCED} |" in page
+    assert "| gen_dv_0_1 | 3 | 1.0126 ± 0.0005 |" in page and "not available |" in page
+    recs[0].metrics.pop("val/kld_pkg")  # bt_none judged on the exact split: 0.12 points off
+    assert "| The published KLD% of the 9 models (goodness-of-fit table) | not reproduced | 8/9" in claim_report(
+        recs, Path(".")
+    )

@@ -12,6 +12,7 @@ ARGS ?=
 CKPT ?=
 RUNS ?=
 OUT ?=
+PROFILE ?=
 PYTEST_ARGS ?=
 SLUGS := $(sort $(basename $(notdir $(wildcard conf/experiment/*.yaml))))
 
@@ -25,11 +26,14 @@ ifeq ($(filter $(METHOD),$(SLUGS)),)
 $(error error: unknown METHOD '$(METHOD)'; valid: $(SLUGS))
 endif
 endif
+ifneq ($(filter-out cpu paper,$(PROFILE)),)
+$(error error: unknown PROFILE '$(PROFILE)'; valid: cpu paper)
+endif
 
 .PHONY: help install train eval sweep claim compare bench test test-gpu lint format clean slurm
 
 help: ## Show this help
-	@echo "Usage: make <target> [METHOD=<slug>] [ARGS='hydra overrides']"
+	@echo "Usage: make <target> [METHOD=<slug>] [ARGS='hydra overrides'] [PROFILE=cpu|paper (claim)]"
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
 	@echo "Methods: $(SLUGS)"
 
@@ -58,8 +62,8 @@ eval: $(STAMP) ## Evaluate a checkpoint: make eval CKPT=path/to.ckpt (model rebu
 sweep: $(STAMP) ## Hydra multirun of one method: make sweep METHOD=x ARGS="seed=0,1,2 model.lr=1e-3,1e-4"
 	$(PY) -m train -m experiment=$(METHOD) $(ARGS)
 
-claim: $(STAMP) ## Claim check: method + baselines over seeds, writes docs/results/METHOD.md (+ PNG)
-	$(PY) -m suite.claim $(METHOD) $(ARGS)
+claim: $(STAMP) ## Claim check: method + baselines over seeds, docs/results/METHOD.md; PROFILE=paper: paper scale (ARGS=launcher=slurm)
+	$(PY) -m suite.claim $(METHOD) $(if $(PROFILE),--profile $(PROFILE),) $(ARGS)
 
 slurm: $(STAMP) ## Submit to SLURM via submitit: make slurm METHOD=x ARGS="trainer=ddp trainer.devices=4 seed=0,1"
 	$(PY) -m train -m experiment=$(METHOD) launcher=slurm $(ARGS)

@@ -52,12 +52,3 @@ def test_learned_lipschitz_is_converted_to_ou_time():
     ts, vals = _learned([rec], "segment")
     assert ts == pytest.approx([0.5 * math.log(2.0)]) and vals == pytest.approx([4.0])  # e^{2t} = 1 + sigma^2
     assert _learned([rec], "ring") == ([], [])
-
-
-def test_sgm_lipschitz_verdicts_from_the_exact_study(tmp_path):
-    from reports.sgm_lipschitz import claim_report
-
-    page = claim_report([], tmp_path)  # no runs: the exact quadrature alone decides the three theory claims
-    rows = [line for line in page.splitlines() if line.startswith("| (")]
-    assert len(rows) == 3 and all("| **reproduced** |" in r for r in rows)
-    assert "exact log-log slope -0.998" in rows[1]

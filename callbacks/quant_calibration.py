@@ -73,6 +73,8 @@ class QuantCalibration(Callback):
         w_clip_norm: Error exponent of the clip search (official 2.4; 2 = squared error).
         klt_centered: KLT init of the OSTQuant methods from the centred weight-row covariance (default) or the
             uncentred ``W^T W / N``.
+        w_sym_scale: Weight scale, ``signed`` (official ``max(-min/8, max/7)`` on ``[-8, 7]``) or ``absmax``
+            (``max|w|/7``, the suite's earlier rule).
     """
 
     def __init__(
@@ -99,8 +101,15 @@ class QuantCalibration(Callback):
         w_clip_grid: str = "official",
         w_clip_norm: float = 2.4,
         klt_centered: bool = True,
+        w_sym_scale: str = "signed",
     ) -> None:
         from ops.quant import clip_ratios
+        from ops.quant.fake import SYM_SCALES
+
+        if w_sym_scale not in SYM_SCALES:
+            raise ConfigError(
+                f"callbacks.quant_calibration.w_sym_scale={w_sym_scale!r} must be one of {list(SYM_SCALES)}"
+            )
 
         clip_ratios(w_clip_grid)  # a bad grid name fails here, not after training
         if w_clip_norm <= 0:
@@ -129,7 +138,7 @@ class QuantCalibration(Callback):
         self.calib_batches, self.eval_batches, self.net_attr = calib_batches, eval_batches, net_attr
         self.online_hadamard, self.seed = online_hadamard, seed
         self.clip = {"clip_search": w_clip, "clip_grid": w_clip_grid, "clip_norm": w_clip_norm}
-        self.klt_centered = klt_centered
+        self.klt_centered, self.w_sym_scale = klt_centered, w_sym_scale
         self.results: dict[str, dict[str, float]] = {}
         self._smoke = False  # fast_dev_run: RTN weights only
 
@@ -166,6 +175,7 @@ class QuantCalibration(Callback):
             online_hadamard=self.online_hadamard and init != "identity",
             seed=self.seed,
             klt_centered=self.klt_centered,
+            w_sym_scale=self.w_sym_scale,
         )
 
     def logits(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -303,6 +313,7 @@ class MaskedLMQuantCalibration(QuantCalibration):
             online_hadamard=self.online_hadamard and init != "identity",
             seed=self.seed,
             klt_centered=self.klt_centered,
+            w_sym_scale=self.w_sym_scale,
         )
 
     def logits(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

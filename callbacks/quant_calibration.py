@@ -140,7 +140,7 @@ class QuantCalibration(Callback):
         self.clip = {"clip_search": w_clip, "clip_grid": w_clip_grid, "clip_norm": w_clip_norm}
         self.klt_centered, self.w_sym_scale = klt_centered, w_sym_scale
         self.results: dict[str, dict[str, float]] = {}
-        self._smoke = False  # fast_dev_run: RTN weights only
+        self._smoke = False  # fast_dev_run: RTN weights only, no clip search
 
     # -- the calibration pipeline (usable without a Trainer) -------------------------------------------------------
     def build(self, net: torch.nn.Module, method: str, calib: list[dict[str, torch.Tensor]], steps: int):
@@ -159,7 +159,8 @@ class QuantCalibration(Callback):
         wq = "rtn" if method in ("rtn", "smoothquant") or self._smoke else self.w_quantizer
         if wq == "gptq" and self.bits["w_bits"] < 16:
             t.collect_hessians(ids)
-        t.freeze(wq, **self.clip)
+        clip = {**self.clip, "clip_search": False} if self._smoke else self.clip  # smoke test: no search
+        t.freeze(wq, **clip)
         return t
 
     def transformed(self, net: torch.nn.Module, init: str) -> torch.nn.Module:

@@ -73,6 +73,8 @@ class QuantCalibration(Callback):
         w_clip_norm: Error exponent of the clip search (official 2.4; 2 = squared error).
         klt_centered: KLT init of the OSTQuant methods from the centred weight-row covariance (default) or the
             uncentred ``W^T W / N``.
+        w_sym_scale: Weight scale, ``signed`` (official ``max(-min/8, max/7)`` on ``[-8, 7]``) or ``absmax``
+            (``max|w|/7``, the suite's earlier rule).
     """
 
     def __init__(
@@ -99,8 +101,15 @@ class QuantCalibration(Callback):
         w_clip_grid: str = "official",
         w_clip_norm: float = 2.4,
         klt_centered: bool = True,
+        w_sym_scale: str = "signed",
     ) -> None:
         from ops.quant import clip_ratios
+        from ops.quant.fake import SYM_SCALES
+
+        if w_sym_scale not in SYM_SCALES:
+            raise ConfigError(
+                f"callbacks.quant_calibration.w_sym_scale={w_sym_scale!r} must be one of {list(SYM_SCALES)}"
+            )
 
         clip_ratios(w_clip_grid)  # a bad grid name fails here, not after training
         if w_clip_norm <= 0:
@@ -129,9 +138,9 @@ class QuantCalibration(Callback):
         self.calib_batches, self.eval_batches, self.net_attr = calib_batches, eval_batches, net_attr
         self.online_hadamard, self.seed = online_hadamard, seed
         self.clip = {"clip_search": w_clip, "clip_grid": w_clip_grid, "clip_norm": w_clip_norm}
-        self.klt_centered = klt_centered
+        self.klt_centered, self.w_sym_scale = klt_centered, w_sym_scale
         self.results: dict[str, dict[str, float]] = {}
-        self._smoke = False  # fast_dev_run: RTN weights only
+        self._smoke = False  # fast_dev_run: RTN weights only, no clip search
 
     # -- the calibration pipeline (usable without a Trainer) -------------------------------------------------------
     def build(self, net: torch.nn.Module, method: str, calib: list[dict[str, torch.Tensor]], steps: int):
@@ -150,7 +159,8 @@ class QuantCalibration(Callback):
         wq = "rtn" if method in ("rtn", "smoothquant") or self._smoke else self.w_quantizer
         if wq == "gptq" and self.bits["w_bits"] < 16:
             t.collect_hessians(ids)
-        t.freeze(wq, **self.clip)
+        clip = {**self.clip, "clip_search": False} if self._smoke else self.clip  # smoke test: no search
+        t.freeze(wq, **clip)
         return t
 
     def transformed(self, net: torch.nn.Module, init: str) -> torch.nn.Module:
@@ -166,6 +176,7 @@ class QuantCalibration(Callback):
             online_hadamard=self.online_hadamard and init != "identity",
             seed=self.seed,
             klt_centered=self.klt_centered,
+            w_sym_scale=self.w_sym_scale,
         )
 
     def logits(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -303,6 +314,7 @@ class MaskedLMQuantCalibration(QuantCalibration):
             online_hadamard=self.online_hadamard and init != "identity",
             seed=self.seed,
             klt_centered=self.klt_centered,
+            w_sym_scale=self.w_sym_scale,
         )
 
     def logits(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -182,6 +182,7 @@ class QuantMiniLM(nn.Module):
         seed: Random Hadamard signs.
         klt_centered: KLT init from the centred covariance of the weight rows (default) or the uncentred
             ``W^T W / N`` (:func:`ops.quant.transforms.weight_klt`).
+        w_sym_scale: Weight scale rule, ``signed`` (official) or ``absmax``; see :mod:`ops.quant.fake`.
     """
 
     def __init__(
@@ -197,9 +198,10 @@ class QuantMiniLM(nn.Module):
         online_hadamard: bool = True,
         seed: int = 0,
         klt_centered: bool = True,
+        w_sym_scale: str = "signed",
     ) -> None:
         super().__init__()
-        self.klt_centered = klt_centered
+        self.klt_centered, self.w_sym_scale = klt_centered, w_sym_scale
         if init not in INITS:
             raise ConfigError(f"ostquant init={init!r} must be one of {list(INITS)}")
         enc = getattr(net, "encoder", None)
@@ -219,7 +221,7 @@ class QuantMiniLM(nn.Module):
         check_group("kv_group_size (head_dim)", kv_group_size, self.hd)
         self.act_quant = Quantizer(a_bits, False, a_group_size, "a_bits")
         self.kv_quant = Quantizer(kv_bits, False, kv_group_size, "kv_bits")
-        self._wq = Quantizer(w_bits, True, w_group_size, "w_bits")
+        self._wq = Quantizer(w_bits, True, w_group_size, "w_bits", sym_scale=w_sym_scale)
         self.w_quant_cfg = (w_bits, w_group_size)
         self.head = _frozen_copy(net.head)
         emb = enc.embeddings
@@ -400,7 +402,12 @@ class QuantMiniLM(nn.Module):
         if quantizer not in ("rtn", "gptq"):
             raise ConfigError(f"w_quantizer={quantizer!r} must be 'rtn' or 'gptq'")
         bits, group = self.w_quant_cfg
-        clip = {"clip_search": clip_search, "clip_grid": clip_grid, "clip_norm": clip_norm}
+        clip = {
+            "clip_search": clip_search,
+            "clip_grid": clip_grid,
+            "clip_norm": clip_norm,
+            "sym_scale": self.w_sym_scale,
+        }
         for key, lin in self.linears.items():
             w, _ = self.effective(key)
             if bits >= 16:

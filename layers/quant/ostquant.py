@@ -183,6 +183,8 @@ class TransformedLM(nn.Module):
             ``False`` keeps only ``R_res`` and the norm / up-down scales.
         klt_centered: KLT init from the centred covariance of the weight rows (the method; default) or from the
             uncentred ``W^T W / N`` (:func:`ops.quant.transforms.weight_klt`).
+        w_sym_scale: Weight scale rule, ``signed`` (official ``max(-min/8, max/7)`` at 4 bits) or ``absmax``
+            (``max|w|/7``); see :mod:`ops.quant.fake`.
     """
 
     def __init__(
@@ -200,9 +202,10 @@ class TransformedLM(nn.Module):
         seed: int = 0,
         head_transforms: bool = True,
         klt_centered: bool = True,
+        w_sym_scale: str = "signed",
     ) -> None:
         super().__init__()
-        self.klt_centered = klt_centered
+        self.klt_centered, self.w_sym_scale = klt_centered, w_sym_scale
         if init not in INITS:
             raise ConfigError(f"ostquant init={init!r} must be one of {list(INITS)}")
         for attr in ("embed", "blocks", "norm", "lm_head"):
@@ -216,7 +219,7 @@ class TransformedLM(nn.Module):
         self.act_quant = Quantizer(a_bits, False, a_group_size, "a_bits")
         self.kv_quant = Quantizer(kv_bits, False, kv_group_size, "kv_bits")
         self.w_quant_cfg = (w_bits, w_group_size)
-        self._wq = Quantizer(w_bits, True, w_group_size, "w_bits")
+        self._wq = Quantizer(w_bits, True, w_group_size, "w_bits", sym_scale=w_sym_scale)
         self.train_w_quant_on = train_w_quant
         self.scales = nn.ParameterDict()
         self.head_rotations = nn.ParameterDict()
@@ -418,7 +421,12 @@ class TransformedLM(nn.Module):
         if quantizer not in ("rtn", "gptq"):
             raise ConfigError(f"w_quantizer={quantizer!r} must be 'rtn' or 'gptq'")
         bits, group = self.w_quant_cfg
-        clip = {"clip_search": clip_search, "clip_grid": clip_grid, "clip_norm": clip_norm}
+        clip = {
+            "clip_search": clip_search,
+            "clip_grid": clip_grid,
+            "clip_norm": clip_norm,
+            "sym_scale": self.w_sym_scale,
+        }
         for lin in self.linears.values():
             w, _ = lin.effective()
             if bits >= 16:

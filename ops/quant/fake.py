@@ -175,15 +175,24 @@ class Quantizer:
         symmetric: See :func:`fake_quant`.
         group_size: See :func:`fake_quant`.
         name: Config key named in errors.
+        sym_scale: See :func:`fake_quant` (symmetric only).
     """
 
-    def __init__(self, bits: int = 16, symmetric: bool = False, group_size: int | None = None, name: str = "bits"):
+    def __init__(
+        self,
+        bits: int = 16,
+        symmetric: bool = False,
+        group_size: int | None = None,
+        name: str = "bits",
+        sym_scale: str = "signed",
+    ):
         if bits != 16:
             check_bits(name, bits)
-        self.bits, self.symmetric, self.group_size = bits, symmetric, group_size
+        check_sym_scale(sym_scale)
+        self.bits, self.symmetric, self.group_size, self.sym_scale = bits, symmetric, group_size, sym_scale
         self.enabled = True
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.bits >= 16 or not self.enabled:
             return x
-        return fake_quant(x, self.bits, self.symmetric, self.group_size)
+        return fake_quant(x, self.bits, self.symmetric, self.group_size, sym_scale=self.sym_scale)

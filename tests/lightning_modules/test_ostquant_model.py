@@ -180,8 +180,14 @@ def test_freeze_searches_clip_ratios_by_default():
     off = TransformedLM(net, "hadamard", w_bits=4, a_bits=16, kv_bits=16)
     off.freeze("rtn", clip_search=False)
     torch.testing.assert_close(off.linears["blocks.0.mlp.down_proj"].w_frozen, rtn_weight(w, 4), rtol=0, atol=0)
+    old = TransformedLM(net, "hadamard", w_bits=4, a_bits=16, kv_bits=16, w_sym_scale="absmax")
+    old.freeze("rtn", clip_search=False)
+    expect = rtn_weight(w, 4, sym_scale="absmax")
+    torch.testing.assert_close(old.linears["blocks.0.mlp.down_proj"].w_frozen, expect, rtol=0, atol=0)
     cb = QuantCalibration(methods=["rtn"])
-    assert cb.clip == {"clip_search": True, "clip_grid": "official", "clip_norm": 2.4}
+    assert cb.clip == {"clip_search": True, "clip_grid": "official", "clip_norm": 2.4} and cb.w_sym_scale == "signed"
+    with pytest.raises(ConfigError, match="w_sym_scale"):
+        QuantCalibration(methods=["rtn"], w_sym_scale="max")
     with pytest.raises(ConfigError, match="clip_grid"):
         QuantCalibration(methods=["rtn"], w_clip_grid="fine")
 

@@ -233,3 +233,13 @@ def test_weight_klt_uses_centred_covariance():
     assert weight_klt(rows, centered=False).abs().tolist() == [[1.0, 0.0], [0.0, 1.0]]
     batched = weight_klt(torch.stack([rows, rows.flip(-1)]))  # [H, N, n] -> [H, n, n]
     assert batched[1].abs().tolist() == [[1.0, 0.0], [0.0, 1.0]]
+
+
+def test_qsur_vertex_range_hand_computed():
+    """d = 1, N(mu, lambda), phi = 1: V_X = 2 sqrt(lambda), vertices mu +- sqrt(lambda). ``vertex_range`` side
+    2 sqrt(lambda) -> QSUR 1; ``vertices`` side 2 (|mu| + sqrt(lambda)) -> sqrt(lambda) / (|mu| + sqrt(lambda))."""
+    cov, mean = torch.tensor([[4.0]]), torch.tensor([3.0])
+    assert qsur(cov, mean, box="vertex_range").item() == pytest.approx(1.0, rel=1e-12)
+    assert qsur(cov, mean, box="vertices").item() == pytest.approx(2 / 5, rel=1e-12)
+    c = torch.diag(torch.tensor([4.0, 1.0, 0.25]))  # mu = 0: the vertex forms agree
+    assert qsur(c, box="vertex_range").item() == pytest.approx(qsur(c, box="vertices").item(), rel=1e-12)

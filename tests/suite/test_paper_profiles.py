@@ -158,9 +158,10 @@ def test_one_training_step_at_reduced_width_on_real_format_fixture(slug: str, tm
     data_dir.mkdir()
     FIXTURES[smoke["fixture"]](data_dir)
     local = [f"data.data_dir={data_dir}"] if smoke["fixture"] != "none" else []
-    overrides = _entry_overrides(
-        spec, entry, shlex.split(smoke.get("overrides", "")), local, ["trainer=cpu", "debug=fdr", "logger=csv"]
-    )
+    # One CPU process whatever the profile asks for (trainer=ddp with trainer.devices=8 would spawn eight).
+    cpu = ["trainer=cpu", "trainer.devices=1", "trainer.num_nodes=1", "trainer.precision=32-true",
+           "trainer.accumulate_grad_batches=1", "data.num_workers=0", "debug=fdr", "logger=csv"]  # fmt: skip
+    overrides = _entry_overrides(spec, entry, shlex.split(smoke.get("overrides", "")), local, cpu)
     cfg = compose_train([f"experiment={slug}", *overrides], tmp_path / "run")
     if smoke["fixture"] != "none":
         assert cfg.data.source == "real", f"{slug}: the paper profile must read the real dataset (data.source=real)"
@@ -176,3 +177,41 @@ def test_one_training_step_at_reduced_width_on_real_format_fixture(slug: str, tm
         assert any(not torch.equal(before[k], after[k]) for k in before if k in after), f"{slug}: no parameter moved"
     else:  # built from the data in setup(): it must exist now
         assert any(np.prod(v.shape) > 0 for v in after.values()), f"{slug}: no parameters after the step"
+
+
+# -- the loader and the page section (no runs) ------------------------------------------------------------------------
+def test_later_overrides_win_and_slurm_is_detected():
+    merged = merge_overrides(["trainer=gpu", "trainer.devices=8", "+callbacks.x.a=1"], ["trainer=ddp", "seed=0,1"])
+    assert merged == ["trainer.devices=8", "+callbacks.x.a=1", "trainer=ddp", "seed=0,1"]
+    from suite.claim import uses_slurm
+
+    assert uses_slurm(["trainer=cpu", "launcher=slurm"]) and not uses_slurm(["launcher=local", "slurm.qos=x"])
+
+
+def test_paper_spec_errors_are_one_line(tmp_path: Path):
+    from suite.errors import ConfigError
+
+    bad = tmp_path / "p.yaml"
+    bad.write_text("runs: [{name: a}]\nprofile: paper\npublished: {}\npaper_params: null\n")
+    with pytest.raises(ConfigError, match=r"lacks \['gpu_hours'\]"):
+        load_spec("x", bad, profile="paper")
+    bad.write_text("runs: [{name: a}]\nprofile: paper\npublished: {b: {test/x: 1}}\npaper_params: null\ngpu_hours: 1\n")
+    with pytest.raises(ConfigError, match=r"published names \['b'\]"):
+        load_spec("x", bad, profile="paper")
+    with pytest.raises(ConfigError, match="no paper-scale profile for 'nope'"):
+        load_spec("nope", profile="paper")
+    # report: inherited from the CPU spec when the profile has none (one reports hook per claim slug)
+    assert load_spec("grass", profile="paper")["report"] == load_spec("grass")["report"]
+
+
+def test_published_section_puts_paper_numbers_beside_measured(tmp_path: Path):
+    from suite.claim import published_section
+    from suite.compare import RunRecord
+
+    spec = {"gpu_hours": 3, "paper_params": 500000, "published": {"a": {"test/mae": 0.05, "test/r2": None}, "b": {}}}
+    records = [RunRecord(tmp_path, "a", s, {"test/mae": v}) for s, v in ((0, 0.06), (1, 0.08))]
+    text = published_section("grass", spec, records, ["launcher=slurm"])
+    assert "make claim METHOD=grass PROFILE=paper ARGS=launcher=slurm" in text
+    assert "Expected GPU-hours (whole claim): 3" in text and "500,000 parameters" in text
+    assert "| a | test/mae | 0.05 | 0.07 ± 0.014 (2) | +0.02 |" in text
+    assert "| a | test/r2 | not in the paper | — | — |" in text

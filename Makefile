@@ -12,6 +12,7 @@ ARGS ?=
 CKPT ?=
 RUNS ?=
 OUT ?=
+METRICS ?=
 PYTEST_ARGS ?=
 SLUGS := $(sort $(basename $(notdir $(wildcard conf/experiment/*.yaml))))
 
@@ -32,6 +33,11 @@ help: ## Show this help
 	@echo "Usage: make <target> [METHOD=<slug>] [ARGS='hydra overrides']"
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
 	@echo "Methods: $(SLUGS)"
+	@echo "Debug modes (ARGS=debug=...): fdr (one batch of train/val/test), limit (3 train + 2 val/test batches, 2 epochs),"
+	@echo "  overfit (3 batches, 20 epochs: the loss must fall); debug runs go to logs/debug/<slug>/, never into compare"
+	@echo "Outputs: logs/train/<slug>/runs/<time>/ (config.yaml, metrics.json, csv/, checkpoints/last.ckpt, plots),"
+	@echo "  sweeps logs/train/<slug>/multiruns/<time>/<n>/, eval logs/eval/<slug>/runs/, compare logs/compare/<slug>/;"
+	@echo "  every run prints its folder and files at the end. Resume: ARGS=ckpt_path=last (same folder)"
 
 $(STAMP): pyproject.toml
 	@# Fashion-MNIST (embedded default of badloss, rx_dpm, sumi) ships as a Debian package; best effort, root only.
@@ -64,8 +70,8 @@ claim: $(STAMP) ## Claim check: method + baselines over seeds, writes docs/resul
 slurm: $(STAMP) ## Submit to SLURM via submitit: make slurm METHOD=x ARGS="trainer=ddp trainer.devices=4 seed=0,1"
 	$(PY) -m train -m experiment=$(METHOD) launcher=slurm $(ARGS)
 
-compare: $(STAMP) ## Compare finished runs: make compare [METHOD=x | RUNS="dir1 dir2"] [OUT=folder]
-	$(PY) -m suite.compare $(if $(RUNS),--runs $(RUNS),--method $(METHOD)) $(if $(OUT),--out $(OUT),)
+compare: $(STAMP) ## Compare finished runs: make compare [METHOD=x | RUNS="dir1 dir2"] [METRICS="test/mae val/loss"] [OUT=dir]
+	$(PY) -m suite.compare $(if $(RUNS),--runs $(RUNS),--method $(METHOD)) $(if $(METRICS),--metrics $(METRICS),) $(if $(OUT),--out $(OUT),)
 
 bench: $(STAMP) ## Run every benchmark in benchmarks/ (speed/memory ratios, side by side)
 	@set -e; for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b; done

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from layers.graph.grass import GrassNet, NoAffineBatchNorm, RunningNorm
 from layers.graph.grass_baselines import GINENet, GPSNet, count_parameters
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule, regression_metrics
+from suite.compare import relative_change
 from suite.errors import ConfigError
 
 ARCHS = ("grass", "gine", "gps")
@@ -309,10 +310,10 @@ def claim_report(records: list[Any], out_dir: Any) -> str:
     if baselines:
         best = min(baselines, key=mean.get)
         wins = mean["grass"] < mean[best]
-        rel = 100.0 * (mean[best] - mean["grass"]) / mean[best]
+        change = relative_change(mean["grass"], mean[best], "MAE")
         lines.append(
             f'* Claim "GRASS has the lowest test MAE": **{"reproduced" if wins else "not reproduced"}** at this budget '
-            f"(GRASS {mean['grass']:.4f} vs best baseline {best} {mean[best]:.4f}: {rel:+.1f}% MAE reduction, "
+            f"(GRASS {mean['grass']:.4f} vs best baseline {best} {mean[best]:.4f}: {change}, "
             f"{_gap_note(by_name['grass'], by_name[best])}; the paper reports about 20% on ZINC against GRIT)."
         )
     for name, what in (

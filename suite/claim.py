@@ -117,7 +117,7 @@ def write_page(
         wall = "—" if secs is None else f"{secs:.0f} s"
         own_seeds = f" (seeds {entry['seeds']})" if "seeds" in entry else ""
         lines.append(f"| {entry['name']} | `{entry.get('overrides', '')}`{own_seeds} | {state} | {wall} |")
-    lines += ["", "## Final metrics (mean ± std over seeds)", "", markdown_table(keys, table) if records else "none"]
+    lines += ["", "## Final metrics (mean ± std if ≥ 2 seeds)", "", markdown_table(keys, table) if records else "none"]
     if plot:
         lines += ["", f"![final metrics]({plot.name})", "", f"![training loss]({curves.name})"]
     hook = spec.get("report")

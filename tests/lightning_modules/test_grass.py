@@ -132,10 +132,11 @@ def test_claim_report_verdicts():
 
     text = claim_report([rec("grass", 0.4), rec("grass", 0.6), rec("gine", 0.6), rec("gps", 0.8),
                          rec("grass_no_rewiring", 0.7), rec("grass_drrwp", 0.45)], None)  # fmt: skip
-    assert "**reproduced**" in text and "+16.7% MAE reduction" in text
+    assert "**reproduced**" in text and "GRASS 0.5000 vs best baseline gine 0.6000: 16.7% lower MAE" in text
     assert "`grass_no_rewiring`: MAE 0.7000 (+0.2000 vs GRASS, one seed" in text and "rewiring helps" in text
     assert "RRWP instead of D-RRWP does not help" in text and "`grass_drrwp`: MAE 0.4500 (-0.0500" in text
-    assert "**not reproduced**" in claim_report([rec("grass", 0.9), rec("gine", 0.6)], None)
+    worse = claim_report([rec("grass", 0.9), rec("gine", 0.6)], None)
+    assert "**not reproduced**" in worse and "50.0% higher MAE" in worse and "reduction" not in worse
     assert "No finished GRASS run" in claim_report([rec("gine", 0.6)], None)
 
 

@@ -12,6 +12,7 @@ ARGS ?=
 CKPT ?=
 RUNS ?=
 OUT ?=
+LOGS ?=
 METRICS ?=
 PYTEST_ARGS ?=
 SLUGS := $(sort $(basename $(notdir $(wildcard conf/experiment/*.yaml))))
@@ -21,7 +22,7 @@ export WANDB_SILENT ?= true
 export HYDRA_FULL_ERROR ?= 1
 
 # Checked when the Makefile is read, before any install, so a typo fails at once (one line) even on a fresh clone.
-ifneq ($(filter train sweep claim slurm,$(MAKECMDGOALS)),)
+ifneq ($(filter train sweep claim slurm,$(MAKECMDGOALS))$(if $(RUNS),,$(filter compare,$(MAKECMDGOALS))),)
 ifeq ($(filter $(METHOD),$(SLUGS)),)
 $(error error: unknown METHOD '$(METHOD)'; valid: $(SLUGS))
 endif
@@ -71,7 +72,7 @@ slurm: $(STAMP) ## Submit to SLURM via submitit: make slurm METHOD=x ARGS="train
 	$(PY) -m train -m experiment=$(METHOD) launcher=slurm $(ARGS)
 
 compare: $(STAMP) ## Compare finished runs: make compare [METHOD=x | RUNS="dir1 dir2"] [METRICS="test/mae val/loss"] [OUT=dir]
-	$(PY) -m suite.compare $(if $(RUNS),--runs $(RUNS),--method $(METHOD)) $(if $(METRICS),--metrics $(METRICS),) $(if $(OUT),--out $(OUT),)
+	$(PY) -m suite.compare $(if $(RUNS),--runs $(RUNS),--method $(METHOD)) $(if $(METRICS),--metrics $(METRICS),) $(if $(LOGS),--logs $(LOGS),) $(if $(OUT),--out $(OUT),)
 
 bench: $(STAMP) ## Run every benchmark in benchmarks/ (speed/memory ratios, side by side)
 	@set -e; for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b; done

@@ -226,7 +226,9 @@ def _load_reason(err: BaseException) -> str:
     """Why ``torch.load(weights_only=True)`` failed, in a few words, never repeating torch's advice to retry with
     the unsafe setting (the suite never unpickles code)."""
     text = " ".join(str(err).split())
-    if "Weights only load failed" in text or "Unsupported global" in text:
+    if "Unsupported operand" in text or "invalid load key" in text:
+        return "not a PyTorch checkpoint file"
+    if "Unsupported global" in text or "Weights only load failed" in text:
         m = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
         return f"it holds pickled Python objects{f' ({m.group(1)})' if m else ''}, which are never loaded"
     if "invalid load key" in text or "not a zip" in text.lower() or "magic number" in text:

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from ops.quant import CayleySGD, check_bits, kl_full, kl_top, log_qsur
+from suite.debug import smoke_test
 from suite.errors import ConfigError
 
 METHODS = ("fp", "rtn", "gptq", "smoothquant", "quarot", "spinquant", "ostquant", "ostquant_kl", "ostquant_ce")
@@ -260,7 +261,7 @@ class QuantCalibration(Callback):
                 f"callbacks.quant_calibration.net_attr={self.net_attr!r}: the module has no such attribute"
             )
         dm = trainer.datamodule
-        fast = bool(trainer.fast_dev_run)
+        fast = smoke_test(trainer)
         n_calib = 1 if fast else self.calib_batches
         calib = _take(dm.train_dataloader(), n_calib, pl_module.device)
         evals = _take(dm.val_dataloader(), 1 if fast else self.eval_batches, pl_module.device)

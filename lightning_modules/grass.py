@@ -186,7 +186,10 @@ class GrassLitModule(SuiteLitModule):
             return optimizer
         func = getattr(self.scheduler_factory, "func", None)
         if func is torch.optim.lr_scheduler.OneCycleLR and "total_steps" not in self.scheduler_factory.keywords:
-            total = max(int(self.trainer.estimated_stepping_batches), 2)
+            # OneCycleLR divides by its warm-up length (pct_start * total_steps - 1): keep it >= 1 step on tiny
+            # budgets (debug=overfit: 10 steps at pct_start=0.1 gave a zero-length warm-up, ZeroDivisionError).
+            pct = float(self.scheduler_factory.keywords.get("pct_start", 0.3))
+            total = max(int(self.trainer.estimated_stepping_batches), 2, math.ceil(2.0 / max(pct, 1e-6)) + 1)
             scheduler = self.scheduler_factory(optimizer, total_steps=total)
         else:
             scheduler = self.scheduler_factory(optimizer)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from suite.compare import relative_change
 from suite.report import Verdict, compare, mean_sd, sizing, sizing_spec, values, verdict_table
 
 ABLATIONS = (
@@ -93,11 +94,10 @@ def claim_report(records: list[Any], out_dir: Any, spec: dict | None = None) -> 
     if baselines:
         best = min(baselines, key=mean.get)
         wins = mean["grass"] < mean[best]
-        rel = 100.0 * (mean[best] - mean["grass"]) / mean[best]
         lines.append(
             f"* GRASS vs the best baseline: {'lower' if wins else 'not lower'} MAE at this budget "
             f"(GRASS {mean['grass']:.4f} vs best baseline {best} {mean[best]:.4f}: "
-            f"{f'{rel:.1f}% lower MAE' if rel >= 0 else f'{-rel:.1f}% higher MAE'}, "
+            f"{relative_change(mean['grass'], mean[best], 'MAE')}, "
             f"{_gap_note(by_name['grass'], by_name[best])}; the paper reports about 20% on ZINC against GRIT)."
         )
     # Each ablation is phrased as what its run does to GRASS (the default: rewiring on, RRWP encoding).

@@ -42,6 +42,7 @@ from callbacks.loss_dynamics import LossDynamics
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule, classification_metrics
 from lightning_modules.badloss import baselines, scoring
 from lightning_modules.badloss.nets import build_net, reset_parameters
+from suite.debug import smoke_test
 from suite.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -221,7 +222,7 @@ class BadlossLitModule(SuiteLitModule):
         rec = self.recorder()
         if rec is self._own_recorder:
             rec.on_train_epoch_end(self.trainer, self)
-        last = self.current_epoch + 1 == self.detect_epochs or bool(self.trainer.fast_dev_run)
+        last = self.current_epoch + 1 == self.detect_epochs or smoke_test(self.trainer)
         if self.phase == "detect" and last:
             self.detect()
 

@@ -32,6 +32,7 @@ from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLit
 from lightning_modules.lice.dice import DiceRandomSearch
 from lightning_modules.lice.mio import CounterfactualResult, LiceMIO, distance, feature_costs, mlp_forward, sparsity
 from lightning_modules.lice.spn import SPN, LearnSPN
+from suite.debug import smoke_test
 from suite.errors import ConfigError
 
 METHODS = ("mio", "lice_threshold", "lice_optimize", "dice")
@@ -191,7 +192,7 @@ class LiceLitModule(SuiteLitModule):
     # -- counterfactuals --------------------------------------------------------------------------------------------
     def on_test_epoch_end(self) -> None:
         dm = self.trainer.datamodule
-        fast = bool(self.trainer.fast_dev_run)
+        fast = smoke_test(self.trainer)
         n = min(self.num_counterfactuals, self.fast_dev_counterfactuals) if fast else self.num_counterfactuals
         if n == 0:
             return

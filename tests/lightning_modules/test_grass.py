@@ -145,6 +145,8 @@ def test_claim_report_verdicts():
         SimpleNamespace(name=n, seed=0, metrics={"test/mae": m}, curves={}) for n, m in (("grass", 0.4), ("gine", 0.6))
     ]
     assert "**inconclusive: underfit**" in claim_report(unconverged, None)  # one validation point: not tested
+    worse = claim_report([rec("grass", 0.9), rec("gine", 0.6)], None)
+    assert "50.0% higher MAE" in worse and "reduction" not in worse
     assert "No finished GRASS run" in claim_report([rec("gine", 0.6)], None)
 
 

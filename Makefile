@@ -12,6 +12,9 @@ ARGS ?=
 CKPT ?=
 RUNS ?=
 OUT ?=
+PROFILE ?=
+LOGS ?=
+METRICS ?=
 PYTEST_ARGS ?=
 SLUGS := $(sort $(basename $(notdir $(wildcard conf/experiment/*.yaml))))
 
@@ -20,18 +23,26 @@ export WANDB_SILENT ?= true
 export HYDRA_FULL_ERROR ?= 1
 
 # Checked when the Makefile is read, before any install, so a typo fails at once (one line) even on a fresh clone.
-ifneq ($(filter train sweep claim slurm,$(MAKECMDGOALS)),)
+ifneq ($(filter train sweep claim slurm,$(MAKECMDGOALS))$(if $(RUNS),,$(filter compare,$(MAKECMDGOALS))),)
 ifeq ($(filter $(METHOD),$(SLUGS)),)
 $(error error: unknown METHOD '$(METHOD)'; valid: $(SLUGS))
 endif
+endif
+ifneq ($(filter-out cpu paper,$(PROFILE)),)
+$(error error: unknown PROFILE '$(PROFILE)'; valid: cpu paper)
 endif
 
 .PHONY: help install train eval sweep claim compare bench test test-gpu lint format clean slurm
 
 help: ## Show this help
-	@echo "Usage: make <target> [METHOD=<slug>] [ARGS='hydra overrides']"
+	@echo "Usage: make <target> [METHOD=<slug>] [ARGS='hydra overrides'] [PROFILE=cpu|paper (claim)]"
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
 	@echo "Methods: $(SLUGS)"
+	@echo "Debug modes (ARGS=debug=...): fdr (one batch of train/val/test), limit (2 train/val/test batches, 2 epochs),"
+	@echo "  overfit (1 batch, 10 epochs: the loss must fall); debug runs go to logs/debug/<slug>/, never into compare"
+	@echo "Outputs: logs/train/<slug>/runs/<time>/ (config.yaml, metrics.json, csv/, checkpoints/last.ckpt, plots),"
+	@echo "  sweeps logs/train/<slug>/multiruns/<time>/<n>/, eval logs/eval/<slug>/runs/, compare logs/compare/<slug>/;"
+	@echo "  every run prints its folder and files at the end. Resume: ARGS=ckpt_path=last (same folder)"
 
 $(STAMP): pyproject.toml
 	@# Fashion-MNIST (embedded default of badloss, rx_dpm, sumi) ships as a Debian package; best effort, root only.
@@ -59,14 +70,14 @@ eval: $(STAMP) ## Evaluate a checkpoint: make eval CKPT=path/to.ckpt (model rebu
 sweep: $(STAMP) ## Hydra multirun of one method: make sweep METHOD=x ARGS="seed=0,1,2 model.lr=1e-3,1e-4"
 	$(PY) -m train -m experiment=$(METHOD) $(ARGS)
 
-claim: $(STAMP) ## Claim check: method + baselines over seeds, writes docs/results/METHOD.md (+ PNG)
-	$(PY) -m suite.claim $(METHOD) $(ARGS)
+claim: $(STAMP) ## Claim check: method + baselines over seeds, docs/results/METHOD.md; PROFILE=paper: paper scale (ARGS=launcher=slurm)
+	$(PY) -m suite.claim $(METHOD) $(if $(PROFILE),--profile $(PROFILE),) $(ARGS)
 
 slurm: $(STAMP) ## Submit to SLURM via submitit: make slurm METHOD=x ARGS="trainer=ddp trainer.devices=4 seed=0,1"
 	$(PY) -m train -m experiment=$(METHOD) launcher=slurm $(ARGS)
 
-compare: $(STAMP) ## Compare finished runs: make compare [METHOD=x | RUNS="dir1 dir2"] [OUT=folder]
-	$(PY) -m suite.compare $(if $(RUNS),--runs $(RUNS),--method $(METHOD)) $(if $(OUT),--out $(OUT),)
+compare: $(STAMP) ## Compare finished runs: make compare [METHOD=x | RUNS="dir1 dir2"] [METRICS="test/mae val/loss"] [OUT=dir]
+	$(PY) -m suite.compare $(if $(RUNS),--runs $(RUNS),--method $(METHOD)) $(if $(METRICS),--metrics $(METRICS),) $(if $(LOGS),--logs $(LOGS),) $(if $(OUT),--out $(OUT),)
 
 bench: $(STAMP) ## Run every benchmark in benchmarks/ (speed/memory ratios, side by side)
 	@set -e; for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b; done

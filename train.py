@@ -20,4 +20,4 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(main, resume=True)

@@ -5,8 +5,9 @@ Run: ``python -m benchmarks.gated_delta_rule [--B 2 --H 4 --T 4096 --D 64 --chun
 Single-threaded by default (``--threads``). After one warm-up call each, the paths are timed in ``--repeat``
 interleaved rounds (each path once per round), and the speed-up is the median over rounds of the per-round ratio, with
 its range: on a shared virtual machine the speed of the host drifts by tens of percent over a minute, and
-interleaving makes both paths see the same drift. ``--also-chunks`` adds other chunk sizes side by side. The
-token-by-token twin is time-bounded: it is first timed on ``T / 8`` tokens; if that predicts more than
+interleaving makes both paths see the same drift. ``--also-chunks`` adds other chunk sizes side by side; ``--fla`` adds
+fla's Triton ``chunk_gated_delta_rule`` (CUDA, bf16: the float32 inputs are cast by the dispatcher) as one more
+path. The token-by-token twin is time-bounded: it is first timed on ``T / 8`` tokens; if that predicts more than
 ``--max-recurrent-s`` for the timed full-``T`` calls (both paths are linear in ``T``), the full-length time is
 extrapolated from the prefix and marked as such.
 """
@@ -20,7 +21,12 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ops.gated_delta_rule import chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
+from ops.gated_delta_rule import (
+    chunk_gated_delta_rule,
+    fla_available,
+    gated_delta_rule,
+    naive_recurrent_gated_delta_rule,
+)
 
 
 def timed(fn, repeat: int) -> float:
@@ -57,7 +63,10 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0: torch's default)")
     p.add_argument("--max-recurrent-s", type=float, default=600.0, help="time bound of the recurrent twin")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--fla", action="store_true", help="add fla's Triton kernel (needs CUDA and the [gpu] extra)")
     a = p.parse_args()
+    if a.fla and (a.device != "cuda" or not torch.cuda.is_available() or not fla_available()):
+        raise SystemExit("error: --fla needs a CUDA device and flash-linear-attention (pip install '.[gpu]')")
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     dev = torch.device(a.device)
@@ -83,6 +92,8 @@ def main() -> None:
 
     chunks = [a.chunk] + [int(c) for c in a.also_chunks.split(",") if c.strip() and int(c) != a.chunk]
     paths = {f"chunked C={c}": run(chunk_gated_delta_rule, chunk_size=c) for c in chunks}
+    if a.fla:
+        paths["fla bf16"] = run(gated_delta_rule, backend="fla")
     t_pre = max(1, a.T // 8)
     t_rec_pre = timed(run(naive_recurrent_gated_delta_rule, t=t_pre), 1)
     extrapolated = t_rec_pre * a.T / t_pre * (a.repeat + 1) > a.max_recurrent_s

@@ -27,12 +27,19 @@ class FiniteLossGuard(Callback):
     Lightning runs :class:`~lightning.pytorch.callbacks.ModelCheckpoint` hooks after all other callbacks, so the
     error is raised before the poisoned weights could be written; ``last.ckpt`` keeps the last finite state.
 
+    The step named is the one at which the loss was computed: ``trainer.global_step`` read at the start of the
+    batch, since by ``on_train_batch_end`` the optimizer step has already incremented it.
+
     Args:
         key: Logged metric used when ``training_step`` returns nothing (manual optimisation).
     """
 
     def __init__(self, key: str = "train/loss") -> None:
         self.key = key
+        self._step_at_start: int | None = None
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        self._step_at_start = trainer.global_step
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -40,11 +47,12 @@ class FiniteLossGuard(Callback):
         value = _loss_value(outputs, trainer, self.key)
         if value is None or math.isfinite(value):
             return
+        step = trainer.global_step if self._step_at_start is None else self._step_at_start
         last = ""
         ckpt = getattr(trainer, "checkpoint_callback", None)
         if ckpt is not None and getattr(ckpt, "last_model_path", ""):
             last = f"; last good checkpoint: {ckpt.last_model_path}"
         raise NonFiniteLossError(
-            f"training loss became {value} at global step {trainer.global_step} "
+            f"training loss became {value} at global step {step} "
             f"(epoch {trainer.current_epoch}, batch {batch_idx}){last}"
         )

@@ -20,9 +20,14 @@ class CheckpointOnSigterm(Callback):
         filename: File name of the checkpoint.
     """
 
+    # Like ModelCheckpoint's flag: a *full* training checkpoint (optimizer, loops, loader positions) is written, which
+    # still loads with ``torch.load(weights_only=True)``; passing it explicitly keeps Lightning from logging that it
+    # "defaulted" the setting.
+    save_weights_only = False
+
     def __init__(self, dirpath: str, filename: str = "last.ckpt") -> None:
         self.path = Path(dirpath) / filename
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         if isinstance(exception, SIGTERMException):
-            trainer.save_checkpoint(str(self.path))
+            trainer.save_checkpoint(str(self.path), weights_only=self.save_weights_only)

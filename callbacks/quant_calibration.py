@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from ops.quant import CayleySGD, check_bits, kl_full, kl_top, log_qsur
+from suite.debug import smoke_test
 from suite.errors import ConfigError
 
 METHODS = ("fp", "rtn", "gptq", "smoothquant", "quarot", "spinquant", "ostquant", "ostquant_kl", "ostquant_ce")
@@ -68,6 +69,13 @@ class QuantCalibration(Callback):
         net_attr: Attribute of the LightningModule holding the LM.
         online_hadamard: Hadamard before the down projections (QuaRot / OSTQuant default).
         seed: Seed of the random Hadamards.
+        w_clip: Search each weight row's clip ratio when the weights are frozen (official ``w_clip``, on by default).
+        w_clip_grid: ``official`` (80 ratios ``1.00 ... 0.21``) or ``coarse`` (``1.0 ... 0.5`` by 0.05).
+        w_clip_norm: Error exponent of the clip search (official 2.4; 2 = squared error).
+        klt_centered: KLT init of the OSTQuant methods from the centred weight-row covariance (default) or the
+            uncentred ``W^T W / N``.
+        w_sym_scale: Weight scale, ``signed`` (official ``max(-min/8, max/7)`` on ``[-8, 7]``) or ``absmax``
+            (``max|w|/7``, the suite's earlier rule).
     """
 
     def __init__(
@@ -90,7 +98,23 @@ class QuantCalibration(Callback):
         net_attr: str = "net",
         online_hadamard: bool = True,
         seed: int = 0,
+        w_clip: bool = True,
+        w_clip_grid: str = "official",
+        w_clip_norm: float = 2.4,
+        klt_centered: bool = True,
+        w_sym_scale: str = "signed",
     ) -> None:
+        from ops.quant import clip_ratios
+        from ops.quant.fake import SYM_SCALES
+
+        if w_sym_scale not in SYM_SCALES:
+            raise ConfigError(
+                f"callbacks.quant_calibration.w_sym_scale={w_sym_scale!r} must be one of {list(SYM_SCALES)}"
+            )
+
+        clip_ratios(w_clip_grid)  # a bad grid name fails here, not after training
+        if w_clip_norm <= 0:
+            raise ConfigError(f"callbacks.quant_calibration.w_clip_norm={w_clip_norm!r} must be > 0")
         bad = [m for m in methods if m not in METHODS]
         if bad or not methods:
             raise ConfigError(
@@ -114,8 +138,10 @@ class QuantCalibration(Callback):
         self.rotate_lr, self.smooth_lr = rotate_lr, smooth_lr
         self.calib_batches, self.eval_batches, self.net_attr = calib_batches, eval_batches, net_attr
         self.online_hadamard, self.seed = online_hadamard, seed
+        self.clip = {"clip_search": w_clip, "clip_grid": w_clip_grid, "clip_norm": w_clip_norm}
+        self.klt_centered, self.w_sym_scale = klt_centered, w_sym_scale
         self.results: dict[str, dict[str, float]] = {}
-        self._smoke = False  # fast_dev_run: RTN weights only
+        self._smoke = False  # fast_dev_run: RTN weights only, no clip search
 
     # -- the calibration pipeline (usable without a Trainer) -------------------------------------------------------
     def build(self, net: torch.nn.Module, method: str, calib: list[dict[str, torch.Tensor]], steps: int):
@@ -134,7 +160,8 @@ class QuantCalibration(Callback):
         wq = "rtn" if method in ("rtn", "smoothquant") or self._smoke else self.w_quantizer
         if wq == "gptq" and self.bits["w_bits"] < 16:
             t.collect_hessians(ids)
-        t.freeze(wq)
+        clip = {**self.clip, "clip_search": False} if self._smoke else self.clip  # smoke test: no search
+        t.freeze(wq, **clip)
         return t
 
     def transformed(self, net: torch.nn.Module, init: str) -> torch.nn.Module:
@@ -149,6 +176,8 @@ class QuantCalibration(Callback):
             **self.groups,
             online_hadamard=self.online_hadamard and init != "identity",
             seed=self.seed,
+            klt_centered=self.klt_centered,
+            w_sym_scale=self.w_sym_scale,
         )
 
     def logits(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -232,7 +261,7 @@ class QuantCalibration(Callback):
                 f"callbacks.quant_calibration.net_attr={self.net_attr!r}: the module has no such attribute"
             )
         dm = trainer.datamodule
-        fast = bool(trainer.fast_dev_run)
+        fast = smoke_test(trainer)
         n_calib = 1 if fast else self.calib_batches
         calib = _take(dm.train_dataloader(), n_calib, pl_module.device)
         evals = _take(dm.val_dataloader(), 1 if fast else self.eval_batches, pl_module.device)
@@ -285,6 +314,8 @@ class MaskedLMQuantCalibration(QuantCalibration):
             **self.groups,
             online_hadamard=self.online_hadamard and init != "identity",
             seed=self.seed,
+            klt_centered=self.klt_centered,
+            w_sym_scale=self.w_sym_scale,
         )
 
     def logits(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

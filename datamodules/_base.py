@@ -17,7 +17,7 @@ import torch.distributed as dist
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from suite.errors import ConfigError, MissingDataError
+from suite.errors import ConfigError, DataFormatError, MissingDataError, SuiteError
 
 SOURCES = ("embedded", "real")
 
@@ -48,6 +48,38 @@ def require_files(root: str | Path, names: Sequence[str], how_to_get: str) -> li
     if missing:
         raise MissingDataError(f"missing data file(s): {', '.join(missing)}. {how_to_get}")
     return paths
+
+
+def _file_of(err: BaseException, data_dir: str | Path) -> str | None:
+    """The data file a reader failed on: the exception's ``filename``, else the innermost ``Path``/``str`` local of
+    the traceback that names an existing file under ``data_dir``."""
+    name = getattr(err, "filename", None)
+    if name:
+        return str(name)
+    root = Path(data_dir).resolve()
+    tb, found = err.__traceback__, None
+    while tb is not None:
+        for value in tb.tb_frame.f_locals.values():
+            if isinstance(value, (str, Path)) and len(str(value)) < 4096:
+                try:
+                    p = Path(value).resolve()
+                    if p.is_file() and p.is_relative_to(root):
+                        found = str(value)
+                except (OSError, ValueError):
+                    continue
+        tb = tb.tb_next
+    return found
+
+
+def unreadable_data_message(owner: str, data_dir: str | Path, err: BaseException) -> str:
+    """One line for a real-format file that exists but cannot be read: which file, why, and what to do."""
+    reason = " ".join(str(err).split())[:200] or type(err).__name__
+    where = _file_of(err, data_dir)
+    what = f"data file {where}" if where else f"the dataset under data.data_dir={data_dir}"
+    return (
+        f"{owner}: cannot read {what} ({type(err).__name__}: {reason}); the file is corrupt or not in the "
+        "expected format: download it again (see the method's docs page, Data) or use data.source=embedded"
+    )
 
 
 def seeded_permutation(n: int, seed: int) -> torch.Tensor:
@@ -107,8 +139,9 @@ class ResumableLoader(DataLoader):
     """A :class:`DataLoader` with ``state_dict``/``load_state_dict``: Lightning saves how many batches of the
     current epoch were consumed and a restarted run skips exactly those (no replayed or lost batches)."""
 
-    def __init__(self, dataset: Dataset, batch_size: int, shuffle: bool, seed: int, **kwargs: Any) -> None:
-        # Lightning re-creates loaders with an injected sampler for `overfit_batches` (sequential order).
+    def __init__(self, dataset: Dataset, *, batch_size: int, shuffle: bool, seed: int, **kwargs: Any) -> None:
+        # Lightning re-creates loaders with an injected sampler for `overfit_batches` (sequential order), passing
+        # `shuffle=`/`sampler=` by keyword: the arguments after `dataset` are keyword-only so they cannot clash.
         injected = kwargs.pop("sampler", None)
         kwargs.pop("batch_sampler", None)
         if injected is not None and not isinstance(injected, ResumableSampler):
@@ -175,7 +208,15 @@ class SuiteDataModule(LightningDataModule):
     # -- shared ---------------------------------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
         if not self.datasets:
-            self.datasets = self.load_real() if self.source == "real" else self.load_embedded()
+            if self.source != "real":
+                self.datasets = self.load_embedded()
+                return
+            try:
+                self.datasets = self.load_real()
+            except SuiteError:
+                raise
+            except Exception as err:  # noqa: BLE001 - any reader's failure on a bad file becomes one clear line
+                raise DataFormatError(unreadable_data_message(type(self).__name__, self.data_dir, err)) from None
 
     @property
     def rank_batch_size(self) -> int:
@@ -189,7 +230,9 @@ class SuiteDataModule(LightningDataModule):
         shuffle = split == "train" if shuffle is None else shuffle
         kwargs.setdefault("num_workers", self.num_workers)
         kwargs.setdefault("persistent_workers", self.num_workers > 0)
-        return ResumableLoader(self.datasets[split], self.rank_batch_size, shuffle, self.seed, **kwargs)
+        return ResumableLoader(
+            self.datasets[split], batch_size=self.rank_batch_size, shuffle=shuffle, seed=self.seed, **kwargs
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self.loader("train")

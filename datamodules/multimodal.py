@@ -396,5 +396,9 @@ class MultimodalDataModule(SuiteDataModule):
     def test_dataloader(self) -> ResumableLoader:
         """The test stream, in its stored order, in batches of ``test_batch_size`` (the TTA batch)."""
         return ResumableLoader(
-            self.datasets["test"], self.test_batch_size, shuffle=False, seed=self.seed, num_workers=self.num_workers
+            self.datasets["test"],
+            batch_size=self.test_batch_size,
+            shuffle=False,
+            seed=self.seed,
+            num_workers=self.num_workers,
         )

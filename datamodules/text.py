@@ -217,5 +217,7 @@ class TextDataModule(SuiteDataModule):
         loaders = []
         for ds in self.datasets["test"]:
             bs = max(1, self.rank_batch_size * self.seq_len // ds.seq_len)
-            loaders.append(ResumableLoader(ds, bs, False, self.seed, num_workers=self.num_workers))
+            loaders.append(
+                ResumableLoader(ds, batch_size=bs, shuffle=False, seed=self.seed, num_workers=self.num_workers)
+            )
         return loaders

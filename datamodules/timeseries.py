@@ -131,10 +131,14 @@ def read_h5_frame(path: str | Path) -> np.ndarray:
             df = store["df"] if "/df" in keys else store[keys[0]]
     except ImportError as err:
         raise MissingDataError(f"{path}: reading .h5 needs PyTables (`pip install tables`): {err}") from None
-    except (OSError, ValueError, TypeError) as err:
+    except (OSError, ValueError, TypeError, RuntimeError) as err:  # RuntimeError: PyTables' HDF5ExtError
         if isinstance(err, DataFormatError):
             raise
-        raise DataFormatError(f"{path}: not a pandas HDF5 store ({str(err).strip().splitlines()[0]})") from None
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        reason = type(err).__name__ if "back trace" in first or not first else first[:160]
+        raise DataFormatError(
+            f"{path}: not a readable pandas HDF5 store ({reason}); download the file again (the DCRNN release)"
+        ) from None
     try:
         return df.to_numpy(dtype=np.float64)
     except (ValueError, TypeError) as err:

@@ -186,7 +186,17 @@ class GrassLitModule(SuiteLitModule):
             return optimizer
         func = getattr(self.scheduler_factory, "func", None)
         if func is torch.optim.lr_scheduler.OneCycleLR and "total_steps" not in self.scheduler_factory.keywords:
-            total = max(int(self.trainer.estimated_stepping_batches), 2)
+            # OneCycleLR divides by its warm-up length (pct_start * total_steps - 1): on tiny budgets (debug=overfit:
+            # 10 steps at pct_start=0.1) that is zero, so the warm-up is stretched to 2 steps; the schedule length
+            # stays the number of steps actually trained.
+            total = max(int(self.trainer.estimated_stepping_batches), 3)
+            pct = float(self.scheduler_factory.keywords.get("pct_start", 0.3))
+            if pct * total < 2:
+                scheduler = self.scheduler_factory(optimizer, total_steps=total, pct_start=2.0 / total)
+                return {
+                    "optimizer": optimizer,
+                    "lr_scheduler": {"scheduler": scheduler, "interval": self.scheduler_interval},
+                }
             scheduler = self.scheduler_factory(optimizer, total_steps=total)
         else:
             scheduler = self.scheduler_factory(optimizer)

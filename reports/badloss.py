@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from suite import report as rep
+
 
 def _mean_std(values: list[float]) -> str:
     v = np.asarray([x for x in values if np.isfinite(x)], dtype=float)
@@ -109,10 +111,63 @@ def plot_trajectories(npz: Path, out_png: Path, max_per_group: int = 40) -> Path
     return out_png
 
 
-def claim_report(records: list[Any], out_dir: Path) -> str:
+IMPLANTED = 0.5  # an attack is implanted when the undefended model's ASR on it is at least 50%
+MODEST = 0.05  # "a modest clean-accuracy cost": at most 5 points below the undefended model
+
+
+def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
+    """BaDLoss's claims as verdicts. ``inconclusive: phenomenon absent`` when no attack is implanted in the
+    undefended model; ``inconclusive: underfit`` unless the compared entries plateaued on the sizing metric."""
+    metric, hib = rep.sizing_spec(spec or "badloss")
+    judged = rep.sizing(records, metric or "val/loss", higher_is_better=hib)
+    names = list(dict.fromkeys(r.name for r in records))
+    attacks = sorted(
+        {k[len("test/asr_") :] for r in records for k in r.metrics if k.startswith("test/asr_")} - {"mean"}
+    )
+    none = {a: rep.values(records, "none", f"test/asr_{a}") for a in attacks}
+    implanted = [a for a, v in none.items() if v and sum(v) / len(v) >= IMPLANTED]
+    out: list[rep.Verdict] = []
+    bad = rep.values(records, "badloss", "test/asr_mean")
+    others = {n: rep.values(records, n, "test/asr_mean") for n in names if n not in ("none", "badloss")}
+    others = {n: v for n, v in others.items() if v}
+    if bad and others:
+        best = min(others, key=lambda n: sum(others[n]) / len(others[n]))
+        ok = [judged.get(n, (False, ""))[0] for n in ("badloss", best)]
+        word = rep.compare(bad, others[best], higher_is_better=False, converged=all(ok))
+        if not implanted:
+            word = rep.ABSENT
+        ev = (
+            f"mean ASR BaDLoss {rep.mean_sd(bad)} vs best other defence {best} {rep.mean_sd(others[best])}; "
+            f"{len(implanted)} of {len(attacks)} attacks implanted in `none` (ASR >= {IMPLANTED:.0%}: "
+            f"{', '.join(implanted) or 'none'}); " + ("plateaued" if all(ok) else "not plateaued (see sizing)")
+        )
+        out.append(rep.Verdict("With simultaneous attacks, BaDLoss leaves a lower mean ASR than every other defence",
+                               word, ev))  # fmt: skip
+    clean = {r.seed: r.metrics["test/acc"] for r in records if r.name == "none" and "test/acc" in r.metrics}
+    cost = [clean[r.seed] - r.metrics["test/acc"] for r in records
+            if r.name == "badloss" and r.seed in clean and "test/acc" in r.metrics]  # fmt: skip
+    if cost:
+        m = sum(cost) / len(cost)
+        se = (sum((c - m) ** 2 for c in cost) / (len(cost) - 1) / len(cost)) ** 0.5 if len(cost) > 1 else 0.0
+        ok = all(judged.get(n, (False, ""))[0] for n in ("badloss", "none"))
+        if not ok:
+            word = rep.UNDERFIT
+        else:
+            word = rep.REPRODUCED if m + 2 * se < MODEST else rep.NOT_REPRODUCED if m - 2 * se > MODEST else rep.NOISE
+        out.append(rep.Verdict(
+            f"BaDLoss's clean-accuracy cost is modest (< {100 * MODEST:.0f} points vs no defence, paired by seed)",
+            word, f"cost {100 * m:+.2f} ± {100 * se:.2f} points (s.e., {len(cost)} seeds)"))  # fmt: skip
+    return out
+
+
+def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
     """Markdown appended to ``docs/results/badloss.md``."""
     out_dir = Path(out_dir)
     lines = [
+        "## Verdicts (computed)",
+        "",
+        rep.verdict_table(verdicts(records, spec)),
+        "",
         "## Summary: average ASR and clean-accuracy cost (%, mean ± std over seeds)",
         "",
         summary_table(records),

@@ -1,49 +1,91 @@
 """Results-page hook of the gated_deltanet claim (``report: reports.gated_deltanet:claim_report``).
 
-Gets the finished runs and returns markdown with per-seed numbers and a verdict computed from them, so
-``make claim`` (or ``--report-only``) rewrites an honest reading rather than a hand-written one.
+Entries are named ``<mixer>_<setting>`` (mixer: ``gdn``, ``deltanet``, ``mamba2``, ``softmax``; setting: a recall
+task at one size, e.g. ``mqar8`` or ``overwrite16``). Per setting the hook tabulates recall accuracy per seed and
+computes, with :func:`suite.report.compare` on the seeds' test accuracy at the training length, whether GDN beats
+each of its components (DeltaNet: delta rule without the gate; Mamba2-style: gate without the delta rule). A
+comparison counts as tested only when both of its entries plateaued on the sizing metric (validation recall
+accuracy, :func:`suite.report.plateau`); otherwise it is ``inconclusive: underfit``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from reports._common import seed_mean as _mean
-from reports._common import seed_std as _std
-from reports._common import seed_values as _values
-from suite.compare import RunRecord
+from reports._common import seed_mean, seed_std, seed_values
+from suite.report import Verdict, compare, mean_sd, sizing, sizing_spec, values, verdict_table
 
 CHANCE_RECALL = 1 / 31  # 31 value tokens in the recall tasks' default vocabulary
+MIXERS = ("gdn", "deltanet", "mamba2", "softmax")
+LABEL = {"gdn": "GDN", "deltanet": "DeltaNet", "mamba2": "Mamba2-style", "softmax": "softmax"}
+KEY = "test/acc_len64"
 
 
-def claim_report(records: list[RunRecord], out_dir: Path) -> str:
-    """Per task: accuracy of GDN vs DeltaNet, Mamba2-style and softmax per seed, and whether GDN matches both."""
-    key = "test/acc_len64"
-    lines = ["## Per-seed recall accuracy (T = 64)", ""]
-    lines += ["| task | mixer | seeds | per seed | mean ± std |", "|---|---|---|---|---|"]
-    verdicts = []
-    for task in ("mqar", "overwrite"):
-        means = {}
-        for mixer in ("gdn", "deltanet", "mamba2", "softmax"):
-            vals = _values(records, f"{mixer}_{task}", key)
+def _settings(records: list[Any]) -> list[str]:
+    names = dict.fromkeys(r.name for r in records)
+    return list(dict.fromkeys(n.split("_", 1)[1] for n in names if "_" in n and n.split("_", 1)[0] in MIXERS))
+
+
+def _describe(records: list[Any], setting: str) -> str:
+    for r in records:
+        if r.name.endswith(f"_{setting}"):
+            d = (r.config or {}).get("data") or {}
+            if d:
+                keys = d.get("num_keys") or max(1, int(d.get("num_kv", 8)) // 2)
+                pool = f" over {keys} keys" if d.get("task") == "overwrite" else ""
+                return f"{d.get('task')}: {d.get('num_kv')} bindings{pool}, T={d.get('seq_len')}"
+    return setting
+
+
+def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
+    """Per-seed recall table per setting and the verdict table (GDN vs DeltaNet, GDN vs Mamba2-style)."""
+    metric, hib = sizing_spec(spec or "gated_deltanet")
+    metric = metric or "val/acc"
+    judged = sizing(records, metric, higher_is_better=hib if spec or metric else True)
+    lengths = sorted({int(k.rsplit("len", 1)[1]) for r in records for k in r.metrics if k.startswith("test/acc_len")})
+    lines = [f"## Per-seed recall accuracy (chance {CHANCE_RECALL:.3f})", ""]
+    lines += ["| setting | mixer | seeds | per seed (T=64) | " + " | ".join(f"T={t}" for t in lengths) + " |"]
+    lines.append("|---|---|---|---|" + "---|" * len(lengths))
+    verdicts: list[Verdict] = []
+    for setting in _settings(records):
+        what = _describe(records, setting)
+        for mixer in MIXERS:
+            name = f"{mixer}_{setting}"
+            vals = seed_values(records, name, KEY)
             if not vals:
                 continue
-            means[mixer] = (_mean(vals), _std(vals), len(vals))
             per = ", ".join(f"{v:.3f} (s{s})" for s, v in vals)
-            lines.append(f"| {task} | {mixer} | {len(vals)} | {per} | {_mean(vals):.3f} ± {_std(vals):.3f} |")
-        if {"gdn", "deltanet", "mamba2"} <= means.keys():
-            g, d, m = means["gdn"], means["deltanet"], means["mamba2"]
-            best = max(d[0], m[0])
-            ok = g[0] >= best
-            close = abs(g[0] - best) <= max(g[1], d[1] if d[0] >= m[0] else m[1])
-            word = "matches or beats" if ok else ("is within one std of" if close else "falls below")
+            cells = []
+            for t in lengths:
+                col = seed_values(records, name, f"test/acc_len{t}")
+                cells.append(f"{seed_mean(col):.3f} ± {seed_std(col):.3f}" if col else "—")
+            lines.append(f"| {what} | {LABEL[mixer]} | {len(vals)} | {per} | " + " | ".join(cells) + " |")
+        gdn = values(records, f"gdn_{setting}", KEY)
+        for other in ("deltanet", "mamba2"):
+            base = values(records, f"{other}_{setting}", KEY)
+            if not gdn or not base:
+                continue
+            plateaued = [judged.get(f"{m}_{setting}", (False, ""))[0] for m in ("gdn", other)]
+            still = [LABEL[m] for m, ok in zip(("gdn", other), plateaued, strict=True) if not ok]
+            word = compare(gdn, base, higher_is_better=True, converged=all(plateaued))
             verdicts.append(
-                f"* **{task}**: GDN {g[0]:.3f} {word} the better component "
-                f"({'DeltaNet' if d[0] >= m[0] else 'Mamba2-style'} {best:.3f}); DeltaNet {d[0]:.3f}, "
-                f"Mamba2-style {m[0]:.3f}, softmax {means['softmax'][0]:.3f} (n = {g[2]}/{d[2]}/{m[2]}"
-                f"/{means['softmax'][2] if 'softmax' in means else 0} seeds; chance {CHANCE_RECALL:.3f})."
-                if "softmax" in means
-                else f"* **{task}**: GDN {g[0]:.3f} {word} the better component ({best:.3f})."
+                Verdict(
+                    f"GDN recalls better than {LABEL[other]} ({what})",
+                    word,
+                    f"test recall at T=64: GDN {mean_sd(gdn)} vs {LABEL[other]} {mean_sd(base)}"
+                    + (f"; still improving at the stop: {', '.join(still)}" if still else "; both plateaued"),
+                )
             )
-    lines += ["", "## Verdict (computed from the runs above)", "", *(verdicts or ["* not enough runs for a verdict"])]
+    lines += ["", "## Verdicts (computed from the runs above)", ""]
+    if verdicts:
+        lines += [
+            verdict_table(verdicts),
+            "",
+            "Rule: `reproduced` / `not reproduced` when GDN's mean test recall is above / below the component's by "
+            "more than two standard errors of the difference over seeds, `inconclusive: within noise` otherwise; "
+            f"`inconclusive: underfit` when either entry had not plateaued on `{metric}` (see the sizing section).",
+        ]
+    else:
+        lines.append("Not enough runs for a verdict.")
     return "\n".join(lines)

@@ -6,8 +6,11 @@ Called by :mod:`suite.claim` as ``claim_report(records, out_dir) -> markdown`` w
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
+
+from suite.report import NOISE, NOT_REPRODUCED, REPRODUCED
 
 # Published figures (leaderbot README / paper tables, full bundled data): NLL, MAE over all outcomes, KLD in %.
 PUBLISHED: dict[str, dict[str, float]] = {
@@ -22,56 +25,160 @@ PUBLISHED: dict[str, dict[str, float]] = {
     "dv_0_1": {"n_param": 387, "nll": 1.0075, "mae_all": 28.2, "kld_pct": 2.93, "mae_tie": 35.7},
 }
 PUBLISHED_TIE_MAE_DV_NONE = 49.0
+# The paper's generalisation table (fit on 90 % of the pairs) is not in the material available offline
+# (shared/papers/leaderbot.md records only that it "shows the same ordering"), so no published numbers are shown.
+GEN_METRICS = (("test/nll", "NLL", 4), ("test/kld", "KLD", 4), ("test/jsd", "JSD", 4), ("test/mae_all", "MAE all", 1),
+               ("test/mae_tie", "MAE tie", 1))  # fmt: skip
+KLD_NOTE = (
+    "**KLD% of Bradley-Terry vs published.** The two-outcome models score ties as half a win and half a loss. The "
+    "`leaderbot` package writes those halves into an *integer* count array, so every odd tie count loses one vote "
+    "(`[w + t // 2, l + t // 2]`; 1,739 of the 3,455 bundled pairs have an odd tie count); the suite splits exactly "
+    "(column KLD%). Column *KLD% pkg split* is the suite's same fit scored with the package's truncation "
+    "(`val/kld_pkg`): it is the convention of the published figures, and the comparison with the published column "
+    "is made on it. MAE hardly moves (12.8 vs 12.9 for `bt_1` is the same effect). Pinned by "
+    "`test_bradley_terry_kld_with_the_package_integer_tie_split`."
+)
 
 
 def _fmt(v: Any, spec: str) -> str:
     return "—" if v is None else format(v, spec)
 
 
+def _pct(v: float | None) -> float | None:
+    return None if v is None else 100 * v
+
+
 def claim_report(records: list[Any], out_dir: Path) -> str:
-    """Markdown tables from the runs' final metrics (``records[i].name``, ``records[i].metrics``)."""
-    by_name = {r.name: r.metrics for r in records}
+    """Markdown tables from the runs' final metrics (``records[i].name``, ``records[i].metrics``; several records
+    per name when the spec has several seeds: the full-data fits are deterministic, the seed only draws the
+    generalisation split)."""
+    per_seed: dict[str, list[dict[str, float]]] = {}
+    # sorted by seed so that the generalisation splits pair up across runs
+    for r in sorted(records, key=lambda r: (getattr(r, "seed", None) is None, getattr(r, "seed", None) or 0)):
+        per_seed.setdefault(r.name, []).append(r.metrics)
+    by_name = {name: runs[0] for name, runs in per_seed.items()}
     lines = ["## Model selection and goodness of fit (fit on every pair)", ""]
     lines += [
-        "| run | # param | NLL | NLL (paper) | AIC | BIC | MAE all | MAE all (paper) | MAE tie | KLD% | KLD% paper |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | # param | NLL | NLL (paper) | AIC | BIC | MAE all | MAE all (paper) | MAE tie | KLD% | "
+        "KLD% pkg split | KLD% paper |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in ["bt_elo", *PUBLISHED]:
         m, p = by_name.get(name), PUBLISHED.get(name, {})
         if m is None:
-            lines.append(f"| {name} | not run | | | | | | | | | |")
+            lines.append(f"| {name} | not run | | | | | | | | | | |")
             continue
-        kld = m.get("val/kld")
         lines.append(
             f"| {name} | {_fmt(m.get('val/n_param'), '.0f')} | {_fmt(m.get('val/nll'), '.4f')} | "
             f"{_fmt(p.get('nll'), '.4f')} | {_fmt(m.get('val/aic'), '.1f')} | {_fmt(m.get('val/bic'), '.1f')} | "
             f"{_fmt(m.get('val/mae_all'), '.1f')} | {_fmt(p.get('mae_all'), '.1f')} | "
-            f"{_fmt(m.get('val/mae_tie'), '.1f')} | {_fmt(None if kld is None else 100 * kld, '.2f')} | "
-            f"{_fmt(p.get('kld_pct'), '.2f')} |"
+            f"{_fmt(m.get('val/mae_tie'), '.1f')} | {_fmt(_pct(m.get('val/kld')), '.2f')} | "
+            f"{_fmt(_pct(m.get('val/kld_pkg')), '.2f')} | {_fmt(p.get('kld_pct'), '.2f')} |"
         )
     lines += [
         "",
         f"Published tie MAE of Davidson: {PUBLISHED_TIE_MAE_DV_NONE} (k_cov=None, k_tie=0) -> "
         f"{PUBLISHED['dv_0_1']['mae_tie']} (k_cov=0, k_tie=1).",
         "",
+        "",
+        KLD_NOTE,
+        "",
         "## Generalisation (fit on 90% of the pairs, scored on the held-out 10%)",
         "",
-        "| run | test NLL | test MAE all | test MAE tie | test KLD % | test JSD % |",
-        "|---|---|---|---|---|---|",
+        "Mean ± std over the held-out splits (one per seed). Published: not available (the paper's generalisation "
+        "table is not in the material available offline; its text says it shows the same ordering as the full-data "
+        "fit), so the verdicts test that ordering on the suite's own splits.",
+        "",
+        "| run | splits | test NLL | test MAE all | test MAE tie | test KLD % | test JSD % | published |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name in ("gen_bt_none", "gen_dv_none_0", "gen_dv_0_1"):
-        m = by_name.get(name)
-        if m is None:
-            lines.append(f"| {name} | not run | | | | |")
+        runs = per_seed.get(name)
+        if not runs:
+            lines.append(f"| {name} | not run | | | | | | |")
             continue
-        kld, jsd = m.get("test/kld"), m.get("test/jsd")
-        lines.append(
-            f"| {name} | {_fmt(m.get('test/nll'), '.4f')} | {_fmt(m.get('test/mae_all'), '.1f')} | "
-            f"{_fmt(m.get('test/mae_tie'), '.1f')} | {_fmt(None if kld is None else 100 * kld, '.2f')} | "
-            f"{_fmt(None if jsd is None else 100 * jsd, '.2f')} |"
-        )
-    lines += ["", "## Verdict", "", verdict(by_name)]
+        cells = [_mean_std([r.get(k) for r in runs], d, 100.0 if k in ("test/kld", "test/jsd") else 1.0)
+                 for k, d in (("test/nll", 4), ("test/mae_all", 1), ("test/mae_tie", 1), ("test/kld", 2),
+                              ("test/jsd", 2))]  # fmt: skip
+        lines.append(f"| {name} | {len(runs)} | " + " | ".join(cells) + " | not available |")
+    verdicts = claim_verdicts(by_name, per_seed)
+    lines += ["", "## Verdict", "", "| claim | verdict | evidence |", "|---|---|---|"]
+    lines += [f"| {c} | {v} | {e} |" for c, v, e in verdicts]
+    lines += ["", verdict(by_name)]
     return "\n".join(lines)
+
+
+def _mean_std(values: list[float | None], digits: int, scale: float = 1.0) -> str:
+    vals = [scale * v for v in values if v is not None]
+    if not vals:
+        return "—"
+    mean = sum(vals) / len(vals)
+    if len(vals) == 1:
+        return f"{mean:.{digits}f}"
+    std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def paired_verdict(method: list[float], baseline: list[float], n_se: float = 2.0) -> tuple[str, str]:
+    """Lower is better. Paired differences over splits: ``reproduced`` if the method is lower by more than
+    ``n_se`` standard errors of the mean difference, ``not reproduced`` if higher by as much, else within noise
+    (also with a single split, where there is no spread to judge by)."""
+    d = [m - b for m, b in zip(method, baseline)]
+    mean = sum(d) / len(d)
+    if len(d) < 2:
+        return NOISE, f"diff {mean:+.4g} on 1 split (no spread)"
+    se = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d))
+    text = f"diff {mean:+.4g} ± {se:.2g} (s.e., {len(d)} splits)"
+    if mean < -n_se * se:
+        return REPRODUCED, text
+    if mean > n_se * se:
+        return NOT_REPRODUCED, text
+    return NOISE, text
+
+
+def claim_verdicts(
+    by_name: dict[str, dict[str, float]], per_seed: dict[str, list[dict[str, float]]]
+) -> list[tuple[str, str, str]]:
+    """(claim, verdict, evidence) rows: the published tables (full-data fits, deterministic: judged by matching the
+    published figures to their printed precision) and the generalisation ordering (paired over splits)."""
+    rows = []
+    nll_ok = [n for n, p in PUBLISHED.items() if (v := (by_name.get(n) or {}).get("val/nll")) is not None
+              and v <= p["nll"] + 5e-5]  # fmt: skip
+    rows.append((
+        "The published NLLs of the 9 models (model-selection table)",
+        REPRODUCED if len(nll_ok) == len(PUBLISHED) else NOT_REPRODUCED,
+        f"{len(nll_ok)}/{len(PUBLISHED)} equal to 4 decimals or lower (a lower NLL is a better fit of the same "
+        "objective)",
+    ))  # fmt: skip
+    kld_ok, kld_rows = 0, 0
+    for n, p in PUBLISHED.items():
+        m = by_name.get(n) or {}
+        k = m.get("val/kld_pkg", m.get("val/kld"))
+        if k is not None:
+            kld_rows += 1
+            kld_ok += abs(100 * k - p["kld_pct"]) <= 0.05 + 1e-9
+    rows.append((
+        "The published KLD% of the 9 models (goodness-of-fit table)",
+        REPRODUCED if kld_rows == len(PUBLISHED) and kld_ok == kld_rows else NOT_REPRODUCED,
+        f"{kld_ok}/{len(PUBLISHED)} within 0.05 points (Bradley-Terry on the package's tie split, see above)",
+    ))  # fmt: skip
+    dv0, dv1 = by_name.get("dv_none_0") or {}, by_name.get("dv_0_1") or {}
+    if dv0.get("val/mae_tie") is not None and dv1.get("val/mae_tie") is not None:
+        better = dv1["val/mae_tie"] < dv0["val/mae_tie"]
+        rows.append((
+            "The factored tie model lowers Davidson's tie MAE (full data)",
+            REPRODUCED if better else NOT_REPRODUCED,
+            f"{dv0['val/mae_tie']:.1f} -> {dv1['val/mae_tie']:.1f} (published 49.0 -> 35.7)",
+        ))  # fmt: skip
+    base, meth = per_seed.get("gen_dv_none_0") or [], per_seed.get("gen_dv_0_1") or []
+    if base and meth and len(base) == len(meth):
+        for key, label, _ in GEN_METRICS:
+            a, b = [r.get(key) for r in meth], [r.get(key) for r in base]
+            if None in a or None in b:
+                continue
+            v, text = paired_verdict(a, b)
+            rows.append((f"Held out: Davidson(0, 1) has a lower {label} than Davidson(None, 0)", v, text))
+    return rows
 
 
 def verdict(by_name: dict[str, dict[str, float]]) -> str:

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from suite import report as rep
+
 METHODS = ("mio", "lice_threshold", "lice_optimize", "dice")
 COLUMNS = (
     ("valid", "valid %", 100.0),
@@ -48,12 +50,40 @@ def method_table(metrics_per_seed: list[dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def claim_report(records: list[Any], out_dir: Path) -> str:
+def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
+    """Per dataset: LiCE (optimise) counterfactuals have a higher SPN log-likelihood than the plain MIO's and than
+    DiCE's (seeds' mean test values, :func:`suite.report.compare`); ``inconclusive: underfit`` when the classifier's
+    validation loss had not plateaued."""
+    metric, hib = rep.sizing_spec(spec or "lice")
+    judged = rep.sizing(records, metric or "val/loss", higher_is_better=hib)
+    out = []
+    for name in dict.fromkeys(r.name for r in records):
+        ours = rep.values(records, name, "test/lice_optimize/spn_ll")
+        ok, why = judged.get(name, (False, "no curve"))
+        for base, label in (("mio", "the plain MIO"), ("dice", "DiCE")):
+            other = rep.values(records, name, f"test/{base}/spn_ll")
+            if ours and other:
+                word = rep.compare(ours, other, higher_is_better=True, converged=ok)
+                ev = f"SPN LL {rep.mean_sd(ours)} vs {rep.mean_sd(other)}; classifier {why.split(':')[0]}"
+                out.append(
+                    rep.Verdict(f"{name}: LiCE counterfactuals are more likely (SPN LL) than {label}'s", word, ev)
+                )
+    return out
+
+
+def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
     """Markdown section: one table per claim entry plus the LiCE-vs-MIO verdict."""
     by_name: dict[str, list[dict[str, float]]] = defaultdict(list)
     for rec in records:
         by_name[rec.name].append(rec.metrics)
-    parts = ["## Counterfactuals per method", ""]
+    parts = [
+        "## Verdicts (computed)",
+        "",
+        rep.verdict_table(verdicts(records, spec)),
+        "",
+        "## Counterfactuals per method",
+        "",
+    ]
     for name, runs in by_name.items():
         acc = [r["test/acc"] for r in runs if "test/acc" in r]
         tau = [r["test/threshold"] for r in runs if "test/threshold" in r]

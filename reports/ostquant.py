@@ -19,7 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from reports.systematic_outliers import census_summary, read_census
+from reports.systematic_outliers import MASSIVE, census_summary, read_census
+from suite import report as rep
 
 LABELS = {
     "fp": "FP",
@@ -63,7 +64,50 @@ def collect(records: list[Any]) -> tuple[dict[str, dict[str, dict[str, list[floa
     return table, census, bits
 
 
-def claim_report(records: list[Any], out_dir: Path) -> str:
+def verdicts(records: list[Any], spec: dict | None = None, subject: str = "softmax") -> list[rep.Verdict]:
+    """OSTQuant's claims on the ``subject`` model (perplexity gap to FP over seeds vs each baseline; the KL-Top loss
+    vs full KL and CE), and the cross-paper claim (the outlier-free ``ca_scale`` subject loses less to RTN W4A4 than
+    softmax), which gets a verdict only when the softmax subject has massive activations by the census's criterion
+    (otherwise ``inconclusive: phenomenon absent``). ``inconclusive: underfit`` when a subject had not plateaued."""
+    metric, hib = rep.sizing_spec(spec or "ostquant")
+    judged = rep.sizing(records, metric or "val/loss", higher_is_better=hib)
+    table, census, _ = collect(records)
+    out: list[rep.Verdict] = []
+    res = table.get(subject)
+    ok = judged.get(subject, (False, ""))[0]
+    if res and res["ostquant"]["ppl_gap"]:
+        ours = res["ostquant"]["ppl_gap"]
+        for base in ("rtn", "gptq", "smoothquant", "quarot", "spinquant"):
+            if res[base]["ppl_gap"]:
+                word = rep.compare(ours, res[base]["ppl_gap"], higher_is_better=False, converged=ok)
+                out.append(rep.Verdict(
+                    f"OSTQuant closes more of the W4A4KV4 perplexity gap than {LABELS[base]} ({subject} subject)",
+                    word, f"gap {rep.mean_sd(ours)} vs {rep.mean_sd(res[base]['ppl_gap'])}"))  # fmt: skip
+        for base in ("ostquant_kl", "ostquant_ce"):
+            if res[base]["ppl_gap"]:
+                word = rep.compare(ours, res[base]["ppl_gap"], higher_is_better=False, converged=ok)
+                ev = f"gap {rep.mean_sd(ours)} vs {rep.mean_sd(res[base]['ppl_gap'])}"
+                out.append(rep.Verdict(f"The KL-Top loss beats {LABELS[base]} as the calibration loss", word, ev))
+    other = table.get("ca_scale")
+    if res and other and res["rtn"]["ppl"] and other["rtn"]["ppl"]:
+
+        def damage(r: dict) -> list[float]:
+            return [q / f - 1 for q, f in zip(r["rtn"]["ppl"], r["fp"]["ppl"], strict=False)]
+
+        ratio = _mean([c["ratio_max"] for c in census.get(subject, [])])
+        d_sm, d_ca = damage(res), damage(other)
+        ev = f"RTN damage ca_scale {rep.mean_sd(d_ca)} vs softmax {rep.mean_sd(d_sm)}; softmax top1/median {ratio:.1f}"
+        if not ratio >= MASSIVE:
+            word = rep.ABSENT
+        else:
+            word = rep.compare(d_ca, d_sm, higher_is_better=False,
+                               converged=ok and judged.get("ca_scale", (False, ""))[0])  # fmt: skip
+        out.append(rep.Verdict("Cross-paper: the outlier-free variant (context-aware scaling) loses less to W4A4 "
+                               "than softmax attention", word, ev))  # fmt: skip
+    return out
+
+
+def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
     """Markdown appended to ``docs/results/ostquant.md`` (see module docstring)."""
     table, census, bits = collect(records)
     if not table:
@@ -137,7 +181,7 @@ def claim_report(records: list[Any], out_dir: Path) -> str:
             f"| {subject} | {fp:.3f} | {100 * rtn:+.2f} % | {LABELS.get(best, '-')} | {100 * dmg:+.2f} % | "
             f"{ratio} | {sink} |"
         )
-    lines += ["", "## Verdict (computed)", "", *verdict(table, main)]
+    lines += ["", "## Verdicts (computed)", "", rep.verdict_table(verdicts(records, spec)), "", *verdict(table, main)]
     return "\n".join(lines)
 
 

@@ -7,9 +7,35 @@ from pathlib import Path
 from typing import Any
 
 from reports.ostquant import LABELS, _mean, _sd, collect
+from suite import report as rep
 
 
-def claim_report(records: list[Any], out_dir: Path) -> str:
+def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
+    """OSTQuant vs each baseline on the pretrained MiniLM: masked-LM loss gap to FP, paired by seed (the same head,
+    masks and calibration batches per seed: :func:`suite.report.compare` on the per-seed differences against 0);
+    ``inconclusive: underfit`` when the MLM head fit had not plateaued on the sizing metric."""
+    metric, hib = rep.sizing_spec(spec or "ostquant_minilm")
+    judged = rep.sizing(records, metric or "val/loss", higher_is_better=hib)
+    ok = bool(judged) and all(p for p, _ in judged.values())
+    table, _, _ = collect(records)
+    out = []
+    for subject, res in table.items():
+        ours = res["ostquant"]["loss"]
+        for base in ("rtn", "gptq", "smoothquant", "quarot", "ostquant_kl"):
+            theirs = res[base]["loss"]
+            if not ours or not theirs:
+                continue
+            diff = [o - b for o, b in zip(ours, theirs, strict=False)]
+            word = rep.compare(diff, [0.0] * len(diff), higher_is_better=False, converged=ok)
+            claim = f"OSTQuant has a smaller W4A4KV4 masked-LM loss gap than {LABELS[base]} ({subject})"
+            if base == "ostquant_kl":
+                claim = f"The KL-Top loss beats full KL as the calibration loss ({subject})"
+            out.append(rep.Verdict(claim, word, f"MLM loss {rep.mean_sd(ours)} vs {rep.mean_sd(theirs)}; "
+                                   f"paired difference {rep.mean_sd(diff)}"))  # fmt: skip
+    return out
+
+
+def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
     """Markdown appended to ``docs/results/ostquant_minilm.md``: W4A4KV4 of the pretrained MiniLM by masked-LM loss.
 
     One table over seeds (the runs of ``conf/claim/ostquant_minilm.yaml``, each writing ``quant_calibration.json``):
@@ -20,7 +46,7 @@ def claim_report(records: list[Any], out_dir: Path) -> str:
     if not table:
         return "No `quant_calibration.json` found in the runs."
     b = ", ".join(f"{k}={v}" for k, v in bits.items())
-    lines = []
+    lines = ["## Verdicts (computed)", "", rep.verdict_table(verdicts(records, spec)), ""]
     for subject, res in table.items():
         methods = [m for m in LABELS if res[m]["loss"]]
         fp = res["fp"]["loss"] if "fp" in res else []

@@ -12,6 +12,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from suite import report as rep
+
 KEYS = ("acc", "acc_q1", "acc_q2", "acc_q3", "acc_q4", "selected")
 
 
@@ -96,7 +98,41 @@ def verdict(order: list[str], table: dict[str, dict[str, list[float]]], method: 
     return out
 
 
-def claim_report(records: list[Any], out_dir: Path) -> str:
+def verdicts(records: list[Any], spec: dict | None = None, method: str = "sumi") -> list[rep.Verdict]:
+    """SuMi vs Tent / EATA / SAR and vs its ablations on online accuracy, paired by seed (every variant adapts the
+    same source model on the same stream: :func:`suite.report.compare` on the per-seed differences against 0);
+    ``inconclusive: underfit`` when the source model's validation curve had not plateaued."""
+    metric, hib = rep.sizing_spec(spec or "sumi")
+    judged = rep.sizing(records, metric or "val/acc", higher_is_better=hib if metric else True)
+    ok = bool(judged) and all(p for p, _ in judged.values())
+    why = "; ".join(f"source model {n}: {w.split(':')[0]}" for n, (_, w) in judged.items()) or "no source curve"
+    acc: dict[str, dict[Any, float]] = defaultdict(dict)
+    for i, r in enumerate(records):
+        for k, v in r.metrics.items():
+            parts = k.split("/")
+            if len(parts) == 3 and parts[0] == "tta" and parts[2] == "acc":
+                acc[parts[1]][(r.name, r.seed if r.seed is not None else i)] = float(v)
+    out = []
+    if method not in acc:
+        return out
+    claims = [(b, f"SuMi adapts more accurately than {b.upper() if b != 'tent' else 'Tent'} on the wild stream")
+              for b in ("tent", "eata", "sar")]  # fmt: skip
+    claims += [("sumi_no_unimodal", "Unimodal assistance raises SuMi's online accuracy"),
+               ("sumi_no_mi", "Mutual-information sharing raises SuMi's online accuracy"),
+               ("sumi_no_iqr", "IQR smoothing raises SuMi's online accuracy")]  # fmt: skip
+    for base, claim in claims:
+        keys = sorted(set(acc[method]) & set(acc.get(base, {})), key=str)
+        if not keys:
+            continue
+        diff = [acc[method][k] - acc[base][k] for k in keys]
+        word = rep.compare(diff, [0.0] * len(diff), higher_is_better=True, converged=ok)
+        ev = (f"online acc {rep.mean_sd([acc[method][k] for k in keys])} vs {rep.mean_sd([acc[base][k] for k in keys])}"
+              f"; paired difference {rep.mean_sd(diff)}; {why}")  # fmt: skip
+        out.append(rep.Verdict(claim, word, ev))
+    return out
+
+
+def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
     """Markdown: per-variant online accuracy, per-quarter accuracy (collapse), selected fraction; and a plot."""
     order, table = variant_table(records)
     if not order:
@@ -116,6 +152,7 @@ def claim_report(records: list[Any], out_dir: Path) -> str:
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", *verdict(order, table)]
+    lines += ["", "## Verdicts (computed)", "", rep.verdict_table(verdicts(records, spec))]
     plot = _curves(records, Path(out_dir))
     if plot is not None:
         lines += ["", f"![accuracy over the stream]({plot.name})"]

@@ -24,6 +24,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from suite import report as rep
+
+MASSIVE = 100.0  # massive activations: activation top1/median >= 100 (the paper's GPT-2 peaks are ~1000x)
+SINK = 3.0  # an attention sink: a layer whose attention share on token 0 is >= 3x uniform
+
 SENTENCES = [
     "Summer is warm. Winter is cold.",
     "The quick brown fox jumps over the lazy dog.",
@@ -237,7 +242,81 @@ def minilm_census() -> list[str]:
     return lines
 
 
-def claim_report(records: list[Any], out_dir: Path) -> str:
+def verdicts(
+    records: list[Any], numbers: dict[str, dict[str, Any]], seq_len: int | None, spec: dict | None = None
+) -> list[rep.Verdict]:
+    """The paper's claims as verdicts, by the census's own criteria (:data:`MASSIVE`, :data:`SINK`).
+
+    ``inconclusive: phenomenon absent`` for every claim about massive activations when the softmax baseline has
+    none, and for the sink claims when it has no sink; the sink removal by (d) / (e) and the non-removal by (b) are
+    judged on the per-seed largest sink share (:func:`suite.report.compare`); convergence speed on the test loss.
+    ``inconclusive: underfit`` when an entry had not plateaued on the sizing metric."""
+    metric, hib = rep.sizing_spec(spec or "systematic_outliers")
+    judged = rep.sizing(records, metric or "val/loss", higher_is_better=hib)
+    base = numbers.get("softmax")
+    if not base:
+        return []
+    uni = uniform_sink_share(seq_len) if seq_len else float("nan")
+    massive, sink = base["ratio_max"] >= MASSIVE, base["sink_max"] >= SINK * uni
+    ok_base = judged.get("softmax", (False, ""))[0]
+    out = [
+        rep.Verdict(
+            "Softmax attention develops massive activations",
+            (rep.REPRODUCED if massive else rep.ABSENT) if ok_base or massive else rep.UNDERFIT,
+            f"softmax activation top1/median {base['ratio_max']:.1f} (criterion >= {MASSIVE:.0f})",
+        ),
+        rep.Verdict(
+            "Softmax attention develops an attention sink on the first token",
+            (rep.REPRODUCED if sink else rep.ABSENT) if ok_base or sink else rep.UNDERFIT,
+            f"largest share on token 0 {base['sink_max']:.3f} = {base['sink_max'] / uni:.1f}x uniform "
+            f"(criterion >= {SINK:.0f}x)",
+        ),
+    ]
+    seeds_b = base.get("sink_by_seed", {})
+    for name, label, removes in (
+        ("kv_bias", "A learnable key/value slot (d) removes the sink", True),
+        ("ca_scale", "Context-aware scaling (e) removes the sink", True),
+        ("fixed_bias", "A fixed value bias (b) does not remove the sink", False),
+    ):
+        n = numbers.get(name)
+        if not n:
+            continue
+        ok = ok_base and judged.get(name, (False, ""))[0]
+        seeds = sorted(set(n.get("sink_by_seed", {})) & set(seeds_b), key=str)
+        share = [n["sink_by_seed"][s] for s in seeds]
+        ref = [seeds_b[s] for s in seeds]
+        if not sink:
+            word = rep.ABSENT
+        elif not share:
+            continue
+        else:
+            lower = rep.compare(share, ref, higher_is_better=False, converged=ok)
+            halved = sum(share) <= 0.5 * sum(ref)  # "removed": at most half the baseline's share
+            if lower == rep.UNDERFIT:
+                word = lower
+            elif removes:  # (d), (e): significantly lower and at most half
+                word = {rep.REPRODUCED: rep.REPRODUCED if halved else rep.NOT_REPRODUCED}.get(lower, lower)
+            elif lower == rep.REPRODUCED and halved:  # (b) removed it after all
+                word = rep.NOT_REPRODUCED
+            else:  # (b): higher, or within noise without halving
+                word = rep.REPRODUCED if lower == rep.NOT_REPRODUCED or not halved else rep.NOISE
+        ev = f"largest sink share {rep.mean_sd(share)} vs softmax {rep.mean_sd(ref)}" if share else "no census"
+        out.append(rep.Verdict(label, word, ev))
+        if removes and not massive:
+            out.append(rep.Verdict(label.replace("the sink", "massive activations"), rep.ABSENT,
+                                   f"the softmax baseline has none (top1/median {base['ratio_max']:.1f})"))  # fmt: skip
+    for name in ("kv_bias", "ca_scale"):
+        a = [v for v in numbers.get(name, {}).get("test_by_seed", {}).values()]
+        b = [v for v in base.get("test_by_seed", {}).values()]
+        if a and b:
+            ok = ok_base and judged.get(name, (False, ""))[0]
+            word = rep.compare(a, b, higher_is_better=False, converged=ok)
+            out.append(rep.Verdict(f"The outlier-free variant {name} reaches a lower test loss than softmax at the "
+                                   "same budget", word, f"test loss {rep.mean_sd(a)} vs {rep.mean_sd(b)}"))  # fmt: skip
+    return out
+
+
+def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
     """Markdown appended to ``docs/results/systematic_outliers.md`` (see module docstring)."""
     per = _runs(records)
     lines = ["## Outlier census per variant (end of training, mean over seeds)", ""]
@@ -248,6 +327,7 @@ def claim_report(records: list[Any], out_dir: Path) -> str:
         table, numbers = variant_table(per, seq_len)
         plot = _plot(per, Path(out_dir) / "systematic_outliers_census.png")
         lines += table + ["", f"![census over training]({plot.name})", "", "## Verdict (computed)", ""]
+        lines += [rep.verdict_table(verdicts(records, numbers, seq_len, spec)), ""]
         lines += verdict(numbers, seq_len)
         lines += [
             "",

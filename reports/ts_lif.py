@@ -14,8 +14,10 @@ import torch
 
 from layers.spiking.neurons import TSLIF_INIT_DECAY, TSLIF_INIT_GAMMA_DS, TSLIF_INIT_KAPPA
 from layers.spiking.stability import frequency_response, system_matrix
+from suite import report as rep
 
 BASELINES = ("lif", "tc_lif", "gru", "ts_lif_no_soma", "ts_lif_no_dspike")
+SPIKING = {"lif": "LIF", "tc_lif": "TC-LIF"}
 
 
 def _mean(values: list[float]) -> tuple[float, float, int]:
@@ -137,7 +139,60 @@ def _fmt(m: tuple[float, float, int], digits: int = 4) -> str:
     return "—" if not math.isfinite(m[0]) else f"{m[0]:.{digits}f} ± {m[1]:.{max(digits - 1, 1)}f}"
 
 
-def claim_report(records: list[Any], out_dir: str | Path) -> str:
+def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
+    """The paper's claims as verdicts: TS-LIF beats LIF / TC-LIF on test R^2 (per horizon), the gap grows with the
+    horizon, and TS-LIF loses less R^2 with missing inputs. A comparison is tested only when both entries plateaued on
+    the sizing metric (validation R^2); otherwise ``inconclusive: underfit``."""
+    metric, hib = rep.sizing_spec(spec or "ts_lif")
+    judged = rep.sizing(records, metric or "val/r2", higher_is_better=hib if metric else True)
+    ratios = _ratios(records)
+    top = ratios[-1] if ratios else None
+    out: list[rep.Verdict] = []
+
+    def tested(*names: str) -> tuple[bool, str]:
+        still = [n for n in names if not judged.get(n, (False, ""))[0]]
+        return not still, (f"not plateaued: {', '.join(still)}" if still else "all plateaued")
+
+    horizons = sorted({int(m.group(1)) for r in records if (m := re.fullmatch(r"ts_lif_h(\d+)", r.name))})
+    gaps: dict[str, dict[int, tuple[float, float, bool]]] = {}
+    for base, label in SPIKING.items():
+        for h in horizons:
+            a, b = f"ts_lif_h{h}", f"{base}_h{h}"
+            va, vb = rep.values(records, a, "test/r2"), rep.values(records, b, "test/r2")
+            if not va or not vb:
+                continue
+            ok, why = tested(a, b)
+            diff, se, _ = compare(_mean(va), _mean(vb))
+            gaps.setdefault(base, {})[h] = (diff, se, ok)
+            word = rep.compare(va, vb, higher_is_better=True, converged=ok)
+            ev = f"test R^2 {rep.mean_sd(va)} vs {rep.mean_sd(vb)}; {why}"
+            out.append(rep.Verdict(f"TS-LIF forecasts better than {label} (R^2, horizon {h})", word, ev))
+        by_h = sorted(gaps.get(base, {}).items())
+        if len(by_h) > 1:
+            (h0, (g0, s0, ok0)), (h1, (g1, s1, ok1)) = by_h[0], by_h[-1]
+            growth, se = g1 - g0, math.sqrt(s0**2 + s1**2)
+            if not (ok0 and ok1):
+                word = rep.UNDERFIT
+            else:
+                word = rep.REPRODUCED if growth > 2 * se else rep.NOT_REPRODUCED if growth < -2 * se else rep.NOISE
+            ev = f"ΔR^2 vs {label}: h{h0} {g0:+.4f} ± {s0:.4f}, h{h1} {g1:+.4f} ± {s1:.4f}"
+            out.append(rep.Verdict(f"TS-LIF's R^2 gain over {label} grows with the horizon", word, ev))
+        if top:
+            h = max(horizons) if horizons else None
+            a, b = f"ts_lif_h{h}", f"{base}_h{h}"
+            da = [r.metrics["test/r2"] - r.metrics[f"test/r2_miss{top}"] for r in records if r.name == a
+                  and f"test/r2_miss{top}" in r.metrics and "test/r2" in r.metrics]  # fmt: skip
+            db = [r.metrics["test/r2"] - r.metrics[f"test/r2_miss{top}"] for r in records if r.name == b
+                  and f"test/r2_miss{top}" in r.metrics and "test/r2" in r.metrics]  # fmt: skip
+            if da and db:
+                ok, why = tested(a, b)
+                word = rep.compare(da, db, higher_is_better=False, converged=ok)
+                ev = f"R^2 lost at {top}% missing inputs: {rep.mean_sd(da)} vs {rep.mean_sd(db)}; {why}"
+                out.append(rep.Verdict(f"TS-LIF degrades less than {label} with missing inputs (h{h})", word, ev))
+    return out
+
+
+def claim_report(records: list[Any], out_dir: str | Path, spec: dict | None = None) -> str:
     """Markdown: robustness table, verdicts vs each baseline (seed-aware), horizon trend, curves, learned neurons."""
     out_dir = Path(out_dir)
     groups = _group(records)
@@ -164,9 +219,10 @@ def claim_report(records: list[Any], out_dir: str | Path) -> str:
         rho = _mean([r.metrics.get("neuron/spectral_radius", math.nan) for r in recs])
         cells.append("—" if not math.isfinite(rho[0]) else f"{rho[0]:.3f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "## Verdicts (computed)", "", rep.verdict_table(verdicts(records, spec))]
     lines += [
         "",
-        "## Verdicts (TS-LIF minus baseline; 'better'/'worse' only beyond 2 standard errors over seeds)",
+        "## Margins (TS-LIF minus baseline; 'better'/'worse' only beyond 2 standard errors over seeds)",
         "",
     ]
     gaps: dict[str, dict[int, float]] = {}

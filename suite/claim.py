@@ -18,6 +18,17 @@ Each entry becomes ``python -m train -m experiment=<slug> <overrides> seed=0,1,2
 the page, not hidden. ``--report-only`` rebuilds the page from the runs already on disk. A hand-written reading of
 the results lives in ``docs/results/<slug>_notes.md`` and is appended to the page on every (re)build.
 ``--only a,b`` (re)runs just those entries and reuses the others (e.g. to split a claim over parallel processes).
+
+``--profile paper`` (``make claim METHOD=<slug> PROFILE=paper``) reads ``conf/claim/paper/<slug>.yaml`` instead: the
+paper's own experiment (model size, schedule, real dataset, ``trainer=gpu``/``ddp``) with the same keys plus
+``profile: paper``, ``published`` (the paper's numbers per entry and metric, ``null`` where not found),
+``paper_params`` and ``gpu_hours``. Its runs go to ``logs/claim/paper/<slug>``, its page to
+``docs/results/paper/<slug>.md``, and :func:`published_section` is appended to the page: the published numbers
+beside the ones measured. Extra overrides win over the spec's (``ARGS="trainer=ddp trainer.devices=8"`` replaces a
+profile's ``trainer=gpu``). With ``launcher=slurm`` among the overrides every entry's multirun is started at once:
+each submits its seeds as SLURM jobs through Hydra's submitit launcher (requeue and resume from ``last.ckpt`` as for
+``make slurm``) and waits for them; the page is built when all have finished. ``--report-only`` reads the same run
+folders, so it works on a cluster's finished runs.
 """
 
 from __future__ import annotations
@@ -26,8 +37,10 @@ import argparse
 import importlib
 import inspect
 import json
+import math
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -41,39 +54,169 @@ from suite.errors import ConfigError, SuiteError
 from suite.report import budget_table, entry_curves, mean_curve, sizing
 
 ROOT = Path(__file__).resolve().parents[1]
+PROFILES = ("cpu", "paper")
+PAPER_KEYS = ("published", "paper_params", "gpu_hours")  # required in every conf/claim/paper/<slug>.yaml
 
 
-def load_spec(slug: str, path: str | Path | None = None) -> dict:
-    path = Path(path) if path else ROOT / "conf" / "claim" / f"{slug}.yaml"
+def spec_path(slug: str, profile: str = "cpu") -> Path:
+    """``conf/claim/<slug>.yaml`` (cpu, the default) or ``conf/claim/paper/<slug>.yaml`` (paper)."""
+    if profile not in PROFILES:
+        raise ConfigError(f"--profile {profile!r} must be one of {list(PROFILES)}")
+    return ROOT / "conf" / "claim" / ("paper" if profile == "paper" else "") / f"{slug}.yaml"
+
+
+def load_spec(slug: str, path: str | Path | None = None, profile: str = "cpu") -> dict:
+    path = Path(path) if path else spec_path(slug, profile)
     if not path.exists():
-        raise ConfigError(f"no claim check for '{slug}': {path} does not exist")
-    spec = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        what = "paper-scale profile" if profile == "paper" else "claim check"
+        raise ConfigError(f"no {what} for '{slug}': {path} does not exist")
+    try:
+        spec = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except Exception as err:  # noqa: BLE001 - a YAML or interpolation error becomes one line naming the file
+        raise ConfigError(f"{path}: {type(err).__name__}: {err}") from None
     if not spec.get("runs") or not all("name" in e for e in spec["runs"]):
         raise ConfigError(f"{path} must list runs, each with a name")
+    if profile == "paper":
+        if spec.get("profile") != "paper":
+            raise ConfigError(f"{path} must say `profile: paper`")
+        missing = [k for k in PAPER_KEYS if k not in spec]
+        if missing:
+            raise ConfigError(f"{path} lacks {missing} (write null where the paper gives no number)")
+        if spec["published"] is not None and not isinstance(spec["published"], dict):
+            raise ConfigError(f"{path}: published must map entry names to {{metric: value}}")
+        unknown = sorted(set(spec["published"] or {}) - {e["name"] for e in spec["runs"]})
+        if unknown:
+            raise ConfigError(f"{path}: published names {unknown}, which are not runs of the profile")
+        if "report" not in spec:  # the page's hook is the CPU claim's (one reports/<slug>.py per claim slug)
+            cpu = spec_path(slug, "cpu")
+            if cpu.exists():
+                hook = OmegaConf.load(cpu).get("report")
+                if hook:
+                    spec["report"] = hook
     return spec
 
 
-def run_entry(slug: str, entry: dict, spec: dict, out: Path, extra: list[str]) -> tuple[int, float]:
+def override_key(override: str) -> str:
+    """The key a Hydra override sets (``+a.b=1`` -> ``a.b``; a group choice ``trainer=gpu`` -> ``trainer``)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def merge_overrides(*groups: list[str]) -> list[str]:
+    """Concatenate override lists; a later override of the same key replaces an earlier one (Hydra refuses two
+    choices of one config group, so ``ARGS="trainer=ddp"`` must replace a profile's ``trainer=gpu``)."""
+    merged: dict[str, str] = {}
+    for group in groups:
+        for o in group:
+            key = override_key(o)
+            merged.pop(key, None)
+            merged[key] = o
+    return list(merged.values())
+
+
+def uses_slurm(overrides: list[str]) -> bool:
+    """True when the runs go through the submitit launcher (``launcher=slurm``)."""
+    return any(override_key(o) == "launcher" and o.split("=", 1)[1] == "slurm" for o in overrides if "=" in o)
+
+
+def entry_command(slug: str, entry: dict, spec: dict, out: Path, extra: list[str]) -> list[str]:
+    """``python -m train -m experiment=<slug> ...`` for one entry: spec, entry and extra overrides (later wins)."""
     seeds = ",".join(str(s) for s in entry.get("seeds", spec.get("seeds", [0])))  # an entry may override the seeds
-    cmd = [
-        sys.executable, "-m", "train", "-m", f"experiment={slug}",
-        *shlex.split(spec.get("overrides", "")), *shlex.split(entry.get("overrides", "")), *extra,
-        f"seed={seeds}", f"logger={spec.get('logger', 'csv')}", "trainer.enable_progress_bar=false",
-        f"hydra.sweep.dir={out / entry['name']}",
-    ]  # fmt: skip
+    overrides = merge_overrides(
+        shlex.split(spec.get("overrides", "")), shlex.split(entry.get("overrides", "")), extra,
+        [f"seed={seeds}", f"logger={spec.get('logger', 'csv')}", "trainer.enable_progress_bar=false",
+         f"hydra.sweep.dir={out / entry['name']}"],
+    )  # fmt: skip
+    return [sys.executable, "-m", "train", "-m", f"experiment={slug}", *overrides]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def run_entry(slug: str, entry: dict, spec: dict, out: Path, extra: list[str]) -> tuple[int, float]:
+    cmd = entry_command(slug, entry, spec, out, extra)
     print("$", shlex.join(cmd[1:]), flush=True)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT)
     try:
         rc = proc.wait()
     finally:  # the claim was stopped (SIGTERM/Ctrl-C): stop its run too, so nothing keeps writing into the folders
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        _stop(proc)
     return rc, time.perf_counter() - t0
+
+
+def run_entries_at_once(slug: str, entries: list[dict], spec: dict, out: Path, extra: list[str]) -> dict:
+    """Start every entry's multirun together (each one submits its seeds to SLURM and waits for its jobs), then wait
+    for all: ``{name: (exit code, wall seconds)}``. Stopping the claim stops the submitters; submitit then cancels
+    their jobs, and a rerun resumes each job from its ``last.ckpt`` (``ckpt_path: last`` in ``launcher/slurm``)."""
+    procs, t0 = {}, time.perf_counter()
+    try:
+        for entry in entries:
+            cmd = entry_command(slug, entry, spec, out, extra)
+            print("$", shlex.join(cmd[1:]), flush=True)
+            procs[entry["name"]] = subprocess.Popen(cmd, cwd=ROOT)
+        result = {}
+        for name, proc in procs.items():
+            rc = proc.wait()
+            result[name] = (rc, time.perf_counter() - t0)
+        return result
+    finally:
+        for proc in procs.values():
+            _stop(proc)
+
+
+def published_section(slug: str, spec: dict, records: list[RunRecord], argv: list[str]) -> str:
+    """Markdown for a paper-profile page: the command, the expected GPU-hours, and the paper's published numbers
+    beside the measured mean ± std over seeds (``—`` where no run finished, *not in the paper* where the profile has
+    ``null``)."""
+    args = f" ARGS={shlex.quote(' '.join(argv))}" if argv else ""
+    lines = [
+        "## Paper-scale profile",
+        "",
+        f"Produced by `make claim METHOD={slug} PROFILE=paper{args}`; spec `conf/claim/paper/{slug}.yaml`. "
+        f"Expected GPU-hours (whole claim): {spec.get('gpu_hours', 'not given')}. "
+        f"Paper's model size: {_count(spec.get('paper_params'))} parameters.",
+        "",
+        "## Published numbers beside this run",
+        "",
+    ]
+    published = spec.get("published") or {}
+    if not published:
+        return "\n".join([*lines, "The paper publishes no number this profile can be compared with."])
+    lines += ["| run | metric | paper | here (mean ± std, n) | here − paper |", "|---|---|---|---|---|"]
+    for name, metrics in published.items():
+        for metric, paper in (metrics or {}).items():
+            vals = [r.metrics[metric] for r in records if r.name == name and metric in r.metrics]
+            vals = [v for v in vals if math.isfinite(v)]
+            here = "—"
+            if vals:
+                mean = statistics.fmean(vals)
+                std = statistics.stdev(vals) if len(vals) > 1 else 0.0
+                here = f"{mean:.4g} ± {std:.2g} ({len(vals)})"
+            paper_cell = "not in the paper" if paper is None else f"{paper:.4g}"
+            delta = f"{statistics.fmean(vals) - paper:+.3g}" if vals and paper is not None else "—"
+            lines.append(f"| {name} | {metric} | {paper_cell} | {here} | {delta} |")
+    return "\n".join(lines)
+
+
+def _count(n: object) -> str:
+    if not isinstance(n, (int, float)):
+        return "not reported"
+    return f"{n / 1e9:.3g} B" if n >= 1e9 else f"{n / 1e6:.3g} M" if n >= 1e6 else f"{int(n):,}"
+
+
+def finish_paper_page(page: Path, slug: str, spec: dict, records: list[RunRecord], argv: list[str]) -> None:
+    """Point the page's header at the paper profile and append :func:`published_section`."""
+    text = page.read_text()
+    text = text.replace(f"`make claim METHOD={slug}", f"`make claim METHOD={slug} PROFILE=paper", 1)
+    text = text.replace(f"`python -m suite.claim {slug}", f"`python -m suite.claim {slug} --profile paper", 1)
+    text = text.replace(f"spec: `conf/claim/{slug}.yaml`", f"spec: `conf/claim/paper/{slug}.yaml`", 1)
+    page.write_text(text.rstrip() + "\n\n" + published_section(slug, spec, records, argv) + "\n")
 
 
 def load_status(path: Path) -> dict:
@@ -218,13 +361,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--page", default=None, help="results page (default: docs/results/<slug>.md)")
     parser.add_argument("--report-only", action="store_true", help="rebuild the page from existing runs")
     parser.add_argument(
+        "--profile", default="cpu", choices=PROFILES, help="cpu: conf/claim/<slug>.yaml (default); paper: the "
+        "paper's own experiment, conf/claim/paper/<slug>.yaml"
+    )  # fmt: skip
+    parser.add_argument(
         "--only", default=None, help="comma-separated run names to (re)run; the others are reused from disk"
     )
     args = parser.parse_intermixed_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind through run_entry's cleanup
     try:
-        spec = load_spec(args.slug, args.spec)
-        out = Path(args.out or ROOT / "logs" / "claim" / args.slug).resolve()
+        spec = load_spec(args.slug, args.spec, args.profile)
+        paper = args.profile == "paper"
+        default_out = ROOT / "logs" / "claim" / ("paper" if paper else "") / args.slug
+        out = Path(args.out or default_out).resolve()
         status_file = out / "claim_status.json"  # exit code + wall time per run, kept for --report-only
         status = load_status(status_file)
         names = [e["name"] for e in spec["runs"]]
@@ -233,10 +382,15 @@ def main(argv: list[str] | None = None) -> None:
         if unknown:
             raise ConfigError(f"--only names {unknown} are not runs of {args.slug} (runs: {', '.join(names)})")
         ran = []
-        if not args.report_only:
-            for entry in spec["runs"]:
-                if entry["name"] not in only:
-                    continue
+        todo = [e for e in spec["runs"] if e["name"] in only]
+        if not args.report_only and uses_slurm([*shlex.split(spec.get("overrides", "")), *args.overrides]):
+            results = run_entries_at_once(args.slug, todo, spec, out, args.overrides)
+            ran = list(results)
+            out.mkdir(parents=True, exist_ok=True)
+            status = {**load_status(status_file), **results}
+            status_file.write_text(json.dumps(status, indent=1))
+        elif not args.report_only:
+            for entry in todo:
                 result = run_entry(args.slug, entry, spec, out, args.overrides)
                 ran.append(entry["name"])
                 out.mkdir(parents=True, exist_ok=True)
@@ -245,7 +399,11 @@ def main(argv: list[str] | None = None) -> None:
                 status_file.write_text(json.dumps(status, indent=1))
         records = collect(spec, out)
         page_path = Path(args.page).resolve() if args.page else None
+        if paper and page_path is None:
+            page_path = ROOT / "docs" / "results" / "paper" / f"{args.slug}.md"  # never the CPU claim's page
         page = write_page(args.slug, spec, records, status, out, args.overrides, page_path)
+        if paper:
+            finish_paper_page(page, args.slug, spec, records, args.overrides)
         print(f"wrote {page} ({len(records)} runs)")
         failed = [n for n in ran if status[n][0]]
         if failed:

@@ -8,15 +8,56 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException, OverrideParseException
 from omegaconf.errors import OmegaConfBaseException
 
-from suite.errors import SuiteError
+from suite.errors import PREEMPTED_EXIT_CODE, Preempted, SuiteError
 
 
 def _one_line(text: str) -> str:
     return " ".join(part.strip() for part in str(text).strip().splitlines() if part.strip())
+
+
+def _dotted_keys(node: object, prefix: str = "", depth: int = 4) -> list[str]:
+    """Every key below ``node`` as a dotted path (``optimizer.lr``), a few levels deep."""
+    from omegaconf import DictConfig
+
+    out: list[str] = []
+    if not isinstance(node, DictConfig) or depth == 0:
+        return out
+    for key in node:
+        key = str(key)
+        if key.startswith("_"):
+            continue
+        out.append(prefix + key)
+        try:
+            child = node._get_node(key)
+        except Exception:  # noqa: BLE001 - the hint is best effort
+            continue
+        out += _dotted_keys(child, f"{prefix}{key}.", depth - 1)
+    return out
+
+
+def closest_key(wrong: str, parent: object, parent_key: str = "") -> str | None:
+    """The valid key closest to a misspelt one: a sibling (``model.lrr`` -> ``model.lr``) or a key nested below
+    the same parent whose last part matches (``model.lrr`` -> ``model.optimizer.lr``)."""
+    keys = _dotted_keys(parent)
+    if not keys:
+        return None
+    prefix = f"{parent_key}." if parent_key else ""
+    by_last: dict[str, list[str]] = {}
+    for k in keys:
+        by_last.setdefault(k.rsplit(".", 1)[-1], []).append(k)
+    siblings = [k for k in keys if "." not in k]
+    close = difflib.get_close_matches(wrong, siblings, n=1, cutoff=0.75)
+    if close:
+        return prefix + close[0]
+    close = difflib.get_close_matches(wrong, list(by_last), n=1, cutoff=0.6)
+    if close:
+        return prefix + min(by_last[close[0]], key=len)
+    return None
 
 
 def _config_hint(err: BaseException) -> str:
@@ -29,10 +70,10 @@ def _config_hint(err: BaseException) -> str:
     if m and full_key:
         suggestion = ""
         try:
-            keys = list(parent.keys()) if parent is not None else []
-            close = difflib.get_close_matches(m.group(1), [str(k) for k in keys], n=1)
+            parent_key = str(full_key).rsplit(".", 1)[0] if "." in str(full_key) else ""
+            close = closest_key(m.group(1), parent, parent_key)
             if close:
-                suggestion = f" (did you mean '{close[0]}'?)"
+                suggestion = f" (did you mean '{close}'?)"
         except Exception:  # noqa: BLE001 - the hint is best effort
             pass
         return f"unknown config key '{full_key}'{suggestion}"
@@ -46,20 +87,69 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+def preempted(message: str) -> None:
+    """Print what a SIGTERM'd run wrote and how to resume it, then exit with :data:`PREEMPTED_EXIT_CODE` (143)."""
+    lines = str(message).strip().splitlines()
+    print("\n".join(["interrupted: " + lines[0], *lines[1:]]), file=sys.stderr, flush=True)
+    sys.exit(PREEMPTED_EXIT_CODE)
+
+
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
     """Inside a Hydra task: turn :class:`SuiteError` into one line + exit 2 (``SystemExit`` passes through Hydra's
-    job runner without its multi-line "Error executing job" report)."""
+    job runner without its multi-line "Error executing job" report); a SIGTERM'd run exits 143."""
+    from suite.quiet import quiet_console
+
+    quiet_console()  # Hydra has configured logging by now
     try:
         yield
+    except Preempted as err:
+        preempted(str(err))
     except SuiteError as err:
         fail(str(err))
 
 
-def run_main(hydra_main: Callable[[], object]) -> None:
-    """Call a ``@hydra.main`` function; print ``error: ...`` on one line and exit 2 for user errors."""
+def resume_in_place(argv: list[str]) -> list[str]:
+    """``python -m train ... ckpt_path=last`` continues in the run folder it resumes from.
+
+    Before Hydra creates a new folder, look for the newest run of this experiment (``logs/<task>/<slug>/runs/``)
+    started with the same overrides (ignoring ``ckpt_path``), or, failing that, one that differs only in the
+    budget (``trainer.max_epochs`` / ``trainer.max_steps``: extending a finished run), and add
+    ``hydra.run.dir=<that folder>``. Multiruns and an explicit ``hydra.run.dir`` are left alone.
+    """
+    args = argv[1:]
+    if "ckpt_path=last" not in args or any(a in ("-m", "--multirun") or a.startswith("hydra.run.dir=") for a in args):
+        return argv
+    from hydra import compose, initialize_config_dir
+
+    from suite.run import find_resumable
+
+    overrides = [a for a in args if not a.startswith("-")]
+    root = Path(__file__).resolve().parents[1]
+    try:
+        with initialize_config_dir(config_dir=str(root / "conf"), version_base="1.3"):
+            cfg = compose("train", overrides=overrides)
+        log_dir = Path(str(cfg.paths.log_dir)) / str(cfg.task_name) / str(cfg.experiment_slug)
+    except Exception:  # noqa: BLE001 - Hydra itself reports a bad command line in one line below
+        return argv
+    task = [o for o in overrides if not o.startswith(("hydra.", "hydra/"))]
+    found, note = find_resumable(log_dir, task)
+    if note:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    if found is None:
+        return argv
+    return [*argv, f"hydra.run.dir={found}"]
+
+
+def run_main(hydra_main: Callable[[], object], resume: bool = False) -> None:
+    """Call a ``@hydra.main`` function; print ``error: ...`` on one line and exit 2 for user errors.
+
+    ``resume``: ``ckpt_path=last`` continues in the run folder it resumes from (:func:`resume_in_place`).
+    """
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let exceptions reach us instead of Hydra's multi-line report
     try:
+        if resume:
+            sys.argv = resume_in_place(sys.argv)
         hydra_main()
     except SuiteError as err:
         fail(str(err))

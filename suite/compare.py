@@ -1,7 +1,11 @@
-"""Compare finished runs side by side: a markdown table of final metrics (mean +- std over seeds) and PNG plots.
+"""Compare finished runs side by side: a markdown table of final metrics (mean ± std over seeds where there are
+two or more) and PNG plots.
 
-``python -m suite.compare --method <slug>`` reads every run of a method under ``logs/``; ``--runs DIR ...`` reads
-the given run folders (or folders containing runs); ``--wandb-project entity/project`` reads an online project.
+``python -m suite.compare --method <slug>`` reads every finished run of a method under ``logs/train/<slug>/``
+(debug runs live in ``logs/debug/`` and are never read; runs without ``metrics.json`` — failed, interrupted or still
+running — are skipped); ``--runs DIR ...`` reads the given run folders (or folders containing runs);
+``--wandb-project entity/project`` reads an online project. Each run is labelled by the overrides that tell it
+apart from the others (``model.neuron=lif``); seeds of one configuration are aggregated.
 Sources per run, in order: ``metrics.json`` (final metrics written by the runner), the CSV log
 (``csv/metrics.csv``: curves), the wandb offline file (summary + history) when there is no CSV.
 """
@@ -96,8 +100,22 @@ def read_run(run_dir: str | Path, name: str | None = None) -> RunRecord:
     return rec
 
 
-def find_runs(roots: list[str | Path]) -> list[Path]:
-    """Run folders at or below each root (a run folder holds ``metrics.json`` or ``csv/``)."""
+def is_debug_run(run_dir: Path) -> bool:
+    """A ``debug=`` run (``smoke: true`` / ``task_name: debug`` in its saved config)."""
+    f = run_dir / "config.yaml"
+    if not f.is_file():
+        return False
+    try:
+        cfg = yaml.safe_load(f.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return False
+    return bool(cfg.get("smoke")) or cfg.get("task_name") == "debug"
+
+
+def find_runs(roots: list[str | Path], skipped: list[Path] | None = None) -> list[Path]:
+    """Finished run folders at or below each root: those holding ``metrics.json`` (written only when a run
+    completes), excluding ``debug=`` runs. A root that is itself a run folder is read as given (named by the user).
+    Folders left out (unfinished or debug runs) are appended to ``skipped``."""
     found: list[Path] = []
     for root in map(Path, roots):
         if not root.exists():
@@ -106,8 +124,48 @@ def find_runs(roots: list[str | Path]) -> list[Path]:
             found.append(root)
             continue
         for marker in sorted(root.rglob("metrics.json")):
+            if is_debug_run(marker.parent):
+                if skipped is not None:
+                    skipped.append(marker.parent)
+                continue
             found.append(marker.parent)
+        if skipped is not None:
+            finished = {p.parent for p in root.rglob("metrics.json")}
+            skipped += [p.parent for p in root.rglob(".hydra") if p.parent not in finished]
     return sorted(set(found))
+
+
+_UNLABELLED = ("seed=", "hydra.", "paths.", "logger", "trainer.enable", "ckpt_path=")
+
+
+def label_by_difference(records: list[RunRecord]) -> None:
+    """Name each run by the overrides that differ between the runs (``model.neuron=lif``), not by the ones they
+    share (``experiment=ts_lif``); seeds never enter a label, so a configuration's seeds form one group."""
+    opts = []
+    for r in records:
+        pairs = dict(
+            o.split("=", 1) if "=" in o else (o, "") for o in _overrides(r.path) if not o.startswith(_UNLABELLED)
+        )
+        opts.append(pairs)
+    keys = list(dict.fromkeys(k for o in opts for k in o))
+    varying = [k for k in keys if len({o.get(k) for o in opts}) > 1]
+    for r, o in zip(records, opts, strict=True):
+        if varying:
+            parts = [f"{k.lstrip('+~')}={o[k]}" if k in o else f"{k.lstrip('+~')}=(default)" for k in varying]
+            r.name = " ".join(parts)
+        else:  # every run has the same configuration (only seeds differ): one group, named by that configuration
+            r.name = " ".join(f"{k}={v}" for k, v in o.items()) or "default"
+
+
+def relative_change(value: float, reference: float, what: str) -> str:
+    """``value`` against ``reference`` in words: ``"68.7% higher MAE"`` / ``"16.7% lower MAE"`` (never a negative
+    "reduction" for a method that is worse)."""
+    if reference == 0 or not (math.isfinite(value) and math.isfinite(reference)):
+        return f"{what} {value:.4g} vs {reference:.4g}"
+    change = 100.0 * (value - reference) / abs(reference)
+    if abs(change) < 0.05:
+        return f"the same {what}"
+    return f"{abs(change):.1f}% {'higher' if change > 0 else 'lower'} {what}"
 
 
 def read_wandb_project(project: str) -> list[RunRecord]:
@@ -143,18 +201,26 @@ def aggregate(records: list[RunRecord], metrics: list[str] | None = None) -> tup
 
 
 def markdown_table(keys: list[str], table: dict[str, dict], digits: int = 4) -> str:
-    """Rows = run groups, columns = metrics, cells ``mean +- std (n)``."""
+    """Rows = run groups, columns = metrics; a cell is ``mean ± std (n=k)`` over k >= 2 seeds, and says
+    ``(one seed)`` when there is only one (no spread to show)."""
     lines = ["| run | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
     for name, row in table.items():
         cells = []
         for k in keys:
             if k in row:
                 m, s, n = row[k]
-                cells.append(f"{m:.{digits}g} ± {s:.2g} (n={n})" if n > 1 else f"{m:.{digits}g}")
+                cells.append(f"{m:.{digits}g} ± {s:.2g} (n={n})" if n > 1 else f"{m:.{digits}g} (one seed)")
             else:
                 cells.append("—")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _wrap(label: str, width: int = 36) -> str:
+    """A legend/tick label in full, wrapped at spaces (never cut: the differing part is often at the end)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(label, width)) or label
 
 
 def plot_final(records: list[RunRecord], keys: list[str], out: Path) -> Path:
@@ -174,7 +240,7 @@ def plot_final(records: list[RunRecord], keys: list[str], out: Path) -> Path:
             if vals:
                 ax.barh(i, statistics.fmean(vals), color="C0", alpha=0.4)
                 ax.plot(vals, [i] * len(vals), "k.", ms=5)
-        ax.set_yticks(range(len(names)), [n[:40] for n in names], fontsize=7)
+        ax.set_yticks(range(len(names)), [_wrap(n) for n in names], fontsize=7)
         ax.set_title(k, fontsize=9)
     for ax in list(axes.flat)[len(keys) :]:
         ax.axis("off")
@@ -207,7 +273,9 @@ def plot_curves(records: list[RunRecord], keys: list[str], out: Path) -> Path:
                     ys,
                     color=f"C{list(dict.fromkeys(x.name for x in records)).index(r.name) % 10}",
                     lw=1,
-                    label=r.name[:30] if i == [x.name for x in records].index(r.name) else None,
+                    marker="o" if len(xs) <= 20 else None,  # a one-point curve (one validation) is a visible dot
+                    ms=3,
+                    label=_wrap(r.name) if i == [x.name for x in records].index(r.name) else None,
                 )
         ax.set_title(k, fontsize=9)
         ax.set_xlabel("step")
@@ -237,6 +305,20 @@ def compare(records: list[RunRecord], out_dir: str | Path, metrics: list[str] | 
     return md
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def default_metrics(slug: str) -> list[str] | None:
+    """The metrics a method's claim check reports (``metrics:`` of ``conf/claim/<slug>.yaml``), if it has one."""
+    spec = ROOT / "conf" / "claim" / f"{slug}.yaml"
+    if not spec.is_file():
+        return None
+    try:
+        return list((yaml.safe_load(spec.read_text()) or {}).get("metrics") or []) or None
+    except (OSError, yaml.YAMLError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> None:
     from suite.cli import fail
 
@@ -247,18 +329,43 @@ def main(argv: list[str] | None = None) -> None:
     src.add_argument("--wandb-project", help="entity/project of an online wandb project")
     parser.add_argument("--logs", default="logs", help="log root (default: logs)")
     parser.add_argument("--out", default=None, help="output folder (default: <logs>/compare/<method or 'runs'>)")
-    parser.add_argument("--metrics", nargs="*", default=None, help="metric keys for the table (default: all val/test)")
+    parser.add_argument(
+        "--metrics",
+        nargs="*",
+        default=None,
+        help="metric keys for the table, space or comma separated (default: the metrics the method's claim check "
+        "reports, conf/claim/<slug>.yaml; else every val/test metric)",
+    )
     args = parser.parse_args(argv)
     try:
+        metrics = [m for part in args.metrics or [] for m in part.replace(",", " ").split()] or None
+        skipped: list[Path] = []
         if args.wandb_project:
             records = read_wandb_project(args.wandb_project)
         else:
+            if args.method:
+                slugs = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
+                if args.method not in slugs:
+                    raise SuiteError(f"unknown METHOD '{args.method}'; valid: {' '.join(slugs)}")
+                metrics = metrics or default_metrics(args.method)
             roots = args.runs or [Path(args.logs) / "train" / args.method]
             if args.method and not Path(roots[0]).exists():
-                raise SuiteError(f"no runs of '{args.method}' under {roots[0]} (run `make train METHOD={args.method}`)")
-            records = [read_run(p) for p in find_runs(roots)]
+                raise SuiteError(
+                    f"no runs of '{args.method}' under {roots[0]} (train one first: make train METHOD={args.method})"
+                )
+            records = [read_run(p) for p in find_runs(roots, skipped)]
+            label_by_difference(records)
+            if metrics:  # the claim's metrics that these runs logged (a plain `make train` may log fewer)
+                metrics = [m for m in metrics if any(m in r.metrics for r in records)] or None
+            if not records:
+                raise SuiteError(
+                    f"no finished runs under {' '.join(map(str, roots))} ({len(skipped)} unfinished or debug "
+                    "run folders skipped; a run is finished once it has written metrics.json)"
+                )
         out = Path(args.out or Path(args.logs) / "compare" / (args.method or "runs"))
-        print(compare(records, out, args.metrics))
+        print(compare(records, out, metrics))
+        if skipped:
+            print(f"skipped {len(skipped)} unfinished or debug run folder(s) (no metrics.json, or debug=)")
         print(f"wrote {out}/comparison.md, final_metrics.png, curves.png")
     except SuiteError as err:
         fail(str(err))

@@ -34,3 +34,13 @@ def check(condition: bool, message: str) -> None:
     """Raise :class:`ConfigError` with ``message`` unless ``condition`` holds."""
     if not condition:
         raise ConfigError(message)
+
+
+PREEMPTED_EXIT_CODE = 143
+"""Exit status of a run stopped by SIGTERM after writing ``last.ckpt``: 128 + 15, the POSIX convention for
+"terminated by SIGTERM" that shells, SLURM (``ExitCode 143``), Kubernetes and systemd report as a signal-terminated,
+not a failed, job. SLURM requeues a preempted job whatever its status; the requeued job resumes (``ckpt_path=last``)."""
+
+
+class Preempted(SuiteError):
+    """The run was stopped by SIGTERM (preemption, ``scancel``, a time limit) and wrote ``last.ckpt``."""

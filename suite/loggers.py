@@ -1,4 +1,4 @@
-"""Logger factories: wandb that never blocks or fails a run."""
+"""Loggers: a CSV logger that keeps the curve of a resumed run, and wandb that never blocks or fails a run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,51 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.loggers import Logger
+from lightning.pytorch.loggers import CSVLogger, Logger
+from lightning.pytorch.utilities import rank_zero_only
+
+WANDB_ID_FILE = "suite_wandb_run_id"
+
+
+class ResumableCSVLogger(CSVLogger):
+    """Lightning's :class:`CSVLogger`, except that a run resumed in its own folder (``ckpt_path=last``) appends to
+    ``metrics.csv`` instead of deleting it, so one folder holds the whole curve.
+
+    Rows logged after the checkpoint the run resumes from are dropped by :func:`truncate_csv` (``suite.run``).
+    """
+
+    @property
+    def experiment(self) -> Any:
+        if self._experiment is not None:
+            return self._experiment
+        path = Path(self.log_dir) / "metrics.csv"
+        old = path.read_text() if path.is_file() else None
+        with warnings.catch_warnings():  # "...exists and is not empty. Previous log files ... will be deleted"
+            warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
+            experiment = super().experiment
+        if old and rank_zero_only.rank == 0:
+            path.write_text(old)
+            header = old.splitlines()[0].split(",") if old.strip() else []
+            experiment.metrics_keys = sorted(k for k in header if k)
+        return experiment
+
+
+def truncate_csv(path: Path, after_step: int) -> int:
+    """Drop the rows of ``metrics.csv`` logged at a step > ``after_step`` (a resumed run logs them again);
+    returns the number of rows kept."""
+    import csv
+
+    if not path.is_file():
+        return 0
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields, rows = reader.fieldnames or [], list(reader)
+    kept = [r for r in rows if not r.get("step") or float(r["step"]) <= after_step]
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(kept)
+    return len(kept)
 
 
 def wandb_mode(mode: str = "auto") -> str:
@@ -61,6 +105,10 @@ def make_wandb_logger(
         from lightning.pytorch.loggers import WandbLogger
 
         Path(save_dir).mkdir(parents=True, exist_ok=True)
+        # A run resumed in its own folder continues the same wandb run (same id; `wandb sync` merges the parts).
+        id_file = Path(save_dir) / "wandb" / WANDB_ID_FILE
+        if id_file.is_file() and "id" not in kwargs:
+            kwargs = {**kwargs, "id": id_file.read_text().strip(), "resume": "allow"}
         logger = WandbLogger(
             save_dir=save_dir,
             project=project,
@@ -70,7 +118,10 @@ def make_wandb_logger(
             offline=resolved == "offline",
             **kwargs,
         )
-        _ = logger.experiment  # start the run now, so a failure is caught here
+        logger._wandb_init.pop("anonymous", None)  # Lightning always passes it; wandb warns that it has no effect
+        run = logger.experiment  # start the run now, so a failure is caught here
+        id_file.parent.mkdir(parents=True, exist_ok=True)
+        id_file.write_text(str(getattr(run, "id", "") or logger.version or ""))
         return logger
     except Exception as err:  # noqa: BLE001 - wandb must never fail a run
         message = f"wandb disabled for this run ({type(err).__name__}: {err}); CSV logs are still written."

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,16 +12,77 @@ import hydra
 import lightning.pytorch as pl
 import torch
 from hydra.errors import InstantiationException
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from callbacks.run_config import CONFIG_KEY, ConfigInCheckpoint
-from suite.errors import CheckpointError, ConfigError, SuiteError
+from suite.errors import CheckpointError, ConfigError, Preempted, SuiteError
+from suite.loggers import truncate_csv
+from suite.summary import resume_command, run_summary, shown
 
 log = logging.getLogger(__name__)
 
 
+_PLAIN_TYPES = (int, float, bool, str, type(None))
+
+
+def _plain_types(hint: Any) -> set[type] | None:
+    """The plain types a type hint accepts (``int | None`` -> {int, NoneType}); None if it accepts anything richer."""
+    import types
+    import typing
+
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    out: set[type] = set()
+    for arg in args:
+        if typing.get_origin(arg) is typing.Literal:
+            out |= {type(v) for v in typing.get_args(arg)}
+        elif arg is torch.Tensor:  # optimiser hyper-parameters (`lr: float | Tensor`): a number from a config
+            out.add(float)
+        elif arg in _PLAIN_TYPES:
+            out.add(arg)
+        else:
+            return None
+    return out
+
+
+def check_value_types(node: Any, what: str) -> None:
+    """Refuse a config value whose type the constructor's annotation excludes, before a library trips over it deep
+    inside (``trainer.max_epochs=abc`` is an ``AssertionError`` in Lightning's loop): one line naming the key."""
+    import typing
+
+    if not isinstance(node, DictConfig) or "_target_" not in node:
+        return
+    try:
+        target = hydra.utils.get_object(str(node._target_))
+        hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: leave the checking to the constructor
+        return
+    for key in node:
+        key = str(key)
+        if key.startswith("_"):
+            continue
+        try:
+            value = node[key]
+        except OmegaConfBaseException:
+            continue
+        if isinstance(value, DictConfig):
+            check_value_types(value, f"{what}.{key}")
+            continue
+        allowed = _plain_types(hints[key]) if key in hints else None
+        if not allowed or isinstance(value, bool) or type(value) in allowed or value is None:
+            continue
+        if isinstance(value, int) and float in allowed:
+            continue
+        names = [t.__name__ for t in (int, float, bool, str) if t in allowed]
+        if type(None) in allowed:
+            names.append("null")
+        raise ConfigError(f"{what}.{key}={value!r} must be {' or '.join(names)}")
+
+
 def instantiate(node: Any, what: str, **kwargs: Any) -> Any:
     """``hydra.utils.instantiate`` that turns a constructor's validation error into a one-line :class:`SuiteError`."""
+    check_value_types(node, what)
     try:
         return hydra.utils.instantiate(node, **kwargs)
     except InstantiationException as err:
@@ -54,16 +116,68 @@ def _run_overrides() -> list[str] | None:
         return None
 
 
-def _same_run(overrides: list[str], run_dir: Path) -> bool:
-    """Whether ``run_dir`` was started with the same overrides (ignoring ckpt_path and hydra/paths settings)."""
+def _command_overrides() -> list[str]:
+    """This run's overrides as a user would retype them: the task's plus the user's own ``hydra.*`` settings."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hc = HydraConfig.get()
+    except ValueError:
+        return []
+    internal = ("hydra.run.", "hydra.sweep.", "hydra.mode", "hydra.job.", "hydra.launcher", "hydra/launcher")
+    return [o for o in hc.overrides.hydra if not o.startswith(internal)] + list(hc.overrides.task)
+
+
+_IGNORED = ("ckpt_path=", "hydra.", "paths.", "trainer.enable_progress")
+_BUDGET = ("trainer.max_epochs=", "trainer.max_steps=")
+
+
+def _key(items: list[str], ignore: tuple[str, ...] = _IGNORED) -> list[str]:
+    return sorted(o for o in items if not o.startswith(ignore))
+
+
+def _saved_overrides(run_dir: Path) -> list[str] | None:
     import yaml
 
-    def key(items: list[str]) -> list[str]:
-        ignored = ("ckpt_path=", "hydra.", "paths.", "trainer.enable_progress")
-        return sorted(o for o in items if not o.startswith(ignored))
-
     f = run_dir / ".hydra" / "overrides.yaml"
-    return f.exists() and key(yaml.safe_load(f.read_text()) or []) == key(overrides)
+    try:
+        return list(yaml.safe_load(f.read_text()) or []) if f.exists() else None
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def _same_run(overrides: list[str], run_dir: Path, ignore: tuple[str, ...] = _IGNORED) -> bool:
+    """Whether ``run_dir`` was started with the same overrides (ignoring ckpt_path and hydra/paths settings)."""
+    saved = _saved_overrides(run_dir)
+    return saved is not None and _key(saved, ignore) == _key(overrides, ignore)
+
+
+def find_resumable(log_dir: Path, overrides: list[str]) -> tuple[Path | None, str]:
+    """The run folder ``ckpt_path=last`` continues in, and a note for the user.
+
+    The newest ``runs/*/checkpoints/last.ckpt`` of a run started with the same overrides; else of one that differs
+    only in ``trainer.max_epochs``/``trainer.max_steps`` (extending a run's budget: it resumes and says so); else
+    none (a new run, also said). Never another configuration's weights.
+    """
+    ckpts = sorted(log_dir.glob("runs/*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    same = [p.parents[1] for p in ckpts if _same_run(overrides, p.parents[1])]
+    if same:
+        return same[-1], f"ckpt_path=last: resuming {shown(same[-1] / 'checkpoints' / 'last.ckpt')} in its own folder"
+    longer = [p.parents[1] for p in ckpts if _same_run(overrides, p.parents[1], _IGNORED + _BUDGET)]
+    if longer:
+        run = longer[-1]
+        before = [o for o in _saved_overrides(run) or [] if o.startswith(_BUDGET)] or ["the experiment's budget"]
+        now = [o for o in overrides if o.startswith(_BUDGET)] or ["the experiment's budget"]
+        return run, (
+            f"ckpt_path=last: extending {shown(run)} from {' '.join(before)} to {' '.join(now)} "
+            "(resumes from its last.ckpt in its own folder)"
+        )
+    if ckpts:
+        return None, (
+            f"ckpt_path=last: no run under {shown(log_dir / 'runs')} was started with these overrides; starting a "
+            "new run (to start from another run's weights pass ckpt_path=<its checkpoints/last.ckpt>)"
+        )
+    return None, f"ckpt_path=last: nothing to resume under {shown(log_dir / 'runs')}; starting a new run"
 
 
 def resolve_checkpoint(
@@ -71,8 +185,9 @@ def resolve_checkpoint(
 ) -> str | None:
     """``None`` | ``last`` | a path.
 
-    ``last`` is this run folder's ``checkpoints/last.ckpt`` (a requeued SLURM job, ``hydra.run.dir=`` reused); else
-    the newest ``last.ckpt`` under ``log_dir`` of a run started with the *same overrides* (never another
+    ``last`` is this run folder's ``checkpoints/last.ckpt`` (``python -m train`` points ``hydra.run.dir`` at the
+    folder it resumes, see :func:`suite.cli.resume_in_place`; a requeued SLURM job reuses its folder); else the
+    newest ``last.ckpt`` under ``log_dir`` of a run started with the *same overrides* (never another
     configuration's weights). A run with nothing to resume starts fresh, so requeued jobs just work.
     """
     if ckpt_path in (None, "", "null"):
@@ -86,7 +201,7 @@ def resolve_checkpoint(
             found = [p for p in log_dir.glob("runs/*/checkpoints/last.ckpt") if _same_run(overrides, p.parents[1])]
         if found:
             return str(max(found, key=lambda p: p.stat().st_mtime))
-        log.warning("ckpt_path=last: no last.ckpt of this configuration found; starting from scratch")
+        log.info("ckpt_path=last: no last.ckpt of this configuration found; starting from scratch")
         return None
     path = Path(ckpt_path)
     if not path.is_file():
@@ -101,10 +216,27 @@ def load_checkpoint(path: str) -> dict[str, Any]:
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint not found: {path}") from None
     except Exception as err:  # noqa: BLE001 - every failure mode gets the same one-line report
-        reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
         raise CheckpointError(
-            f"checkpoint {path} is truncated, corrupt or not weights-only loadable ({reason})"
+            f"checkpoint {path} is truncated, corrupt or not weights-only loadable ({_load_reason(err)}); "
+            "use a checkpoint the suite wrote (<run>/checkpoints/last.ckpt)"
         ) from None
+
+
+def _load_reason(err: BaseException) -> str:
+    """Why ``torch.load(weights_only=True)`` failed, in a few words, never repeating torch's advice to retry with
+    the unsafe setting (the suite never unpickles code)."""
+    text = " ".join(str(err).split())
+    if "Unsupported operand" in text or "invalid load key" in text:
+        return "not a PyTorch checkpoint file"
+    if "Unsupported global" in text or "Weights only load failed" in text:
+        m = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        return f"it holds pickled Python objects{f' ({m.group(1)})' if m else ''}, which are never loaded"
+    if "invalid load key" in text or "not a zip" in text.lower() or "magic number" in text:
+        return "not a PyTorch checkpoint file"
+    if "failed finding central directory" in text or "unexpected EOF" in text or "EOF" in text:
+        return "the file ends early"
+    sentences = [s for s in re.split(r"(?<=[.;])\s+", text) if "weights_only" not in s]
+    return (" ".join(sentences) or type(err).__name__)[:160]
 
 
 def build(cfg: DictConfig) -> dict[str, Any]:
@@ -128,6 +260,7 @@ def build(cfg: DictConfig) -> dict[str, Any]:
         if isinstance(cb, ConfigInCheckpoint):
             cb.config_yaml = config_yaml
     trainer = instantiate(cfg.trainer, "trainer", callbacks=callbacks, logger=loggers or False)
+    trainer.suite_smoke = bool(cfg.get("smoke", False))  # suite.debug.smoke_test: debug modes skip heavy analyses
     return {"datamodule": datamodule, "model": model, "trainer": trainer, "config_yaml": config_yaml}
 
 
@@ -149,20 +282,39 @@ def train(cfg: DictConfig) -> dict[str, float]:
     log_dir = Path(cfg.paths.log_dir) / cfg.task_name / str(cfg.experiment_slug)
     ckpt = resolve_checkpoint(cfg.get("ckpt_path"), output_dir, log_dir, _run_overrides())
     if ckpt is not None:
-        load_checkpoint(ckpt)  # fail early and clearly on a bad file
-        log.info("resuming from %s", ckpt)
+        state = load_checkpoint(ckpt)  # fail early and clearly on a bad file
+        step = int(state.get("global_step", 0))
+        if Path(ckpt).resolve().parents[1] == output_dir.resolve() and trainer.is_global_zero:
+            truncate_csv(output_dir / "csv" / "metrics.csv", step)  # the curve continues from the checkpoint
+        log.info("resuming from %s (global step %d) in %s", shown(ckpt), step, shown(output_dir))
     metrics: dict[str, float] = {}
     if cfg.get("train", True):
-        trainer.fit(objs["model"], datamodule=objs["datamodule"], ckpt_path=ckpt, weights_only=True)
+        try:
+            trainer.fit(objs["model"], datamodule=objs["datamodule"], ckpt_path=ckpt, weights_only=True)
+        except SIGTERMException:
+            finish_loggers(trainer)
+            last = output_dir / "checkpoints" / "last.ckpt"
+            raise Preempted(
+                f"stopped by SIGTERM at global step {trainer.global_step} (epoch {trainer.current_epoch}); "
+                f"wrote {shown(last)}\nresume (continues in the same run folder): "
+                f"{resume_command(_command_overrides(), output_dir)}"
+            ) from None
         if trainer.interrupted:  # never let an interrupted run look finished (no metrics.json)
             raise SuiteError(f"run interrupted at global step {trainer.global_step}; resume with ckpt_path=last")
         metrics.update(_scalars(trainer.callback_metrics))
     if cfg.get("test", True):
-        trainer.test(objs["model"], datamodule=objs["datamodule"], ckpt_path=None if cfg.get("train", True) else ckpt)
+        trainer.test(
+            objs["model"],
+            datamodule=objs["datamodule"],
+            ckpt_path=None if cfg.get("train", True) else ckpt,
+            verbose=False,  # the summary below names every metric once, not one column per test dataloader
+        )
         metrics.update(_scalars(trainer.callback_metrics))
     if trainer.is_global_zero:
         (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
     finish_loggers(trainer)
+    if trainer.is_global_zero:
+        print(run_summary(output_dir, metrics, "debug run" if cfg.get("smoke") else "run"), flush=True)
     return metrics
 
 
@@ -184,13 +336,16 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         raise CheckpointError(f"checkpoint {ckpt} has no saved suite config (was it written by this suite?)")
     saved = OmegaConf.create(state[CONFIG_KEY])
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    check_value_types(cfg.trainer, "trainer")
     datamodule = instantiate(saved.data, "data")
     model = instantiate(saved.model, "model")
     loggers = _instantiate_group(cfg.get("logger"), "logger")
     trainer = instantiate(cfg.trainer, "trainer", logger=loggers or False)
-    trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True)
+    trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True, verbose=False)
     metrics = _scalars(trainer.callback_metrics)
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+    if trainer.is_global_zero:
+        print(run_summary(out, metrics, f"evaluation of {shown(ckpt)}"), flush=True)
     return metrics

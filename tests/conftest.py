@@ -43,3 +43,22 @@ def run_cli(args: list[str], cwd: Path = ROOT, timeout: float = 600, env: dict |
 @pytest.fixture
 def fixture_conf() -> str:
     return FIXTURE_CONF
+
+
+def run_entry(module: str, args: list[str]) -> int:
+    """Run ``python -m <module> <args>`` (``train``/``evaluate``) in this process, through the same entry point
+    (``suite.cli.run_main`` + ``@hydra.main``), for tests that run many commands; returns the exit status."""
+    import importlib
+
+    from suite.cli import run_main
+
+    mod = importlib.import_module(module)
+    saved = sys.argv
+    sys.argv = [f"{module}.py", f"--config-path={ROOT / 'conf'}", *args]  # absolute: imported, not run as main
+    try:
+        run_main(mod.main, resume=module == "train")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = saved
+    return 0

@@ -1,42 +1,48 @@
-"""Every experiment config composes, instantiates and runs one fast_dev_run batch on its embedded data, and its
-checkpoint loads without executing pickled code.
+"""Every experiment runs every debug mode (``debug=fdr|limit|overfit``) on its embedded data through the train
+entry point, writes its results into ``logs/debug/<slug>/``, and its checkpoint loads without executing pickled code.
 
-Parametrised over ``conf/experiment/*.yaml``: a new paper is covered by adding its experiment file.
+Parametrised over ``conf/experiment/*.yaml`` x ``conf/debug/*.yaml``: a new paper (or debug mode) is covered by
+adding its config file.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
 
-from callbacks.run_config import ConfigInCheckpoint
-from suite.run import build
-from tests.conftest import ROOT, compose_train
+from tests.conftest import ROOT, run_entry
 
 SLUGS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
+DEBUG_MODES = sorted(p.stem for p in (ROOT / "conf" / "debug").glob("*.yaml"))
 
 
 def test_there_are_experiments():
     assert "leaderbot" in SLUGS, "leaderbot is the default experiment and must exist"
 
 
+@pytest.mark.parametrize("mode", DEBUG_MODES)
 @pytest.mark.parametrize("slug", SLUGS)
-def test_experiment_fast_dev_run(slug: str, tmp_path: Path):
-    cfg = compose_train([f"experiment={slug}", "debug=fdr", "logger=csv"], tmp_path)
-    assert cfg.experiment_slug == slug, "an experiment must set experiment_slug to its file name"
-    objs = build(cfg)
-    trainer = objs["trainer"]
-    trainer.fit(objs["model"], datamodule=objs["datamodule"])
-    assert any(isinstance(cb, ConfigInCheckpoint) for cb in trainer.callbacks)
-    path = tmp_path / "fdr.ckpt"
-    trainer.save_checkpoint(path)
-    state = torch.load(path, weights_only=True)  # raises if the checkpoint would need to unpickle code
-    assert f"experiment_slug: {slug}" in state["suite_config_yaml"]
-    assert state["state_dict"] or slug == "leaderbot_elo", f"{slug}: empty state_dict"
-    trainer.test(objs["model"], datamodule=objs["datamodule"])
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
-    assert metrics, f"{slug}: fast_dev_run logged no metrics"
-    assert all(math.isfinite(v) for v in metrics.values()), f"{slug}: non-finite metric in {metrics}"
+def test_every_debug_mode_runs_through_the_train_entry_point(slug: str, mode: str, tmp_path: Path, capsys):
+    """`make train METHOD=<slug> ARGS="debug=<mode>"` as a user types it (the same entry point, in this process)."""
+    code = run_entry(
+        "train", [f"experiment={slug}", f"debug={mode}", "logger=csv", "trainer.enable_progress_bar=false",
+                  f"paths.log_dir={tmp_path}"]
+    )  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 0, out.err[-3000:]
+    (run,) = (tmp_path / "debug" / slug / "runs").iterdir()  # debug runs never land in logs/train (compare)
+    assert f"experiment_slug: {slug}" in (run / "config.yaml").read_text()
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert any(k.startswith("test/") for k in metrics), f"{slug}/{mode}: no test metric in {sorted(metrics)}"
+    assert all(math.isfinite(v) for k, v in metrics.items() if k.startswith("test/")), metrics
+    assert f"debug run finished: {run}" in out.out or f"debug run finished: {run.resolve()}" in out.out
+    if mode != "fdr":  # fast_dev_run writes no checkpoint (Lightning); the others do, weights-only loadable
+        state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+        assert f"experiment_slug: {slug}" in state["suite_config_yaml"]
+        assert state["state_dict"], f"{slug}: empty state_dict"
+        budget = {"limit": 2 * 2, "overfit": 1 * 10}[mode]  # batches x epochs of conf/debug/<mode>.yaml
+        assert 0 < state["global_step"] <= budget, state["global_step"]

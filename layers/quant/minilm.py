@@ -57,7 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ops.quant import Quantizer, check_group, hadamard, klt, random_orthogonal
+from ops.quant import Quantizer, check_group, hadamard, random_orthogonal, weight_klt
 from ops.quant.transforms import is_pow2
 from suite.errors import ConfigError, MissingDataError
 
@@ -180,6 +180,9 @@ class QuantMiniLM(nn.Module):
         w_group_size, a_group_size, kv_group_size: Quantization groups (must divide the dimension; ``None`` = row).
         online_hadamard: Hadamard before each FFN down projection (QuaRot / OSTQuant).
         seed: Random Hadamard signs.
+        klt_centered: KLT init from the centred covariance of the weight rows (default) or the uncentred
+            ``W^T W / N`` (:func:`ops.quant.transforms.weight_klt`).
+        w_sym_scale: Weight scale rule, ``signed`` (official) or ``absmax``; see :mod:`ops.quant.fake`.
     """
 
     def __init__(
@@ -194,8 +197,11 @@ class QuantMiniLM(nn.Module):
         kv_group_size: int | None = None,
         online_hadamard: bool = True,
         seed: int = 0,
+        klt_centered: bool = True,
+        w_sym_scale: str = "signed",
     ) -> None:
         super().__init__()
+        self.klt_centered, self.w_sym_scale = klt_centered, w_sym_scale
         if init not in INITS:
             raise ConfigError(f"ostquant init={init!r} must be one of {list(INITS)}")
         enc = getattr(net, "encoder", None)
@@ -215,7 +221,7 @@ class QuantMiniLM(nn.Module):
         check_group("kv_group_size (head_dim)", kv_group_size, self.hd)
         self.act_quant = Quantizer(a_bits, False, a_group_size, "a_bits")
         self.kv_quant = Quantizer(kv_bits, False, kv_group_size, "kv_bits")
-        self._wq = Quantizer(w_bits, True, w_group_size, "w_bits")
+        self._wq = Quantizer(w_bits, True, w_group_size, "w_bits", sym_scale=w_sym_scale)
         self.w_quant_cfg = (w_bits, w_group_size)
         self.head = _frozen_copy(net.head)
         emb = enc.embeddings
@@ -266,8 +272,7 @@ class QuantMiniLM(nn.Module):
         had = random_hadamard_any(n, gen)
         if init == "hadamard":
             return had
-        w = rows.detach().double()
-        return (klt(w.T @ w / w.shape[0]).float() @ had).contiguous()
+        return (weight_klt(rows.detach(), self.klt_centered).float() @ had).contiguous()
 
     def _init_head_rotation(self, init: str, w_o: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         _, h, d = w_o.shape
@@ -276,9 +281,8 @@ class QuantMiniLM(nn.Module):
         had = torch.stack([random_hadamard_any(d, gen) for _ in range(h)])
         if init == "hadamard":
             return had
-        blocks = w_o.double().transpose(0, 1)  # [H, out, D]
-        cov = blocks.mT @ blocks / blocks.shape[1]
-        return torch.stack([klt(c).float() for c in cov]) @ had
+        blocks = w_o.double().transpose(0, 1)  # [H, out, D]: rows of each head's o_proj column block
+        return weight_klt(blocks, self.klt_centered).float() @ had
 
     # -- effective weights ----------------------------------------------------------------------------------------
     def effective(self, key: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -379,14 +383,31 @@ class QuantMiniLM(nn.Module):
             self.set_quant(True)
 
     @torch.no_grad()
-    def freeze(self, quantizer: str = "rtn", percdamp: float = 0.01) -> None:
+    def freeze(
+        self,
+        quantizer: str = "rtn",
+        percdamp: float = 0.01,
+        clip_search: bool = True,
+        clip_grid: str = "official",
+        clip_norm: float = 2.4,
+    ) -> None:
         """Fold the transforms and quantize every encoder weight (``rtn`` or ``gptq``; GPTQ needs
-        :meth:`collect_hessians`). Embeddings and the MLM head stay in full precision."""
+        :meth:`collect_hessians`). Embeddings and the MLM head stay in full precision.
+
+        ``clip_search`` (on by default, as the official ``w_clip``) searches each row's clip ratio over ``clip_grid``
+        with the error exponent ``clip_norm``; see :meth:`layers.quant.ostquant.TransformedLM.freeze`.
+        """
         from ops.quant import gptq, rtn_weight
 
         if quantizer not in ("rtn", "gptq"):
             raise ConfigError(f"w_quantizer={quantizer!r} must be 'rtn' or 'gptq'")
         bits, group = self.w_quant_cfg
+        clip = {
+            "clip_search": clip_search,
+            "clip_grid": clip_grid,
+            "clip_norm": clip_norm,
+            "sym_scale": self.w_sym_scale,
+        }
         for key, lin in self.linears.items():
             w, _ = self.effective(key)
             if bits >= 16:
@@ -394,10 +415,11 @@ class QuantMiniLM(nn.Module):
             elif quantizer == "gptq":
                 if lin.hessian is None:
                     raise ConfigError(f"w_quantizer=gptq: no calibration Hessian for {key}; run collect_hessians")
-                lin.w_frozen = gptq(w.double(), lin.hessian / max(1, lin.n_collected), bits, group, percdamp=percdamp)
+                h = lin.hessian / max(1, lin.n_collected)
+                lin.w_frozen = gptq(w.double(), h, bits, group, percdamp=percdamp, **clip)
                 lin.w_frozen = lin.w_frozen.to(w.dtype)
             else:
-                lin.w_frozen = rtn_weight(w, bits, group)
+                lin.w_frozen = rtn_weight(w, bits, group, **clip)
         for p in (*self.rotation_parameters(), *self.scale_parameters()):
             p.requires_grad_(False)
 

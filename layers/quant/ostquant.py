@@ -55,7 +55,7 @@ from torch import nn
 from layers.attention.outlier_variants import OutlierVariantAttention
 from layers.attention.softmax import SoftmaxAttention
 from layers.attention.stickbreaking import StickBreakingAttention
-from ops.quant import Quantizer, check_group, hadamard, klt, random_hadamard
+from ops.quant import Quantizer, check_group, hadamard, random_hadamard, weight_klt
 from ops.quant.transforms import is_pow2
 from suite.errors import ConfigError
 
@@ -181,6 +181,10 @@ class TransformedLM(nn.Module):
         seed: Random Hadamard signs.
         head_transforms: Add the per-attention-layer ``S_qk``, ``R_ov`` and ``S_ov`` (see module docstring);
             ``False`` keeps only ``R_res`` and the norm / up-down scales.
+        klt_centered: KLT init from the centred covariance of the weight rows (the method; default) or from the
+            uncentred ``W^T W / N`` (:func:`ops.quant.transforms.weight_klt`).
+        w_sym_scale: Weight scale rule, ``signed`` (official ``max(-min/8, max/7)`` at 4 bits) or ``absmax``
+            (``max|w|/7``); see :mod:`ops.quant.fake`.
     """
 
     def __init__(
@@ -197,8 +201,11 @@ class TransformedLM(nn.Module):
         train_w_quant: bool = False,
         seed: int = 0,
         head_transforms: bool = True,
+        klt_centered: bool = True,
+        w_sym_scale: str = "signed",
     ) -> None:
         super().__init__()
+        self.klt_centered, self.w_sym_scale = klt_centered, w_sym_scale
         if init not in INITS:
             raise ConfigError(f"ostquant init={init!r} must be one of {list(INITS)}")
         for attr in ("embed", "blocks", "norm", "lm_head"):
@@ -212,7 +219,7 @@ class TransformedLM(nn.Module):
         self.act_quant = Quantizer(a_bits, False, a_group_size, "a_bits")
         self.kv_quant = Quantizer(kv_bits, False, kv_group_size, "kv_bits")
         self.w_quant_cfg = (w_bits, w_group_size)
-        self._wq = Quantizer(w_bits, True, w_group_size, "w_bits")
+        self._wq = Quantizer(w_bits, True, w_group_size, "w_bits", sym_scale=w_sym_scale)
         self.train_w_quant_on = train_w_quant
         self.scales = nn.ParameterDict()
         self.head_rotations = nn.ParameterDict()
@@ -354,9 +361,8 @@ class TransformedLM(nn.Module):
         had = torch.stack([random_hadamard(d, gen) for _ in range(h)])
         if init == "hadamard":
             return had
-        blocks = w_o.double().transpose(0, 1)  # [H, out, D]
-        cov = blocks.mT @ blocks / blocks.shape[1]
-        return torch.stack([klt(c).float() for c in cov]) @ had
+        blocks = w_o.double().transpose(0, 1)  # [H, out, D]: rows of each head's o_proj column block
+        return weight_klt(blocks, self.klt_centered).float() @ had
 
     def _replace(self, parent: nn.Module, name: str, key: str) -> TLinear:
         *path, leaf = name.split(".")
@@ -374,8 +380,7 @@ class TransformedLM(nn.Module):
         h = random_hadamard(self.d, gen)
         if init == "hadamard":
             return h
-        w = rows.double()
-        return (klt(w.T @ w / w.shape[0]).float() @ h).contiguous()
+        return (weight_klt(rows, self.klt_centered).float() @ h).contiguous()
 
     def train_w_quant(self, w: torch.Tensor) -> torch.Tensor:
         return self._wq(w) if self.train_w_quant_on else w
@@ -396,14 +401,32 @@ class TransformedLM(nn.Module):
         return list(self.scales.values())
 
     @torch.no_grad()
-    def freeze(self, quantizer: str = "rtn", percdamp: float = 0.01) -> None:
+    def freeze(
+        self,
+        quantizer: str = "rtn",
+        percdamp: float = 0.01,
+        clip_search: bool = True,
+        clip_grid: str = "official",
+        clip_norm: float = 2.4,
+    ) -> None:
         """Fold the transforms and quantize every transformed weight (``rtn`` or ``gptq``; GPTQ needs Hessians from
-        :meth:`collect_hessians`). The LM head stays in full precision."""
+        :meth:`collect_hessians`). The LM head stays in full precision.
+
+        ``clip_search`` (on by default, as the official ``w_clip``) searches each row's clip ratio over ``clip_grid``
+        (``official``: 80 ratios ``1.00 ... 0.21``; ``coarse``: ``1.0 ... 0.5`` by 0.05) with the error exponent
+        ``clip_norm`` (official 2.4; 2 = squared error); see :func:`ops.quant.fake.rtn_weight`, :mod:`ops.quant.gptq`.
+        """
         from ops.quant import gptq, rtn_weight
 
         if quantizer not in ("rtn", "gptq"):
             raise ConfigError(f"w_quantizer={quantizer!r} must be 'rtn' or 'gptq'")
         bits, group = self.w_quant_cfg
+        clip = {
+            "clip_search": clip_search,
+            "clip_grid": clip_grid,
+            "clip_norm": clip_norm,
+            "sym_scale": self.w_sym_scale,
+        }
         for lin in self.linears.values():
             w, _ = lin.effective()
             if bits >= 16:
@@ -412,9 +435,9 @@ class TransformedLM(nn.Module):
                 if lin.hessian is None:
                     raise ConfigError(f"w_quantizer=gptq: no calibration Hessian for {lin.key}; run collect_hessians")
                 h = lin.hessian / max(1, lin.n_collected)
-                lin.w_frozen = gptq(w.double(), h, bits, group, percdamp=percdamp).to(w.dtype)
+                lin.w_frozen = gptq(w.double(), h, bits, group, percdamp=percdamp, **clip).to(w.dtype)
             else:
-                lin.w_frozen = rtn_weight(w, bits, group)
+                lin.w_frozen = rtn_weight(w, bits, group, **clip)
         for r in self.rotation_parameters():
             r.requires_grad_(False)
         for s in self.scales.values():

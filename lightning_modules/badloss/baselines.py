@@ -2,8 +2,10 @@
 
 * Spectral Signatures (Tran et al., 2018): per class ``c``, centre the penultimate features ``R_c``, take the top
   right-singular vector ``v``; outlier score ``(R_c v)^2``; remove the ``1.5 * eps * n_c`` highest (``eps = 0.1``).
-* Activation Clustering (Chen et al., 2019): per class, reduce the centred features to 10 dimensions (PCA here,
-  FastICA in the original), 2-means; the smaller cluster is poison when it holds less than 35% of the class.
+* Activation Clustering (Chen et al., 2019): per class, drop the all-zero feature columns, reduce the features to
+  10 independent components with ``sklearn.decomposition.FastICA`` (as Chen et al. and the official BaDLoss
+  ``defenses/activation_clustering.py``), 2-means; the smaller cluster is poison when it holds less than 35% of the
+  class. ``reduction="pca"`` keeps the suite's earlier PCA of the centred features (10 components).
 * Anti-Backdoor Learning isolation (Li et al., 2021): train with the local gradient ascent loss
   ``sign(L - gamma) * L`` (``gamma = 0.5``) and isolate the ``15%`` lowest-loss examples (backdoored examples are
   learnt fastest).
@@ -13,10 +15,13 @@ Each returns a per-example suspicion score ``[N]`` (higher = more suspicious) an
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 from sklearn.cluster import KMeans
-from sklearn.decomposition import PCA
+from sklearn.decomposition import PCA, FastICA
+from sklearn.exceptions import ConvergenceWarning
 
 from suite.errors import ConfigError
 
@@ -43,23 +48,47 @@ def spectral_signatures(
     return scores, remove
 
 
+AC_REDUCTIONS = ("ica", "pca")
+
+
+def reduce_features(x: np.ndarray, n_components: int, reduction: str = "ica", seed: int = 0) -> np.ndarray:
+    """One class's features ``[n, D]`` -> ``[n, d]``: FastICA (``ica``; all-zero columns dropped first, as the
+    official code does, since they make the whitening degenerate) or PCA of the centred features (``pca``)."""
+    if reduction == "pca":
+        dims = min(n_components, x.shape[1], len(x) - 1)
+        return PCA(n_components=dims, random_state=seed).fit_transform(x - x.mean(0))
+    x = x[:, np.any(x != 0, axis=0)]
+    dims = min(n_components, x.shape[1], len(x) - 1)
+    ica = FastICA(n_components=dims, whiten="unit-variance", random_state=seed, max_iter=400, tol=1e-4)
+    with warnings.catch_warnings():  # a non-converged unmixing still separates; sklearn warns, we do not fail
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return ica.fit_transform(x)
+
+
 def activation_clustering(
-    features: torch.Tensor, labels: torch.Tensor, n_components: int = 10, size_threshold: float = 0.35, seed: int = 0
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    n_components: int = 10,
+    size_threshold: float = 0.35,
+    seed: int = 0,
+    reduction: str = "ica",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Activation-clustering scores (1 - relative size of the example's cluster) and removals."""
+    """Activation-clustering scores (1 - relative size of the example's cluster) and removals.
+
+    ``reduction``: ``ica`` (FastICA, Chen et al.; default) or ``pca`` (see module docstring)."""
     if not 0.0 < size_threshold <= 0.5:
         raise ConfigError(f"model.ac_size_threshold={size_threshold} must be in (0, 0.5]")
+    if reduction not in AC_REDUCTIONS:
+        raise ConfigError(f"model.ac_reduction={reduction!r} must be one of {list(AC_REDUCTIONS)}")
     f = features.double().cpu().numpy()
     y = labels.cpu().numpy()
     scores = np.zeros(len(f))
     remove = np.zeros(len(f), dtype=bool)
     for c in np.unique(y):
         idx = np.nonzero(y == c)[0]
-        if len(idx) < 4:
+        if len(idx) < 4 or not np.any(f[idx] != 0):
             continue
-        r = f[idx] - f[idx].mean(0)
-        dims = min(n_components, r.shape[1], len(idx) - 1)
-        z = PCA(n_components=dims, random_state=seed).fit_transform(r)
+        z = reduce_features(f[idx], n_components, reduction, seed)
         assign = KMeans(n_clusters=2, n_init=5, random_state=seed).fit_predict(z)
         sizes = np.bincount(assign, minlength=2) / len(idx)
         scores[idx] = 1.0 - sizes[assign]

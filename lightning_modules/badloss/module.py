@@ -3,7 +3,8 @@
 One ``fit`` runs the whole defence:
 
 1. **Detection phase** (``detect_epochs``, paper: 30): train the model on the attacked training set, which also
-   holds the defender's clean-probe copies. After each epoch :class:`callbacks.loss_dynamics.LossDynamics` records
+   holds the defender's clean-probe copies (by default in place of their originals, ``data.probe_mode=replace``,
+   as in the official code: each probe image is trained on once per epoch). After each epoch :class:`callbacks.loss_dynamics.LossDynamics` records
    every example's loss on the un-augmented training set (trajectories ``L in R^{N x E}``).
 2. **Detection**: depending on ``defence``
 
@@ -41,6 +42,7 @@ from callbacks.loss_dynamics import LossDynamics
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule, classification_metrics
 from lightning_modules.badloss import baselines, scoring
 from lightning_modules.badloss.nets import build_net, reset_parameters
+from suite.debug import smoke_test
 from suite.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,7 @@ class BadlossLitModule(SuiteLitModule):
         two_class_k: Neighbours of the two-class kNN vote (MAP-D: 20).
         ss_eps: Spectral-signature poison-rate guess (removes ``1.5 * ss_eps`` of each class).
         ac_size_threshold: Activation clustering flags a cluster smaller than this share of its class.
+        ac_reduction: Activation clustering's reduction to 10 dimensions: ``ica`` (FastICA, Chen et al.) or ``pca``.
         abl_gamma: ABL flooding level of the LGA loss.
         abl_isolation: Share of lowest-loss examples ABL isolates.
         save_trajectories: Write ``badloss_detection.npz`` (trajectories, scores, masks) into the run folder.
@@ -88,6 +91,7 @@ class BadlossLitModule(SuiteLitModule):
         two_class_k: int = 20,
         ss_eps: float = 0.1,
         ac_size_threshold: float = 0.35,
+        ac_reduction: str = "ica",
         abl_gamma: float = 0.5,
         abl_isolation: float = 0.15,
         save_trajectories: bool = True,
@@ -113,11 +117,14 @@ class BadlossLitModule(SuiteLitModule):
             raise ConfigError(f"model.ss_eps={ss_eps}: 1.5 * ss_eps must be in (0, 1]")
         if not 0.0 < ac_size_threshold <= 0.5:
             raise ConfigError(f"model.ac_size_threshold={ac_size_threshold} must be in (0, 0.5]")
+        if ac_reduction not in baselines.AC_REDUCTIONS:
+            raise ConfigError(f"model.ac_reduction={ac_reduction!r} must be one of {list(baselines.AC_REDUCTIONS)}")
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         self.net = build_net(net, in_channels, num_classes, width)
         self.defence, self.detect_epochs, self.reject_frac = defence, detect_epochs, reject_frac
         self.k, self.eps, self.log_scores, self.use_filter = k, eps, log_scores, filter_epochs
         self.two_class_k, self.ss_eps, self.ac_size_threshold = two_class_k, ss_eps, ac_size_threshold
+        self.ac_reduction = ac_reduction
         self.abl_gamma, self.abl_isolation, self.save_trajectories = abl_gamma, abl_isolation, save_trajectories
         self.num_classes, self.in_channels = num_classes, in_channels
         self.phase = "detect" if defence != "none" else "train"
@@ -215,7 +222,7 @@ class BadlossLitModule(SuiteLitModule):
         rec = self.recorder()
         if rec is self._own_recorder:
             rec.on_train_epoch_end(self.trainer, self)
-        last = self.current_epoch + 1 == self.detect_epochs or bool(self.trainer.fast_dev_run)
+        last = self.current_epoch + 1 == self.detect_epochs or smoke_test(self.trainer)
         if self.phase == "detect" and last:
             self.detect()
 
@@ -237,11 +244,26 @@ class BadlossLitModule(SuiteLitModule):
         self.train(was)
         return feats, labels
 
+    def scored_rows(self) -> torch.Tensor:
+        """Mask ``[N_orig]`` of the originals the detection phase trained on (ranked, and counted in the detection
+        metrics): all of them, less the clean probes' originals when their copies replaced them
+        (``data.probe_mode=replace``; the official code leaves those never-visited rows out of the ranking too)."""
+        dm = self.dm
+        n = dm.num_original
+        rows = getattr(dm, "default_train_rows", None)
+        mask = torch.zeros(n, dtype=torch.bool)
+        if rows is None:
+            mask[:] = True
+        else:
+            mask[rows[rows < n]] = True
+        return mask
+
     def detection_scores(self) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
         """(score ``[N_all]``, keep-mask over originals ``[N_orig]``, extras to save) for the current defence."""
         dm = self.dm
         n = dm.num_original
         kind = dm.probe_kind
+        scored = torch.nonzero(self.scored_rows()).squeeze(1)
         extras: dict[str, Any] = {}
         if self.defence in ("badloss", "badloss_two_class", "abl"):
             traj = self.recorder().trajectories
@@ -256,7 +278,7 @@ class BadlossLitModule(SuiteLitModule):
                 t, t[kind == 1], min(self.k, int((kind == 1).sum())), self.eps, self.log_scores
             )
             keep = torch.zeros(n, dtype=torch.bool)
-            keep[scoring.select_keep(scoring.scores_to_ranks(score[:n]), self.reject_frac)] = True
+            keep[scored[scoring.select_keep(scoring.scores_to_ranks(score[scored]), self.reject_frac)]] = True
         elif self.defence == "badloss_two_class":
             score = scoring.two_class_scores(t, t[kind == 1], t[kind == 2], self.two_class_k)
             keep = score[:n] <= 0.5
@@ -270,7 +292,11 @@ class BadlossLitModule(SuiteLitModule):
                 score, remove = baselines.spectral_signatures(feats[:n], labels[:n], self.ss_eps)
             else:
                 score, remove = baselines.activation_clustering(
-                    feats[:n], labels[:n], size_threshold=self.ac_size_threshold, seed=self.trainer.current_epoch
+                    feats[:n],
+                    labels[:n],
+                    size_threshold=self.ac_size_threshold,
+                    seed=self.trainer.current_epoch,
+                    reduction=self.ac_reduction,
                 )
             keep = ~remove
         # The defender's own probes are known clean: their originals always stay, their copies always go.
@@ -283,19 +309,21 @@ class BadlossLitModule(SuiteLitModule):
         dm = self.dm
         n = dm.num_original
         score, keep_mask, extras = self.detection_scores()
-        poison = dm.poison_attack[:n]
-        s = score[:n].double()
+        scored = self.scored_rows()
+        poison = dm.poison_attack[:n][scored]
+        s = score[:n].double()[scored]
+        kept = keep_mask[scored]
         logs = {
             "detect/auc": scoring.roc_auc(s, poison >= 0),
-            "detect/poison_removed": float((~keep_mask[poison >= 0]).float().mean()) if (poison >= 0).any() else 0.0,
-            "detect/clean_removed": float((~keep_mask[poison < 0]).float().mean()),
+            "detect/poison_removed": float((~kept[poison >= 0]).float().mean()) if (poison >= 0).any() else 0.0,
+            "detect/clean_removed": float((~kept[poison < 0]).float().mean()),
             "detect/kept": float(keep_mask.sum()),
         }
         for a_id, name in enumerate(dm.attack_names):
             sel = (poison == a_id) | (poison < 0)
             logs[f"detect/auc_{name}"] = scoring.roc_auc(s[sel], poison[sel] == a_id)
             if (poison == a_id).any():
-                logs[f"detect/removed_{name}"] = float((~keep_mask[poison == a_id]).float().mean())
+                logs[f"detect/removed_{name}"] = float((~kept[poison == a_id]).float().mean())
         for key, v in logs.items():
             if np.isfinite(v):
                 self.log(key, float(v), rank_zero_only=True, sync_dist=False)

@@ -12,7 +12,10 @@ Notation: ``L in R^{N x E}`` holds the loss trajectory of every training example
 * Two-class variant (arXiv v1 / MAP-D): score = share of backdoor probes among the ``k`` nearest probe
   trajectories (clean and backdoor probes pooled).
 
-``knn_mean_distance`` is the fast (``cdist`` + ``topk``) path, ``knn_mean_distance_naive`` its loop twin.
+``knn_mean_distance`` is the fast (``cdist`` + ``topk``) path, ``knn_mean_distance_naive`` its loop twin. Both
+compute distances in float64 whatever the input dtype, and ``cdist`` takes the direct difference form (not the
+``|a|^2 + |b|^2 - 2 a.b`` matrix-product form, which in float32 turns a self-distance of 0 into ~0.008 on
+loss-sized values and swaps neighbour ranks): a trajectory's distance to its own copy is exactly 0, as with sklearn.
 """
 
 from __future__ import annotations
@@ -34,16 +37,23 @@ def filter_epochs(traj: torch.Tensor) -> list[int]:
     return kept
 
 
+def pairwise_distances(query: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Euclidean distances ``[N, M]`` in float64 (direct differences, no matrix-product shortcut)."""
+    return torch.cdist(query.double(), ref.double(), compute_mode="donot_use_mm_for_euclid_dist")
+
+
 def knn_mean_distance(query: torch.Tensor, ref: torch.Tensor, k: int) -> torch.Tensor:
-    """Mean Euclidean distance of each query row to its ``k`` nearest ``ref`` rows. ``[N, E], [M, E] -> [N]``."""
+    """Mean Euclidean distance of each query row to its ``k`` nearest ``ref`` rows. ``[N, E], [M, E] -> [N]``
+    (float64)."""
     if not 1 <= k <= len(ref):
         raise ConfigError(f"model.k={k} must be in [1, number of clean probes = {len(ref)}]")
-    d = torch.cdist(query, ref)  # [N, M]
+    d = pairwise_distances(query, ref)  # [N, M]
     return d.topk(k, dim=1, largest=False).values.mean(1)
 
 
 def knn_mean_distance_naive(query: torch.Tensor, ref: torch.Tensor, k: int) -> torch.Tensor:
-    """Loop twin of :func:`knn_mean_distance` (one query at a time, full sort)."""
+    """Loop twin of :func:`knn_mean_distance` (one query at a time, full sort, float64)."""
+    query, ref = query.double(), ref.double()
     out = []
     for q in query:
         dist = ((ref - q) ** 2).sum(1).sqrt()
@@ -70,8 +80,8 @@ def two_class_scores(traj: torch.Tensor, clean_traj: torch.Tensor, backdoor_traj
     ref = torch.cat([clean_traj, backdoor_traj])
     if not 1 <= k <= len(ref):
         raise ConfigError(f"model.two_class_k={k} must be in [1, number of probes = {len(ref)}]")
-    is_bd = torch.cat([torch.zeros(len(clean_traj)), torch.ones(len(backdoor_traj))]).to(traj)
-    nearest = torch.cdist(traj, ref).topk(k, dim=1, largest=False).indices
+    is_bd = torch.cat([torch.zeros(len(clean_traj)), torch.ones(len(backdoor_traj))]).double()
+    nearest = pairwise_distances(traj, ref).topk(k, dim=1, largest=False).indices
     return is_bd[nearest].mean(1)
 
 

@@ -36,6 +36,7 @@ from lightning_modules.leaderbot import likelihoods as lk
 from lightning_modules.leaderbot.fit import lbfgs_converged
 from lightning_modules.leaderbot.metrics import PairOutcomeMetrics, information_criteria
 from lightning_modules.leaderbot.newton import DampedNewton
+from suite.debug import smoke_test
 from suite.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -332,7 +333,7 @@ class LeaderbotLitModule(SuiteLitModule):
         train = self.trainer.datamodule.datasets["train"]
         pairs, counts = train.pairs.to(self.device), train.counts.to(self.device)
         # fast_dev_run is a smoke test: the leaderboard, but no Hessian and no plots (seconds, not tens of them).
-        quick = bool(self.trainer.fast_dev_run)
+        quick = smoke_test(self.trainer)
         with torch.no_grad():
             probs = self.probabilities(pairs)
         se = self.standard_errors_of_scores(pairs, counts) if self.standard_errors and not quick else None
@@ -367,4 +368,6 @@ class LeaderbotLitModule(SuiteLitModule):
         self.write_artifacts()
 
     def on_test_end(self) -> None:
-        self.write_artifacts()
+        # `make eval` reaches here without a fit: the standard errors need autograd, which the test loop disables.
+        with torch.inference_mode(False), torch.enable_grad():
+            self.write_artifacts()

@@ -13,7 +13,7 @@ One Pyomo model per factual ``x0`` (table form, see :mod:`datamodules.tabular`) 
   input bounds; neurons with ``U <= 0`` are 0, with ``L >= 0`` linear. Validity: ``sign * logit >= 1e-4``.
 * **SPN** (Sec. 4.3), every node value is a log-density, the label leaf is fixed to the desired class:
   histogram leaf (Eq. (5)): binaries ``nib_i`` ("not in bin i"), ``sum_i nib_i = B - 1``,
-  ``M nib_i >= b_i - x``, ``M nib_i >= x - b_{i+1} + eps``, output ``sum_i (1 - nib_i) log rho_i`` (consecutive bins
+  ``M nib_i >= b_i - x``, ``M nib_i >= x - b_{i+1} + gap``, output ``sum_i (1 - nib_i) log rho_i`` (consecutive bins
   of equal density merged first); categorical/binary leaves are linear in the one-hot; a product node is the sum of
   its children (Eq. (6)); a sum node is the max-approximation (Eq. (7)): ``out <= l_c + log w_c + M_c s_c`` with
   binaries ``sum_c s_c = n - 1``.
@@ -142,7 +142,11 @@ class LiceMIO:
         threshold: ``tau`` of the threshold variant.
         alpha: Weight of the SPN value in the optimise variant.
         time_limit: Solver limit in seconds.
-        eps: Histogram-bin separation and minimal change (normalised units).
+        bin_gap: Upper-bin gap of the histogram-leaf encoding (normalised units): bin ``i < B - 1`` holds
+            ``b_i <= x <= b_{i+1} - bin_gap``, so a CE in a lower bin ends ``bin_gap`` below its break. Default 1e-6,
+            the official ``MIO_EPS`` (solver feasibility tolerances stay 1e-7 = ``MIO_EPS / 10`` as in the official
+            Gurobi settings); a larger gap only makes every objective slightly worse (1e-4 puts a GMSC income 5 raw
+            units below a break instead of 0.05).
         margin: Classifier margin on the logit.
         sum_approx: ``lower`` (``log w_c``, the max lower bound) or ``upper`` (``min(0, log(n w_c))``).
     """
@@ -157,7 +161,7 @@ class LiceMIO:
         threshold: float | None = None,
         alpha: float = 0.1,
         time_limit: float = 60.0,
-        eps: float = 1e-4,
+        bin_gap: float = 1e-6,
         margin: float = 1e-4,
         sum_approx: str = "lower",
     ) -> None:
@@ -171,11 +175,13 @@ class LiceMIO:
             raise ConfigError(f"model.time_limit={time_limit} must be > 0")
         if alpha < 0:
             raise ConfigError(f"model.alpha={alpha} must be >= 0")
+        if not 0 < bin_gap < 0.5:
+            raise ConfigError(f"model.bin_gap={bin_gap} must be in (0, 0.5) (normalised units)")
         if sum_approx not in SUM_APPROX:
             raise ConfigError(f"model.sum_approx={sum_approx!r} must be one of {list(SUM_APPROX)}")
         self.features, self.layers, self.costs = list(features), list(layers), np.asarray(costs, np.float64)
         self.spn, self.objective, self.threshold, self.alpha = spn, objective, threshold, alpha
-        self.time_limit, self.eps, self.margin, self.sum_approx = time_limit, eps, margin, sum_approx
+        self.time_limit, self.bin_gap, self.margin, self.sum_approx = time_limit, bin_gap, margin, sum_approx
 
     # -- model building ---------------------------------------------------------------------------------------------
     def build(
@@ -364,13 +370,16 @@ class LiceMIO:
             if i > 0:
                 m.cons.add(big_m * nib[i] >= float(breaks[i]) - value)
             if i < nb - 1:
-                m.cons.add(big_m * nib[i] >= value - float(breaks[i + 1]) + self.eps)
+                m.cons.add(big_m * nib[i] >= value - float(breaks[i + 1]) + self.bin_gap)
         m.nib_records.append((leaf.scope[0], breaks, [nib[i] for i in range(nb)]))
         return sum(float(np.log(dens[i])) * (1 - nib[i]) for i in range(nb))
 
     # -- solving ----------------------------------------------------------------------------------------------------
-    def solve_model(self, m: pyo.ConcreteModel) -> tuple[str, float | None, float]:
-        """Solve with HiGHS (``appsi_highs``); returns ``(status, objective, seconds)`` and loads the solution."""
+    def solve_model(self, m: pyo.ConcreteModel, warm_start: bool = False) -> tuple[str, float | None, float]:
+        """Solve with HiGHS (``appsi_highs``); returns ``(status, objective, seconds)`` and loads the solution.
+
+        ``warm_start`` hands the current values of ``m``'s variables to HiGHS as a MIP start (see :meth:`generate`).
+        """
         from pyomo.contrib.appsi.base import TerminationCondition as TC
         from pyomo.contrib.appsi.solvers import Highs
 
@@ -379,6 +388,7 @@ class LiceMIO:
         solver.config.load_solution = False
         solver.config.stream_solver = False
         solver.config.log_level = logging.DEBUG  # HiGHS's log goes to DEBUG, not the run's INFO log
+        solver.config.warmstart = warm_start
         solver.highs_options = {"mip_feasibility_tolerance": 1e-7, "primal_feasibility_tolerance": 1e-7}
         start = time.perf_counter()
         try:
@@ -413,7 +423,7 @@ class LiceMIO:
         for var, breaks, nib in m.nib_records:
             i = int(np.argmin([pyo.value(n) for n in nib]))
             lo[var] = max(lo[var], breaks[i])
-            hi[var] = min(hi[var], breaks[i + 1] - (self.eps if i < len(nib) - 1 else 0.0))
+            hi[var] = min(hi[var], breaks[i + 1] - (self.bin_gap if i < len(nib) - 1 else 0.0))
         for j, f in enumerate(self.features):
             if f.kind != "continuous" or f.immutable:
                 continue
@@ -423,15 +433,45 @@ class LiceMIO:
                 x[j] = float(k * f.step)
         return x
 
-    def generate(self, x0: np.ndarray, desired: int) -> CounterfactualResult:
-        """One counterfactual for factual ``x0`` ``[F]`` toward class ``desired``; never raises on solver trouble."""
+    def generate(self, x0: np.ndarray, desired: int, start: np.ndarray | None = None) -> CounterfactualResult:
+        """One counterfactual for factual ``x0`` ``[F]`` toward class ``desired``; never raises on solver trouble.
+
+        ``start`` ``[F]``: a valid counterfactual (the plain MIO's) handed to HiGHS as a MIP start for the optimise
+        objective, where every valid CE is feasible. Its variables are completed by a solve of the model with ``x``
+        pinned to ``start``; ``info["start_objective"]`` is its LiCE objective, which the result never exceeds.
+        Without it, a solve stopped by the time limit returns whatever incumbent HiGHS's heuristics found first,
+        which can be orders of magnitude worse than the optimum (docs/results/lice_notes.md). Ignored for the other
+        objectives (a MIO CE need not reach the threshold).
+        """
         m = self.build(x0, desired)
-        status, objective, seconds = self.solve_model(m)
+        start_objective, start_seconds = None, 0.0
+        if start is not None and self.objective == "optimize" and self.spn is not None:
+            start_objective, start_seconds = self._load_start(m, x0, desired, np.asarray(start, np.float64))
+        status, objective, seconds = self.solve_model(m, warm_start=start_objective is not None)
+        seconds += start_seconds
+        info = {} if start_objective is None else {"start_objective": start_objective}
         if objective is None:
-            return CounterfactualResult(status, seconds=seconds)
+            return CounterfactualResult(status, seconds=seconds, info=info)
         root = m.component("spn_root")
         spn_value = float(pyo.value(root)) if root is not None else None
-        return CounterfactualResult(status, self.decode(m), objective, spn_value, seconds)
+        return CounterfactualResult(status, self.decode(m), objective, spn_value, seconds, info)
+
+    def _load_start(
+        self, m: pyo.ConcreteModel, x0: np.ndarray, desired: int, start: np.ndarray
+    ) -> tuple[float | None, float]:
+        """Set every variable of ``m`` to its value at the counterfactual ``start`` (from the pinned model's solve);
+        returns (the start's objective or ``None`` if the pinned model is not solved, seconds)."""
+        pinned = self.build(x0, desired, fix_x=start)
+        pinned.del_component(pinned.obj)
+        pinned.obj = pyo.Objective(expr=pinned.distance - self.alpha * pinned.spn_root, sense=pyo.minimize)
+        status, objective, seconds = self.solve_model(pinned)
+        if status != "optimal":
+            return None, seconds
+        for var in pinned.component_data_objects(pyo.Var):
+            target = m.find_component(var.name)
+            if target is not None and var.value is not None:
+                target.set_value(var.value, skip_validation=True)
+        return objective, seconds
 
     def spn_value_at(self, x: np.ndarray, desired: int) -> float:
         """The MIO's root SPN value with the counterfactual pinned to ``x`` (parity with ``SPN.max_approx``)."""

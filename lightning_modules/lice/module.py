@@ -32,6 +32,7 @@ from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLit
 from lightning_modules.lice.dice import DiceRandomSearch
 from lightning_modules.lice.mio import CounterfactualResult, LiceMIO, distance, feature_costs, mlp_forward, sparsity
 from lightning_modules.lice.spn import SPN, LearnSPN
+from suite.debug import smoke_test
 from suite.errors import ConfigError
 
 METHODS = ("mio", "lice_threshold", "lice_optimize", "dice")
@@ -67,7 +68,8 @@ class LiceLitModule(SuiteLitModule):
         spn_alpha: Significance level of LearnSPN's independence tests.
         spn_max_rows: Training rows the SPN is learned on (seeded subset).
         mad_floor: Floor of the MAD in the inverse-MAD costs.
-        eps: Histogram-bin separation of the MIO (normalised units).
+        bin_gap: Upper-bin gap of the MIO's histogram leaves (normalised units; official 1e-6, see ``LiceMIO``).
+        warm_start: Start LiCE-optimise from the plain MIO's counterfactual (a MIP start; the official code has none).
         dice_samples: Candidates of the DiCE-style search.
         fast_dev_counterfactuals: Rows explained under ``trainer.fast_dev_run``.
         fast_dev_time_limit: Solver limit under ``trainer.fast_dev_run``.
@@ -90,7 +92,8 @@ class LiceLitModule(SuiteLitModule):
         spn_alpha: float = 0.001,
         spn_max_rows: int = 5000,
         mad_floor: float = 1e-4,
-        eps: float = 1e-4,
+        bin_gap: float = 1e-6,
+        warm_start: bool = True,
         dice_samples: int = 2000,
         fast_dev_counterfactuals: int = 1,
         fast_dev_time_limit: float = 5.0,
@@ -112,8 +115,10 @@ class LiceLitModule(SuiteLitModule):
             raise ConfigError(f"model.threshold={threshold!r} must be 'median', 'quartile' or a number")
         if spn_max_rows < 10:
             raise ConfigError(f"model.spn_max_rows={spn_max_rows} must be >= 10")
-        if mad_floor <= 0 or eps <= 0:
-            raise ConfigError(f"model.mad_floor={mad_floor} and model.eps={eps} must be > 0")
+        if mad_floor <= 0:
+            raise ConfigError(f"model.mad_floor={mad_floor} must be > 0")
+        if not 0 < bin_gap < 0.5:
+            raise ConfigError(f"model.bin_gap={bin_gap} must be in (0, 0.5) (normalised units)")
         # Fail on bad SPN settings now rather than at test time.
         LearnSPN(["binary"], [2], spn_bins, spn_min_instances, spn_max_depth, spn_alpha)
         # plain Python values only (Hydra passes ListConfig, which a weights_only checkpoint load rejects)
@@ -123,14 +128,16 @@ class LiceLitModule(SuiteLitModule):
              "threshold": threshold if isinstance(threshold, str) else float(threshold), "spn_bins": int(spn_bins),
              "spn_min_instances": int(spn_min_instances), "spn_max_depth": int(spn_max_depth),
              "spn_alpha": float(spn_alpha), "spn_max_rows": int(spn_max_rows), "mad_floor": float(mad_floor),
-             "eps": float(eps), "dice_samples": int(dice_samples), "seed": int(seed)}
+             "bin_gap": float(bin_gap), "warm_start": bool(warm_start), "dice_samples": int(dice_samples),
+             "seed": int(seed)}
         )  # fmt: skip
         self.hidden_sizes, self.methods = list(hidden_sizes), list(methods)
         self.num_counterfactuals, self.time_limit, self.alpha, self.threshold = (
             num_counterfactuals, time_limit, alpha, threshold)  # fmt: skip
         self.spn_kwargs = {"n_bins": spn_bins, "min_instances_slice": spn_min_instances, "max_depth": spn_max_depth,
                            "alpha": spn_alpha, "seed": seed}  # fmt: skip
-        self.spn_max_rows, self.mad_floor, self.eps, self.dice_samples = spn_max_rows, mad_floor, eps, dice_samples
+        self.spn_max_rows, self.mad_floor, self.dice_samples = spn_max_rows, mad_floor, dice_samples
+        self.bin_gap, self.warm_start = bin_gap, bool(warm_start)
         self.fast_dev_counterfactuals, self.fast_dev_time_limit, self.seed = (
             fast_dev_counterfactuals, fast_dev_time_limit, seed)  # fmt: skip
         self.net: nn.Sequential | None = None
@@ -185,7 +192,7 @@ class LiceLitModule(SuiteLitModule):
     # -- counterfactuals --------------------------------------------------------------------------------------------
     def on_test_epoch_end(self) -> None:
         dm = self.trainer.datamodule
-        fast = bool(self.trainer.fast_dev_run)
+        fast = smoke_test(self.trainer)
         n = min(self.num_counterfactuals, self.fast_dev_counterfactuals) if fast else self.num_counterfactuals
         if n == 0:
             return
@@ -225,7 +232,7 @@ class LiceLitModule(SuiteLitModule):
         def logit(rows: np.ndarray) -> np.ndarray:
             return mlp_forward(layers, dm.encode(np.atleast_2d(rows)))
 
-        common = {"time_limit": time_limit, "eps": self.eps, "alpha": self.alpha, "threshold": tau}
+        common = {"time_limit": time_limit, "bin_gap": self.bin_gap, "alpha": self.alpha, "threshold": tau}
         solvers: dict[str, Any] = {
             "mio": LiceMIO(features, layers, costs, None, "mio", **common),
             "lice_threshold": LiceMIO(features, layers, costs, spn, "threshold", **common),
@@ -238,8 +245,19 @@ class LiceLitModule(SuiteLitModule):
         for r in rows:
             x0 = test[r]
             desired = int(logit(x0)[0] < 0)
+            mio_res = None  # the plain MIO's CE is LiCE-optimise's MIP start (model.warm_start, LiceMIO.generate)
             for name in self.methods:
-                res = solvers[name].generate(x0, desired)
+                if name == "lice_optimize" and self.warm_start:
+                    extra = 0.0
+                    if mio_res is None:  # "mio" not among the methods: solve it here, its time counts for LiCE
+                        mio_res = solvers["mio"].generate(x0, desired)
+                        extra = mio_res.seconds
+                    res = solvers[name].generate(x0, desired, mio_res.x)
+                    res.seconds += extra
+                else:
+                    res = solvers[name].generate(x0, desired)
+                if name == "mio":
+                    mio_res = res
                 self.records.append(self._record(int(r), name, x0, desired, res, spn, costs, logit, dm, features))
         summary = summarise(self.records, self.methods, tau)
         summary["test/spn_nodes"] = float(len(spn))

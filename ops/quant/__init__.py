@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
-from ops.quant.fake import Quantizer, check_bits, check_group, fake_quant, round_ste, rtn_weight
+from ops.quant.fake import (
+    Quantizer,
+    check_bits,
+    check_group,
+    clip_ratios,
+    fake_quant,
+    round_ste,
+    rtn_weight,
+    symmetric_scale,
+)
 from ops.quant.gptq import gptq, gptq_naive, input_hessian
 from ops.quant.losses import kl_full, kl_top
 from ops.quant.qsur import log_qsur, qsur, qsur_of_samples
-from ops.quant.transforms import CayleySGD, cayley_retraction, hadamard, klt, random_hadamard, random_orthogonal
+from ops.quant.transforms import (
+    CayleySGD,
+    cayley_retraction,
+    hadamard,
+    klt,
+    random_hadamard,
+    random_orthogonal,
+    row_covariance,
+    weight_klt,
+)
 
 __all__ = [
     "CayleySGD",
@@ -14,6 +32,7 @@ __all__ = [
     "cayley_retraction",
     "check_bits",
     "check_group",
+    "clip_ratios",
     "fake_quant",
     "gptq",
     "gptq_naive",
@@ -28,5 +47,8 @@ __all__ = [
     "random_hadamard",
     "random_orthogonal",
     "round_ste",
+    "row_covariance",
     "rtn_weight",
+    "symmetric_scale",
+    "weight_klt",
 ]

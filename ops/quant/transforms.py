@@ -8,7 +8,10 @@ and the Cayley retraction on the Stiefel manifold used to learn them.
   width that is not a power of two a random orthogonal matrix (QR of a Gaussian, sign-fixed) stands in; documented
   deviation.
 * KLT: the eigenvectors of a covariance, largest eigenvalue first. OSTQuant's ``--use_klt`` initialises
-  ``R_res = KLT(rows of [W_q; W_k; W_v; W_up; W_gate]) @ random Hadamard``.
+  ``R_res = KLT(rows of [W_q; W_k; W_v; W_up; W_gate]) @ random Hadamard`` (:func:`weight_klt`), with the
+  covariance of the rows, centred: ``C = (W - 1 mu^T)^T (W - 1 mu^T) / N``, ``mu`` the mean row (the Karhunen-Loeve
+  transform diagonalises the covariance). ``centered=False`` keeps the uncentred second moment ``W^T W / N`` (the
+  suite's earlier choice; it differs only by the rank-one term ``mu mu^T``).
 * Cayley retraction (Li, Li & Todorovic, ICLR 2020, the ``SGDG`` option of the official code): for a Euclidean gradient
   ``G`` at ``R``, the skew matrix ``A = G R^T - R G^T`` and ``R' = (I + lr/2 A)^{-1} (I - lr/2 A) R`` stays exactly
   orthogonal (``R'^T R' = I``) and moves along ``-grad`` to first order.
@@ -52,9 +55,24 @@ def random_hadamard(n: int, generator: torch.Generator | None = None) -> torch.T
 
 
 def klt(cov: torch.Tensor) -> torch.Tensor:
-    """Eigenvectors of a symmetric ``cov [n, n]`` as columns, largest eigenvalue first."""
+    """Eigenvectors of a symmetric ``cov [..., n, n]`` as columns, largest eigenvalue first (batched)."""
     evals, evecs = torch.linalg.eigh(cov.double())
-    return evecs[:, evals.argsort(descending=True)].to(cov.dtype)
+    order = evals.argsort(dim=-1, descending=True)
+    return evecs.gather(-1, order.unsqueeze(-2).expand_as(evecs)).to(cov.dtype)
+
+
+def row_covariance(rows: torch.Tensor, centered: bool = True) -> torch.Tensor:
+    """Covariance ``[..., n, n]`` of the ``N`` rows of ``rows [..., N, n]`` (rows = observations), in float64:
+    ``(W - mu)^T (W - mu) / N`` (``centered``) or the second moment ``W^T W / N``."""
+    w = rows.double()
+    if centered:
+        w = w - w.mean(-2, keepdim=True)
+    return w.mT @ w / w.shape[-2]
+
+
+def weight_klt(rows: torch.Tensor, centered: bool = True) -> torch.Tensor:
+    """KLT ``[..., n, n]`` (float64) of weight rows ``[..., N, n]``: :func:`klt` of :func:`row_covariance`."""
+    return klt(row_covariance(rows, centered))
 
 
 def cayley_retraction(r: torch.Tensor, grad: torch.Tensor, lr: float) -> torch.Tensor:

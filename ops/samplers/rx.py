@@ -25,7 +25,11 @@ extrapolation with exponent p + 1 = 3 then lifts the order from 2 to 3 at the sa
 a (x_fine - x_coarse)/(a - 1) holds as for Euler.
 
 Grid remainder (official ``skip_last``): if N mod k != 0 the last N mod k steps are plain base steps; with
-``skip_last=False`` the last interval absorbs them. DPM-Solver++(2M) intervals need a previous coarse node, so the
+``skip_last=False`` the last interval absorbs them, k + r fine steps against one coarse step. Its weight a then sums
+(h_m / H)^(p+1) over all k + r fine steps (``remainder_weights="consistent"``, the default: the error model above
+applied to the interval as it is). The official ``get_coeff`` sums only the first ``frequency`` = k of them while H
+spans all k + r (``remainder_weights="official"``), which under-weights the fine solution's error; kept as a flag
+for parity with the official EDM sampler. DPM-Solver++(2M) intervals need a previous coarse node, so the
 first interval is plain (as the official RX-DDIM's first round), and a final step into sigma = 0 (where 2M is first
 order) is plain too, as is a Heun / DPM-Solver-2 step into sigma = 0 (Euler there).
 """
@@ -53,15 +57,21 @@ from suite.errors import ConfigError
 RX_SOLVERS = ("euler", "heun", "dpm2", "dpmpp_2m")
 SINGLESTEP_2ND = ("heun", "dpm2")
 COEFFICIENTS = ("adapted", "naive")
+REMAINDER_WEIGHTS = ("consistent", "official")
 
 
-def rx_coeffs(fine_grid: Tensor, order: int = 1, coefficients: str = "adapted") -> tuple[float, float]:
+def rx_coeffs(
+    fine_grid: Tensor, order: int = 1, coefficients: str = "adapted", n_weighted: int | None = None
+) -> tuple[float, float]:
     """Extrapolation weights (c_coarse, c_fine) for one coarse interval.
 
     Args:
         fine_grid: The k+1 sigmas of the interval [k+1], decreasing.
         order: Order p of the base solver (local error exponent p + 1).
         coefficients: ``adapted`` (the paper: a from the actual step sizes) or ``naive`` (uniform-grid a = k^-p).
+        n_weighted: Sum a = sum_m (h_m / H)^(p+1) over the first ``n_weighted`` fine steps only, H still the whole
+            interval (the official ``get_coeff`` on a remainder-absorbing interval: ``n_weighted = frequency``).
+            None sums all k steps (consistent with the error model).
 
     Returns:
         (c_coarse, c_fine) with c_coarse + c_fine = 1. A uniform k = 2 Euler interval gives (-1, 2).
@@ -71,7 +81,15 @@ def rx_coeffs(fine_grid: Tensor, order: int = 1, coefficients: str = "adapted") 
     k = len(fine_grid) - 1
     if k < 2:
         raise ConfigError(f"an RX interval needs k >= 2 fine steps, got {k}")
-    a = step_ratio_exponent_sum(fine_grid, order + 1) if coefficients == "adapted" else float(k) ** (-order)
+    if n_weighted is not None and not 1 <= n_weighted <= k:
+        raise ConfigError(f"n_weighted={n_weighted} must lie in [1, {k}] (the interval's fine steps)")
+    if coefficients == "naive":
+        a = float(k) ** (-order)
+    elif n_weighted is None:
+        a = step_ratio_exponent_sum(fine_grid, order + 1)
+    else:
+        g = torch.as_tensor(fine_grid, dtype=torch.float64)
+        a = float((((g[:-1] - g[1:]) / (g[0] - g[-1]))[:n_weighted] ** (order + 1)).sum())
     return a / (a - 1.0), 1.0 / (1.0 - a)
 
 
@@ -158,9 +176,11 @@ def dpm2_interval(denoiser: Denoiser, x: Tensor, sa: float, s1: float, sb: float
     return x_fine, x + (sb - sa) * qc
 
 
-def _extrapolate(x_fine: Tensor, x_coarse: Tensor, fine_grid: Tensor, order: int, coefficients: str):
+def _extrapolate(
+    x_fine: Tensor, x_coarse: Tensor, fine_grid: Tensor, order: int, coefficients: str, n_weighted: int | None = None
+):
     """(extrapolated x, per-sample norm of the fine solution's error estimate a (x_fine - x_coarse) / (a - 1))."""
-    c_coarse, c_fine = rx_coeffs(fine_grid, order, coefficients)
+    c_coarse, c_fine = rx_coeffs(fine_grid, order, coefficients, n_weighted)
     a = c_coarse / (c_coarse - 1.0)  # recover a from c_coarse = a / (a - 1)
     err = a * (x_fine - x_coarse) / (a - 1.0)
     return c_fine * x_fine + c_coarse * x_coarse, err.flatten(1).norm(dim=1)
@@ -174,6 +194,7 @@ def rx_sample(
     k: int = 2,
     coefficients: str = "adapted",
     skip_last: bool = True,
+    remainder_weights: str = "consistent",
 ) -> SampleOutput:
     """RX-DPM sampling with base ``solver`` at the base solver's NFE.
 
@@ -187,6 +208,8 @@ def rx_sample(
             p = 2).
         skip_last: Leave a remainder of N mod k steps un-extrapolated (else the last interval absorbs it; always
             true for Heun / DPM-Solver-2, whose coarse stage is rebuilt for k = 2 only).
+        remainder_weights: Weight a of an interval that absorbed the remainder (``skip_last=False``): ``consistent``
+            sums (h_m / H)^(p+1) over all its fine steps; ``official`` over the first k only (official ``get_coeff``).
 
     Returns:
         :class:`SampleOutput` with ``error_estimates`` [n_intervals, B] (norm of a (x_fine - x_coarse)/(a - 1)).
@@ -195,6 +218,8 @@ def rx_sample(
         raise ConfigError(f"rx solver={solver!r} must be one of {list(RX_SOLVERS)}")
     if coefficients not in COEFFICIENTS:
         raise ConfigError(f"coefficients={coefficients!r} must be one of {list(COEFFICIENTS)}")
+    if remainder_weights not in REMAINDER_WEIGHTS:
+        raise ConfigError(f"remainder_weights={remainder_weights!r} must be one of {list(REMAINDER_WEIGHTS)}")
     if k < 1:
         raise ConfigError(f"rx k={k} must be >= 1")
     if solver in SINGLESTEP_2ND and k > 2:
@@ -233,7 +258,8 @@ def rx_sample(
             d_prev, s_prev = d, sig[j]
         if extrapolate:
             x_coarse = step(x_a, d_a, sig[a], sig[b], c_prev, cs_prev)
-            x, est = _extrapolate(x, x_coarse, sig_t[a : b + 1], order, coefficients)
+            n_weighted = k if remainder_weights == "official" and b - a > k else None
+            x, est = _extrapolate(x, x_coarse, sig_t[a : b + 1], order, coefficients, n_weighted)
             estimates.append(est)
         c_prev, cs_prev = d_a, sig[a]
     est = torch.stack(estimates) if estimates else None

@@ -292,11 +292,19 @@ def test_claim_report_table_and_plot(tmp_path) -> None:  # noqa: ANN001
         (run_dir / "tta_compare.csv").write_text("variant,acc,step\nsumi,1.0,0\nsumi,0.5,1\ntent,0.5,0\ntent,0.0,1\n")
         metrics = {"tta/sumi/acc": s_acc, "tta/tent/acc": t_acc, "tta/sumi/acc_q1": 0.7, "tta/sumi/acc_q4": 0.7}
         metrics.update({"tta/tent/acc_q1": 0.7, "tta/tent/acc_q4": 0.3, "test/acc": 0.1})
-        records.append(SimpleNamespace(path=run_dir, metrics=metrics))
-    page = claim_report(records, tmp_path)
+        curves = {"val/acc": [(0, 0.5), (50, 0.9), (100, 0.9 - 0.01 * seed)]}  # the source model plateaued
+        records.append(SimpleNamespace(path=run_dir, name="wild", seed=seed, metrics=metrics, curves=curves))
+    page = claim_report(records, tmp_path, spec={"sizing_metric": "val/acc", "sizing_higher_is_better": True})
+    # paired by seed: differences 0.2 and 0.2 (no spread) -> beyond any noise
+    assert "| SuMi adapts more accurately than Tent on the wild stream | **reproduced** |" in page
     # sumi: mean 70.0, sample std 14.1; tent 50.0; Q4 - Q1 0 vs -40.
     assert "| sumi | 70.0 ± 14.1 | 70.0 ± 0.0 |" in page
     assert "| tent | 50.0 ± 14.1 |" in page
     assert "sumi vs tent: online accuracy 70.0 vs 50.0 (higher); Q4 - Q1 +0.0 vs -40.0 (more stable)" in page
     assert (tmp_path / "sumi_stream_accuracy.png").stat().st_size > 1000
     assert "No TTA comparison" in claim_report([SimpleNamespace(path=tmp_path, metrics={})], tmp_path)
+    for r in records:
+        r.curves = {"val/acc": [(0, 0.5), (100, 0.9)]}  # still rising at the end of source training
+    assert "| SuMi adapts more accurately than Tent on the wild stream | **inconclusive: underfit** |" in claim_report(
+        records, tmp_path
+    )

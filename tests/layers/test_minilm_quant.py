@@ -106,7 +106,7 @@ def test_weights_have_at_most_16_levels_per_row(net, quantizer):
     t = QuantMiniLM(net, "hadamard", seed=0)
     if quantizer == "gptq":
         t.collect_hessians([_ids(2, 16)])
-    t.freeze(quantizer)
+    t.freeze(quantizer, clip_search=False)  # the default clip search is covered on the small LMs (time)
     for key, lin in t.linears.items():
         w = lin.w_frozen
         assert w is not None and w.shape == lin.w0.shape
@@ -178,7 +178,8 @@ def test_ostquant_steps_lower_kl_top_and_stay_orthogonal(net):
 
 
 def test_callback_build_and_evaluate(net):
-    cb = MaskedLMQuantCalibration(methods=["fp", "rtn", "smoothquant", "quarot"], steps=0)
+    # the default 80-ratio clip search is covered on the small LMs (tests/lightning_modules/test_ostquant_model.py)
+    cb = MaskedLMQuantCalibration(methods=["fp", "rtn", "smoothquant", "quarot"], steps=0, w_clip=False)
     ids = _ids(2, 20, seed=7)
     labels = torch.full_like(ids, -100)
     labels[:, 3:18:4] = ids[:, 3:18:4]

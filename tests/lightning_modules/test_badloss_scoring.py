@@ -145,3 +145,74 @@ def test_claim_report_pairs_the_clean_accuracy_cost_by_seed():
     assert rows["badloss"][4] == "7.50 ± 2.50"  # costs 0.90 - 0.85 and 0.80 - 0.70, paired by seed
     det = detection_table(records).splitlines()
     assert len(det) == 3 and det[2].startswith("| badloss | 85.00 ± 5.00 | 95.00 ± 5.00")
+
+
+def test_claim_verdicts_need_implanted_attacks_and_a_plateau():
+    from types import SimpleNamespace
+
+    from reports.badloss import verdicts
+
+    flat = {"val/loss": [(0, 1.0), (10, 0.5), (20, 0.5)]}
+
+    def rec(name, seed, acc, asr, patch, curves=flat):
+        m = {"test/acc": acc, "test/asr_mean": asr, "test/asr_patch": patch, "test/asr_sinusoid": 0.0}
+        return SimpleNamespace(name=name, seed=seed, metrics=m, curves=curves)
+
+    records = [rec("none", s, 0.90, 0.45, 0.9) for s in range(3)]
+    records += [rec("badloss", s, 0.89 - 0.001 * s, 0.02 + 0.001 * s, 0.03) for s in range(3)]
+    records += [rec("spectral", s, 0.88, 0.30 + 0.01 * s, 0.6) for s in range(3)]
+    v = verdicts(records, {"sizing_metric": "val/loss"})
+    assert [x.verdict for x in v] == ["reproduced", "reproduced"]
+    assert "1 of 2 attacks implanted in `none` (ASR >= 50%: patch)" in v[0].evidence
+    no_attack = [rec(r.name, r.seed, r.metrics["test/acc"], 0.01, 0.02) for r in records]
+    assert verdicts(no_attack, {"sizing_metric": "val/loss"})[0].verdict == "inconclusive: phenomenon absent"
+    one_point = [rec(r.name, r.seed, r.metrics["test/acc"], r.metrics["test/asr_mean"], 0.9, {"val/loss": [(20, 0.5)]})
+                 for r in records]  # fmt: skip
+    assert {x.verdict for x in verdicts(one_point, {"sizing_metric": "val/loss"})} == {"inconclusive: underfit"}
+
+
+def test_knn_distances_are_float64_whatever_the_input():
+    """Issue 18 item 3: on float32 loss-sized trajectories the matrix-product cdist gave self-distances of ~0.008 and
+    swapped neighbour ranks; distances are now float64 differences, so a copy is at distance exactly 0."""
+    g = torch.Generator().manual_seed(0)
+    ref = (2.3 + 0.01 * torch.rand(60, 30, generator=g)).float()  # > 25 rows: where cdist switches to matmul
+    query = (2.3 + 0.01 * torch.rand(50, 30, generator=g)).float()
+    query[:10] = ref[:10]
+    d1 = scoring.knn_mean_distance(query, ref, 1)
+    assert d1.dtype == torch.float64 and d1[:10].tolist() == [0.0] * 10
+    exact = ((query.double()[:, None] - ref.double()[None]) ** 2).sum(-1).sqrt()  # [50, 60] by hand
+    np.testing.assert_allclose(
+        scoring.knn_mean_distance(query, ref, 5).numpy(), exact.sort(1).values[:, :5].mean(1).numpy(), atol=1e-12
+    )
+    nearest = scoring.pairwise_distances(query, ref).argsort(1)[:, :5]
+    assert torch.equal(nearest, exact.argsort(1)[:, :5])
+    bd = ref[30:] + 0.001
+    votes = scoring.two_class_scores(query, ref[:30], bd, k=1)
+    assert votes.dtype == torch.float64 and votes[:10].tolist() == [0.0] * 10  # own copy is the nearest (clean)
+
+
+def test_activation_clustering_uses_fastica():
+    """Issue 18 item 4: FastICA before 2-means (Chen et al.). Fixture: three unimodal directions of std 10 and one
+    bimodal direction (20 poisons at +3, std 0.3): PCA keeps the raw scales, so 2-means splits a std-10 Gaussian and
+    both halves pass the 35% size test (nothing removed); ICA whitens to unit variance, where the bimodal direction
+    is the best 2-means split and exactly the 20 poisons form the small cluster."""
+    g = torch.Generator().manual_seed(0)
+    f = torch.randn(200, 4, generator=g, dtype=torch.float64) * torch.tensor([10.0, 10.0, 10.0, 0.3])
+    y = torch.cat([torch.zeros(100), torch.ones(100)]).long()
+    bad = torch.arange(100, 120)
+    f[bad, 3] += 3.0
+    _, remove = baselines.activation_clustering(f, y, n_components=4)
+    assert torch.nonzero(remove).squeeze(1).tolist() == bad.tolist()
+    _, remove_pca = baselines.activation_clustering(f, y, n_components=4, reduction="pca")
+    assert int(remove_pca.sum()) == 0
+    # the default path is sklearn's FastICA (10 components, all-zero columns dropped), then KMeans
+    from sklearn.cluster import KMeans
+    from sklearn.decomposition import FastICA
+
+    x = f[100:].numpy()
+    z = FastICA(n_components=4, whiten="unit-variance", random_state=0, max_iter=400, tol=1e-4).fit_transform(x)
+    np.testing.assert_allclose(baselines.reduce_features(np.c_[x, np.zeros(100)], 10), z, atol=1e-10)
+    assign = KMeans(n_clusters=2, n_init=5, random_state=0).fit_predict(z)
+    assert set(np.nonzero(assign == np.argmin(np.bincount(assign)))[0] + 100) == set(bad.tolist())
+    with pytest.raises(ConfigError, match="ac_reduction"):
+        baselines.activation_clustering(f, y, reduction="svd")

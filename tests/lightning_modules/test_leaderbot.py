@@ -140,6 +140,33 @@ def test_metrics_match_package_evaluate(subset_file: Path):
             assert "mae_tie" not in got
 
 
+def test_bradley_terry_kld_with_the_package_integer_tie_split(subset_file: Path):
+    """Hand-computed: one pair [w, l, t] = [3, 1, 1], P = (1/2, 1/2). Exact split: p = (0.7, 0.3), KLD =
+    0.7 ln 1.4 + 0.3 ln 0.6; the package's integer split drops the odd tie: p = (0.75, 0.25), KLD = 0.75 ln 1.5 +
+    0.25 ln 0.5. Then on real pairs with odd tie counts ``kld_pkg`` equals the package's own ``goodness_of_fit``."""
+    metric = PairOutcomeMetrics(has_tie=False)
+    metric.update(torch.tensor([[0.5, 0.5, 0.0]]), torch.tensor([[3.0, 1.0, 1.0]]))
+    got = metric.compute()
+    assert float(got["kld"]) == pytest.approx(0.7 * math.log(1.4) + 0.3 * math.log(0.6), rel=1e-12)
+    assert float(got["kld_pkg"]) == pytest.approx(0.75 * math.log(1.5) + 0.25 * math.log(0.5), rel=1e-12)
+    assert "kld_pkg" not in PairOutcomeMetrics(has_tie=True).compute()
+
+    votes = read_votes(subset_file)
+    y = votes["counts"].copy()
+    assert (y[:, 2] % 2 == 1).any()  # odd tie counts present: the two conventions differ
+    model = lb.BradleyTerry({"models": votes["models"], "X": votes["pairs"], "Y": y}, k_cov=None)
+    layout = lk.Layout("bradley_terry", len(votes["models"]), None, 0)
+    pairs, counts = torch.as_tensor(votes["pairs"]), torch.as_tensor(y, dtype=torch.float64)
+    w = lk.initial_params(layout, pairs, counts) * 3.0
+    model._delegated_model.param = w.numpy().copy()
+    metric = PairOutcomeMetrics(has_tie=False)
+    metric.update(lk.probabilities(w, pairs, layout, lk.dct_basis(layout.m, 0)), counts)
+    got = {k: float(v) for k, v in metric.compute().items()}
+    ref = lb.evaluate.goodness_of_fit([model], report=False)["kld"][0]
+    assert got["kld_pkg"] == pytest.approx(ref, rel=1e-9)
+    assert abs(got["kld"] - ref) > 1e-3 * ref  # the exact split is a different number
+
+
 @pytest.fixture(scope="module")
 def arena_full():
     votes = read_votes(embedded_path())
@@ -283,3 +310,44 @@ def test_claim_report_verdict():
     assert "6/9" in page and "Lower than published: dv_0_1" in page
     assert "**Not reproduced** (higher NLL): bt_none" in page
     assert "Not run: dv_0_0" in page
+
+
+def test_claim_report_kld_and_generalisation_verdicts():
+    """KLD% is judged on the package's tie split where a run reports it; the held-out ordering is judged on paired
+    differences over splits (hand-made numbers: 3 splits with differences -0.010, -0.012, -0.011 -> mean -0.011,
+    s.e. 0.00058: reproduced; +1, -1, +0.5 -> within noise; +2, +2.2, +1.8 -> not reproduced)."""
+    from types import SimpleNamespace
+
+    from reports.leaderbot import (
+        NOISE,
+        NOT_REPRODUCED,
+        PUBLISHED,
+        REPRODUCED,
+        claim_report,
+        paired_verdict,
+    )
+
+    assert paired_verdict([0.990, 0.988, 0.989], [1.0, 1.0, 1.0])[0] == REPRODUCED
+    assert paired_verdict([31.0, 29.0, 30.5], [30.0, 30.0, 30.0])[0] == NOISE
+    assert paired_verdict([32.0, 32.2, 31.8], [30.0, 30.0, 30.0])[0] == NOT_REPRODUCED
+    assert paired_verdict([0.9], [1.0])[0] == NOISE  # one split: no spread to judge by
+
+    recs = []
+    for n, p in PUBLISHED.items():
+        m = {"val/nll": p["nll"], "val/kld": p["kld_pct"] / 100, "val/mae_tie": 35.6 if n == "dv_0_1" else 49.0}
+        if n.startswith("bt_"):  # exact split 0.12 points below, the package's split on the published value
+            m.update({"val/kld": p["kld_pct"] / 100 - 0.0012, "val/kld_pkg": p["kld_pct"] / 100})
+        recs.append(SimpleNamespace(name=n, seed=0, metrics=m))
+    for seed, (nll0, nll1, tie0, tie1) in enumerate([(1.0134, 1.0126, 28.5, 31.5), (1.0140, 1.0131, 29.0, 31.0),
+                                                       (1.0129, 1.0122, 28.0, 32.0)]):  # fmt: skip
+        recs.append(SimpleNamespace(name="gen_dv_none_0", seed=seed, metrics={"test/nll": nll0, "test/mae_tie": tie0}))
+        recs.append(SimpleNamespace(name="gen_dv_0_1", seed=seed, metrics={"test/nll": nll1, "test/mae_tie": tie1}))
+    page = claim_report(recs, Path("."))
+    assert f"| The published KLD% of the 9 models (goodness-of-fit table) | {REPRODUCED} | 9/9" in page
+    assert f"| Held out: Davidson(0, 1) has a lower NLL than Davidson(None, 0) | {REPRODUCED} |" in page
+    assert f"| Held out: Davidson(0, 1) has a lower MAE tie than Davidson(None, 0) | {NOT_REPRODUCED} |" in page
+    assert "| gen_dv_0_1 | 3 | 1.0126 ± 0.0005 |" in page and "not available |" in page
+    recs[0].metrics.pop("val/kld_pkg")  # bt_none judged on the exact split: 0.12 points off
+    assert "| The published KLD% of the 9 models (goodness-of-fit table) | not reproduced | 8/9" in claim_report(
+        recs, Path(".")
+    )

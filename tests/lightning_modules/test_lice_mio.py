@@ -19,7 +19,7 @@ from lightning_modules.lice.mio import (
     mlp_forward,
     sparsity,
 )
-from lightning_modules.lice.spn import LearnSPN
+from lightning_modules.lice.spn import SPN, CategoricalLeaf, HistogramLeaf, LearnSPN, ProductNode
 from suite.errors import ConfigError
 
 FEATURES = [
@@ -244,3 +244,55 @@ def test_official_upper_sum_variant_is_not_an_upper_bound():
     lower = LiceMIO(feats, layers, np.ones(1), spn=spn, objective="optimize").spn_value_at(x, 1)
     assert upper == pytest.approx(0.0, abs=1e-6) and upper < exact  # not an upper bound here
     assert lower == pytest.approx(float(spn.max_approx(x[None])[0]), abs=1e-6) and lower <= exact
+
+
+@pytest.mark.parametrize("gap", [1e-6, 1e-4])
+def test_histogram_upper_bin_gap_is_where_a_lower_bin_ends(gap):
+    """Hand-computed fixture: one feature, SPN = histogram (breaks 0, 0.5, 1; densities 1.6, 0.4) x label leaf
+    (0.5, 0.5), a classifier that always predicts class 1, alpha = 1, cost 1, factual 0.7. Staying costs
+    -log 0.4 - log 0.5; moving into the denser lower bin costs 0.2 + gap - log 1.6 - log 0.5, so the optimum is
+    x = 0.5 - gap exactly, with that objective: the gap (official default 1e-6) is the CE's distance below a break."""
+    features = [FeatureSpec("a", "continuous")]
+    hist = HistogramLeaf([0], breaks=np.array([0.0, 0.5, 1.0]), densities=np.array([1.6, 0.4]))
+    spn = SPN(ProductNode([0, 1], children=[hist, CategoricalLeaf([1], probs=np.array([0.5, 0.5]))]),
+              ["continuous", "binary"], [0, 2])  # fmt: skip
+    layers = [(np.array([[1e-3]]), np.array([1.0]))]  # logit 1 + 0.001 x > 0 everywhere
+    kwargs = {"objective": "optimize", "alpha": 1.0, "time_limit": 20.0}
+    mio = LiceMIO(features, layers, np.ones(1), spn, bin_gap=gap, **kwargs)
+    res = mio.generate(np.array([0.7]), desired=1)
+    assert res.status == "optimal"
+    assert float(res.x[0]) == pytest.approx(0.5 - gap, abs=2e-7)
+    assert res.objective == pytest.approx(0.2 + gap - np.log(1.6) - np.log(0.5), abs=2e-7)
+    assert LiceMIO(features, layers, np.ones(1), spn, **kwargs).bin_gap == 1e-6  # the official default
+    with pytest.raises(ConfigError, match="bin_gap"):
+        LiceMIO(features, layers, np.ones(1), spn, bin_gap=0.0, **kwargs)
+
+
+def test_optimise_is_warm_started_from_a_given_counterfactual(monkeypatch):
+    """The one-feature fixture above (gap 1e-6): a start at x = 0.2 (lower bin, distance 0.5) has the hand-computed
+    LiCE objective 0.5 - log 1.6 - log 0.5; it is handed to HiGHS as a MIP start (warmstart flag on, x = 0.2 loaded
+    in the model at solve time) and the solve still reaches the optimum 0.2 + gap - log 1.6 - log 0.5."""
+    from pyomo.contrib.appsi.solvers import Highs
+
+    features = [FeatureSpec("a", "continuous")]
+    hist = HistogramLeaf([0], breaks=np.array([0.0, 0.5, 1.0]), densities=np.array([1.6, 0.4]))
+    spn = SPN(ProductNode([0, 1], children=[hist, CategoricalLeaf([1], probs=np.array([0.5, 0.5]))]),
+              ["continuous", "binary"], [0, 2])  # fmt: skip
+    layers = [(np.array([[1e-3]]), np.array([1.0]))]
+    mio = LiceMIO(features, layers, np.ones(1), spn, objective="optimize", alpha=1.0, time_limit=20.0)
+    calls, real = [], Highs.solve
+
+    def spy(self, model):
+        calls.append((bool(self.config.warmstart), pyo.value(model.values[0], exception=False)))
+        return real(self, model)
+
+    monkeypatch.setattr(Highs, "solve", spy)
+    res = mio.generate(np.array([0.7]), desired=1, start=np.array([0.2]))
+    assert res.info["start_objective"] == pytest.approx(0.5 - np.log(1.6) - np.log(0.5), abs=1e-7)
+    assert len(calls) == 2 and calls[0][0] is False  # the pinned solve, then the warm-started one
+    assert calls[1][0] is True and calls[1][1] == pytest.approx(0.2, abs=1e-7)
+    assert res.status == "optimal"
+    assert res.objective == pytest.approx(0.2 + 1e-6 - np.log(1.6) - np.log(0.5), abs=2e-7)
+    calls.clear()
+    cold = mio.generate(np.array([0.7]), desired=1)
+    assert [c[0] for c in calls] == [False] and "start_objective" not in cold.info

@@ -109,7 +109,7 @@ def test_learning_keeps_orthogonality_and_lowers_kl_top():
         net.embed.weight[:, 3] += 2.0
     ids = torch.randint(0, 40, (8, 17), generator=torch.Generator().manual_seed(2))
     calib = [{"input_ids": ids[:, :-1], "labels": ids[:, 1:]}]
-    cb = QuantCalibration(methods=["ostquant"], w_bits=16, a_bits=4, kv_bits=4, rotate_lr=0.05, smooth_lr=0.01)
+    cb = QuantCalibration(methods=["ostquant"], w_bits=16, a_bits=4, kv_bits=4, rotate_lr=0.05, smooth_lr=0.03)
     t = TransformedLM(net, "klt_hadamard", w_bits=16, a_bits=4, kv_bits=4)
     r_ov0 = t.head_rotations["ov0"].detach().clone()
     with torch.no_grad():
@@ -164,3 +164,46 @@ def test_bad_inputs():
         TransformedLM(CausalLM(40, 32, 1, mixer=[Conv]))
     with pytest.raises(ConfigError, match="not a supported causal LM"):
         TransformedLM(nn.Linear(3, 3))
+
+
+def test_freeze_searches_clip_ratios_by_default():
+    """Issue 18 item 6: frozen weights get the official 80-ratio, exponent-2.4 clip search unless switched off."""
+    from ops.quant import rtn_weight
+
+    net = _lm(MIXERS["softmax_variant"])
+    t = TransformedLM(net, "hadamard", w_bits=4, a_bits=16, kv_bits=16)
+    t.freeze("rtn")
+    lin = t.linears["blocks.0.mlp.down_proj"]
+    w = lin.effective()[0]
+    torch.testing.assert_close(lin.w_frozen, rtn_weight(w, 4, clip_search=True, clip_norm=2.4), rtol=0, atol=0)
+    assert not torch.equal(lin.w_frozen, rtn_weight(w, 4))
+    off = TransformedLM(net, "hadamard", w_bits=4, a_bits=16, kv_bits=16)
+    off.freeze("rtn", clip_search=False)
+    torch.testing.assert_close(off.linears["blocks.0.mlp.down_proj"].w_frozen, rtn_weight(w, 4), rtol=0, atol=0)
+    old = TransformedLM(net, "hadamard", w_bits=4, a_bits=16, kv_bits=16, w_sym_scale="absmax")
+    old.freeze("rtn", clip_search=False)
+    expect = rtn_weight(w, 4, sym_scale="absmax")
+    torch.testing.assert_close(old.linears["blocks.0.mlp.down_proj"].w_frozen, expect, rtol=0, atol=0)
+    cb = QuantCalibration(methods=["rtn"])
+    assert cb.clip == {"clip_search": True, "clip_grid": "official", "clip_norm": 2.4} and cb.w_sym_scale == "signed"
+    with pytest.raises(ConfigError, match="w_sym_scale"):
+        QuantCalibration(methods=["rtn"], w_sym_scale="max")
+    with pytest.raises(ConfigError, match="clip_grid"):
+        QuantCalibration(methods=["rtn"], w_clip_grid="fine")
+
+
+def test_klt_init_uses_the_centred_row_covariance():
+    """Issue 18 item 7: R_res = KLT(centred covariance of the input-side weight rows) @ H and R_ov likewise."""
+    from ops.quant import weight_klt
+
+    net = _lm(MIXERS["softmax_variant"])
+    cen = TransformedLM(net, "klt_hadamard")
+    unc = TransformedLM(net, "klt_hadamard", klt_centered=False)  # same seed: same Hadamard H
+    rows = torch.cat([lin.w0 for lin in cen.linears.values() if lin.in_rot])
+    k_c, k_u = weight_klt(rows, True).float(), weight_klt(rows, False).float()
+    h = k_u.T @ unc.rotation  # the Hadamard factor, recovered from the uncentred model
+    torch.testing.assert_close(cen.rotation, k_c @ h, atol=1e-5, rtol=0)
+    assert (cen.rotation - unc.rotation).abs().max() > 1e-2  # the mean row matters on this model
+    o = cen.linears["blocks.0.mixer.o_proj"].w0.view(-1, 4, 8).transpose(0, 1)  # [H, out, D]
+    h_ov = weight_klt(o, False).float().mT @ unc.head_rotations["ov0"]
+    torch.testing.assert_close(cen.head_rotations["ov0"], weight_klt(o, True).float() @ h_ov, atol=1e-5, rtol=0)

@@ -10,6 +10,7 @@ import torch
 from ops.quant import (
     CayleySGD,
     cayley_retraction,
+    clip_ratios,
     fake_quant,
     gptq,
     gptq_naive,
@@ -21,7 +22,9 @@ from ops.quant import (
     log_qsur,
     qsur,
     random_hadamard,
+    row_covariance,
     rtn_weight,
+    weight_klt,
 )
 from suite.errors import ConfigError
 
@@ -67,8 +70,10 @@ def test_bad_bits_and_groups(kwargs, match):
 def test_rtn_clip_search_never_worse():
     w = torch.randn(16, 64, generator=torch.Generator().manual_seed(1))
     w[0, 0] = 20.0
-    plain, searched = rtn_weight(w, 4), rtn_weight(w, 4, clip_search=True)
-    assert ((searched - w) ** 2).sum(-1).le(((plain - w) ** 2).sum(-1) + 1e-9).all()
+    plain = rtn_weight(w, 4)
+    for norm in (2.0, 2.4):  # the search minimises sum |q - w|^norm: never worse than no clipping in that norm
+        searched = rtn_weight(w, 4, clip_search=True, clip_norm=norm)
+        assert (searched - w).abs().pow(norm).sum(-1).le((plain - w).abs().pow(norm).sum(-1) + 1e-9).all()
 
 
 @pytest.mark.parametrize("group_size", [None, 4])
@@ -164,3 +169,77 @@ def test_kl_top_definition():
     assert kl_top(zf, zf, k=3).item() == pytest.approx(0.0, abs=1e-6)
     with pytest.raises(ConfigError, match="k="):
         kl_top(zf, zq, k=0)
+
+
+# -- issue 18 items 5-7: signed 4-bit scale, official clip grid, centred KLT -------------------------------------------
+def test_signed_scale_uses_level_minus_8_on_negative_dominated_rows():
+    # [-8, -4, 1, 3]: s = max(8 / 8, 3 / 7) = 1, so every entry is on the grid [-8, 7] and quantizes exactly. The old
+    # absmax/7 scale (8/7) gives x/s = [-7, -3.5, 0.875, 2.625] -> [-7, -4, 1, 3] * 8/7 (coarser, -8 never used).
+    neg = torch.tensor([[-8.0, -4.0, 1.0, 3.0]], dtype=torch.float64)
+    assert fake_quant(neg, 4, symmetric=True).tolist() == neg.tolist()
+    old = fake_quant(neg, 4, symmetric=True, sym_scale="absmax")
+    torch.testing.assert_close(old, torch.tensor([[-7.0, -4.0, 1.0, 3.0]], dtype=torch.float64) * 8 / 7)
+    # a positive-dominated row keeps s = max / 7 under both rules: [-2, 7, 3, 0] -> s = max(2/8, 7/7) = 1
+    pos = torch.tensor([[-2.0, 7.0, 3.0, 0.0]], dtype=torch.float64)
+    assert fake_quant(pos, 4, symmetric=True).tolist() == pos.tolist()
+    assert fake_quant(pos, 4, symmetric=True, sym_scale="absmax").tolist() == pos.tolist()
+    # RTN and GPTQ inherit it (H = I: no error propagation, GPTQ = RTN)
+    assert rtn_weight(neg, 4).tolist() == neg.tolist()
+    eye = torch.eye(4, dtype=torch.float64)
+    assert gptq(neg, eye, 4).tolist() == neg.tolist() and gptq_naive(neg, eye, 4).tolist() == neg.tolist()
+    assert not torch.equal(gptq(neg, eye, 4, sym_scale="absmax"), neg)
+    with pytest.raises(ConfigError, match="sym_scale"):
+        fake_quant(neg, 4, symmetric=True, sym_scale="max")
+
+
+def _clip_row() -> torch.Tensor:
+    # one outlier 7 and 29 entries 0.5. With ratio r < 1 (s = r): q(7) = 7r (clamped at level 7), q(0.5) = r (level 1,
+    # for r in [1/3, 1)), so err_p(r) = 29 |r - 0.5|^p + (7 (1 - r))^p; r = 1 gives 29 * 0.5^p (0.5 -> level 0).
+    # p = 2: minimum at r = (14.5 + 49) / 78 = 0.814; err(0.81) = 4.5558 < err(0.82) = 4.5572 < err(0.80) = 4.57.
+    return torch.tensor([[7.0] + [0.5] * 29], dtype=torch.float64)
+
+
+def test_clip_search_official_grid_and_exponent():
+    assert len(clip_ratios("official")) == 80 and clip_ratios("official")[0] == 1.0
+    assert clip_ratios("official")[-1] == pytest.approx(0.21) and clip_ratios("official")[1] == pytest.approx(0.99)
+    assert clip_ratios("coarse") == pytest.approx([1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5])
+    w = _clip_row()
+    expected = torch.full_like(w, 0.81)  # level 1 of s = 0.81 for the 0.5s, level 7 for the outlier
+    expected[0, 0] = 7 * 0.81
+    torch.testing.assert_close(rtn_weight(w, 4, clip_search=True, clip_norm=2.0), expected, rtol=0, atol=1e-12)
+    coarse = rtn_weight(w, 4, clip_search=True, clip_grid="coarse", clip_norm=2.0)  # 0.81 is not on it: 0.80 wins
+    torch.testing.assert_close(coarse, expected / 0.81 * 0.80, rtol=0, atol=1e-12)
+    # p = 2.4 (official default): the argmin of the closed form above over the official grid
+    grid = torch.tensor(clip_ratios("official")[1:], dtype=torch.float64)
+    err = 29 * (grid - 0.5).abs() ** 2.4 + (7 * (1 - grid)) ** 2.4
+    r = float(grid[err.argmin()])
+    assert r != pytest.approx(0.81)  # the exponent changes the choice
+    torch.testing.assert_close(rtn_weight(w, 4, clip_search=True), expected / 0.81 * r, rtol=0, atol=1e-12)
+    # GPTQ (fast and naive) searches the same way when it computes a row's scale
+    eye = torch.eye(30, dtype=torch.float64)
+    for fn in (gptq, gptq_naive):
+        torch.testing.assert_close(fn(w, eye, 4, clip_search=True, clip_norm=2.0), expected, rtol=0, atol=1e-12)
+        assert fn(w, eye, 4).tolist() == fake_quant(w, 4, symmetric=True).tolist()  # off: no clipping
+    with pytest.raises(ConfigError, match="clip_grid"):
+        rtn_weight(w, 4, clip_search=True, clip_grid="fine")
+
+
+def test_weight_klt_uses_centred_covariance():
+    # rows (10, 0), (12, 0), (11, 3), (11, -3): mean (11, 0), centred covariance diag(0.5, 4.5) -> first axis e2;
+    # the uncentred W^T W / N = diag(121.5, 4.5) would pick e1 (the mean direction).
+    rows = torch.tensor([[10.0, 0.0], [12.0, 0.0], [11.0, 3.0], [11.0, -3.0]], dtype=torch.float64)
+    torch.testing.assert_close(row_covariance(rows), torch.diag(torch.tensor([0.5, 4.5], dtype=torch.float64)))
+    assert weight_klt(rows).abs().tolist() == [[0.0, 1.0], [1.0, 0.0]]
+    assert weight_klt(rows, centered=False).abs().tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    batched = weight_klt(torch.stack([rows, rows.flip(-1)]))  # [H, N, n] -> [H, n, n]
+    assert batched[1].abs().tolist() == [[1.0, 0.0], [0.0, 1.0]]
+
+
+def test_qsur_vertex_range_hand_computed():
+    """d = 1, N(mu, lambda), phi = 1: V_X = 2 sqrt(lambda), vertices mu +- sqrt(lambda). ``vertex_range`` side
+    2 sqrt(lambda) -> QSUR 1; ``vertices`` side 2 (|mu| + sqrt(lambda)) -> sqrt(lambda) / (|mu| + sqrt(lambda))."""
+    cov, mean = torch.tensor([[4.0]]), torch.tensor([3.0])
+    assert qsur(cov, mean, box="vertex_range").item() == pytest.approx(1.0, rel=1e-12)
+    assert qsur(cov, mean, box="vertices").item() == pytest.approx(2 / 5, rel=1e-12)
+    c = torch.diag(torch.tensor([4.0, 1.0, 0.25]))  # mu = 0: the vertex forms agree
+    assert qsur(c, box="vertex_range").item() == pytest.approx(qsur(c, box="vertices").item(), rel=1e-12)

@@ -113,6 +113,34 @@ def test_rx_plan_remainder():
     ]
 
 
+def test_rx_remainder_interval_weights_consistent_and_official():
+    """Grid 4, 3, 2, 0 with k = 2 and skip_last=False: one interval of 3 fine steps (h = 1, 1, 2; H = 4).
+    Consistent a = (1/16 + 1/16 + 4/16) = 3/8 -> (c_coarse, c_fine) = (-3/5, 8/5); official get_coeff sums the
+    first k = 2 steps only: a = 1/8 -> (-1/7, 8/7). With D(x, s) = x / 2 (so f = x / (2 s)) and x_0 = 1, the fine
+    Euler solution is (7/8)(5/6)(1/2) = 35/96 and the coarse one 1/2, so x = 8/5 35/96 - 3/5 1/2 = 17/60
+    (consistent) and 8/7 35/96 - 1/7 1/2 = 29/84 (official)."""
+    grid = torch.tensor([4.0, 3.0, 2.0, 0.0], dtype=D64)
+    assert rx_coeffs(grid) == pytest.approx((-3 / 5, 8 / 5))
+    assert rx_coeffs(grid, n_weighted=2) == pytest.approx((-1 / 7, 8 / 7))
+    den = lambda x, s: 0.5 * x  # noqa: E731
+    x0 = torch.ones(1, 1, dtype=D64)
+    default = rx_sample(den, x0, grid, "euler", k=2, skip_last=False)
+    official = rx_sample(den, x0, grid, "euler", k=2, skip_last=False, remainder_weights="official")
+    assert default.nfe == official.nfe == 3
+    assert float(default.x) == pytest.approx(17 / 60, rel=1e-12)
+    assert float(official.x) == pytest.approx(29 / 84, rel=1e-12)
+    # Full intervals (no remainder) are unaffected by the flag.
+    even = torch.tensor([4.0, 3.0, 2.0, 1.0, 0.0], dtype=D64)
+    torch.testing.assert_close(
+        rx_sample(den, x0, even, "euler", k=2, skip_last=False, remainder_weights="official").x,
+        rx_sample(den, x0, even, "euler", k=2, skip_last=False).x,
+        rtol=0,
+        atol=0,
+    )
+    with pytest.raises(ConfigError, match="remainder_weights"):
+        rx_sample(den, x0, grid, "euler", k=2, remainder_weights="first")
+
+
 def test_nfe_counts(gmm):
     den = lambda x, s: gmm_denoiser(x, s, *gmm)  # noqa: E731
     x = torch.randn(3, 2, dtype=D64) * 80

@@ -38,6 +38,13 @@ def test_sweep_table_orders_and_verdict(tmp_path):
     assert "adapted better at NFE [6, 10, 18, 34]" in page  # naive is the slower one here
     assert "9.99e-05 [NFE 33]" not in page and "[NFE 9]" in page  # Heun's actual NFE is shown
     assert (tmp_path / "rx_dpm_sweep.png").exists() and "No finished run `fmnist`" in page
+    assert "| RX improves every base solver at every NFE (exact-score mixture, EDM grid) | **reproduced** |" in page
+    assert "| RX raises the order of every base solver (measured slope, EDM grid) | **reproduced** |" in page
+    assert "| Grid-adapted coefficients beat the naive ones (EDM grid) | **reproduced** |" in page
+    worse = [_record("mixture_edm", {"euler": 1.0, "rx_euler": 0.9})]  # RX slower: loses at every budget
+    assert "EDM grid) | **not reproduced** | Euler/DDIM -> RX-Euler/DDIM: better at 0/4, worse at 4/4" in rx_dpm_report(
+        worse, tmp_path
+    )
 
 
 def test_learned_lipschitz_is_converted_to_ou_time():

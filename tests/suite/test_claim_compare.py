@@ -21,6 +21,8 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok |" in text
     assert "(n=2)" in text  # two seeds aggregated
     assert (tmp_path / "spine_fixture.png").stat().st_size > 1000
+    assert "| steps | 2 epochs | 1 epoch |" in text and "## Sizing: has every entry plateaued?" in text
+    assert "| sgd_lr005 | " in text.split("## Sizing")[1]  # one plateau line per entry
     runs = find_runs([tmp_path / "runs"])
     assert len(runs) == 3  # sgd_lr001 sets its own seeds: [1]
     records = [read_run(r) for r in runs]

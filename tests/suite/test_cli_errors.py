@@ -27,7 +27,9 @@ def test_unknown_method_lists_valid_slugs():
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
-        ("model.lrr=1", "error: unknown config key 'model.lrr'"),
+        ("model.lrr=1", "error: unknown config key 'model.lrr' (did you mean 'model.optimizer.lr'?)"),
+        ("trainer.max_epochs=abc", "error: trainer.max_epochs='abc' must be int or null"),
+        ("data.batch_size=1.5", "error: data.batch_size=1.5 must be int"),
         ("data.batch_size=0", "error: data.batch_size=0 must be >= 1"),
         ("model.optimizer.lr=-1", "error: model.optimizer: Invalid learning rate: -1"),
         ("trainer=nope", "error: In 'train': Could not find 'trainer/nope'"),
@@ -43,3 +45,30 @@ def test_bad_config_is_one_clear_line(override: str, expected: str, tmp_path):
     assert len(errors) == 1, proc.stderr[-2000:]
     assert errors[0].startswith(expected), errors[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_random_bytes_checkpoint_is_one_line_that_never_suggests_unsafe_loading(tmp_path):
+    bad = tmp_path / "random.ckpt"
+    bad.write_bytes(bytes(range(256)) * 64)
+    proc = run_cli(["evaluate", f"ckpt_path={bad}", f"paths.log_dir={tmp_path}"], timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = _error_lines(proc)
+    assert errors == [
+        f"error: checkpoint {bad} is truncated, corrupt or not weights-only loadable (not a PyTorch checkpoint "
+        "file); use a checkpoint the suite wrote (<run>/checkpoints/last.ckpt)"
+    ], proc.stderr[-2000:]
+    assert "weights_only=False" not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_corrupt_metr_la_h5_is_one_line_naming_the_file(tmp_path):
+    (tmp_path / "metr-la.h5").write_bytes(bytes(range(256)) * 64)
+    proc = run_cli(
+        ["train", "experiment=ts_lif", "logger=csv", "data.source=real", "data.dataset=metr_la",
+         f"data.data_dir={tmp_path}", f"paths.log_dir={tmp_path / 'logs'}"],
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = _error_lines(proc)
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert errors[0].startswith(f"error: {tmp_path / 'metr-la.h5'}: not a readable pandas HDF5 store"), errors[0]
+    assert "download the file again" in errors[0]

@@ -72,6 +72,11 @@ def test_one_report_hook_per_claim_spec():
         hook = spec.get("report")
         assert hook == f"reports.{slug}:claim_report", f"conf/claim/{slug}.yaml: report: {hook}"
         assert callable(importlib.import_module(f"reports.{slug}").claim_report), slug
+        budget = spec.get("budget") or {}
+        for side in ("paper", "here"):  # the page's budget table: the paper's budget beside the one run here
+            assert {"model", "steps", "data"} <= set(budget.get(side) or {}), f"conf/claim/{slug}.yaml budget.{side}"
+        assert str(spec.get("sizing_metric", "")).startswith(("val/", "train/")), f"conf/claim/{slug}.yaml sizing"
+        assert isinstance(spec.get("sizing_higher_is_better"), bool), slug
     hooks = sorted(p.stem for p in (ROOT / "reports").glob("*.py") if not p.name.startswith("_"))
     assert hooks == CLAIMS, "reports/<slug>.py must match conf/claim/<slug>.yaml one to one"
 

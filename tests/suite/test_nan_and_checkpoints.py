@@ -14,12 +14,13 @@ from tests.conftest import FIXTURE_CONF, compose_train, run_cli
 
 
 def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path):
-    # 8 steps per epoch: the end of epoch 0 writes last.ckpt at step 8; the loss turns NaN at global step 11.
+    # 8 steps per epoch: the end of epoch 0 writes last.ckpt at step 8; the loss turns NaN at global step 11
+    # (epoch 1, batch 3), and the message names that step, not the one after the optimizer increment.
     cfg = compose_train(
         [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "trainer.max_epochs=3", "model.nan_at_step=11"],
         tmp_path,
     )
-    with pytest.raises(NonFiniteLossError, match=r"training loss became nan at global step 12 \(epoch 1, batch 3\)"):
+    with pytest.raises(NonFiniteLossError, match=r"training loss became nan at global step 11 \(epoch 1, batch 3\)"):
         train(cfg)
     state = load_checkpoint(str(tmp_path / "checkpoints" / "last.ckpt"))
     assert state["global_step"] == 8
@@ -33,7 +34,7 @@ def test_nan_loss_cli_message(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert errors == ["error: training loss became nan at global step 3 (epoch 0, batch 2)"]
+    assert errors == ["error: training loss became nan at global step 2 (epoch 0, batch 2)"]
 
 
 def test_checkpoint_is_weights_only_and_carries_config(tmp_path):

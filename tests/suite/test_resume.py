@@ -1,12 +1,16 @@
-"""A run stopped by SIGTERM mid-epoch and resumed with ckpt_path=last ends exactly like an uninterrupted run."""
+"""A run stopped by SIGTERM mid-epoch and resumed with ckpt_path=last ends exactly like an uninterrupted run, in the
+same run folder, with one continuous curve; the SIGTERM'd run says what it wrote and how to resume, and exits 143."""
 
 from __future__ import annotations
 
+import csv
 import json
+import shlex
 
 import pytest
 import torch
 
+from suite.errors import PREEMPTED_EXIT_CODE
 from tests.conftest import FIXTURE_CONF, run_cli
 
 COMMON = [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "trainer.max_epochs=3"]
@@ -50,3 +54,52 @@ def test_last_never_picks_another_configurations_checkpoint(tmp_path):
     found = resolve_checkpoint("last", new, tmp_path, ["experiment=x", "model.lr=1", "ckpt_path=last"])
     assert found == str(tmp_path / "runs" / "a" / "checkpoints" / "last.ckpt")
     assert resolve_checkpoint("last", new, tmp_path, ["experiment=x", "model.lr=3", "ckpt_path=last"]) is None
+
+
+@pytest.mark.slow
+def test_sigterm_message_exit_status_and_resume_in_the_same_folder(tmp_path):
+    """As a user types it: no hydra.run.dir; `ckpt_path=last` must continue in the interrupted run's folder."""
+    logs = tmp_path / "logs"
+    kill = ["+callbacks.kill._target_=tests.fixtures.tiny.SigtermAtStep", "+callbacks.kill.step=13"]
+    args = [FIXTURE_CONF, "experiment=spine_fixture", f"paths.log_dir={logs}", *kill]  # wandb (offline) + CSV
+    cut = run_cli(["train", *args])
+    assert cut.returncode == PREEMPTED_EXIT_CODE == 143, cut.stderr[-3000:]
+    (run,) = (logs / "train" / "spine_fixture" / "runs").iterdir()
+    last = run / "checkpoints" / "last.ckpt"
+    lines = [line for line in cut.stderr.splitlines() if line.startswith(("interrupted:", "resume"))]
+    assert lines[0] == f"interrupted: stopped by SIGTERM at global step 13 (epoch 1); wrote {last}", lines
+    assert lines[1].startswith("resume (continues in the same run folder): python -m train "), lines
+    assert "weights_only" not in cut.stdout + cut.stderr and "Received SIGTERM" not in cut.stderr
+    assert not (run / "metrics.json").exists()  # an interrupted run never looks finished
+
+    # The printed command resumes exactly (same folder, named by it); plain `ckpt_path=last` finds it as well.
+    printed = shlex.split(lines[1].split(": ", 1)[1])
+    assert printed[:3] == ["python", "-m", "train"] and f"hydra.run.dir={run}" in printed
+    resumed = run_cli(["train", *args, "ckpt_path=last"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"note: ckpt_path=last: resuming {last} in its own folder" in resumed.stderr
+    assert list((logs / "train" / "spine_fixture" / "runs").iterdir()) == [run]  # no second folder
+    assert f"run finished: {run}/" in resumed.stdout and f"checkpoint: {last}" in resumed.stdout
+    assert torch.load(last, weights_only=True)["global_step"] == 24
+    with (run / "csv" / "metrics.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    train_steps = [int(r["step"]) for r in rows if r.get("train/loss_step")]
+    assert train_steps == list(range(24)), train_steps  # one curve: every step once, none lost or repeated
+    assert [int(r["epoch"]) for r in rows if r.get("val/loss")] == [0, 1, 2]
+    ids = {p.name.rsplit("-", 1)[-1] for p in (run / "wandb").glob("offline-run-*")}
+    assert len(ids) == 1, ids  # both wandb parts carry one run id: `wandb sync` shows one run
+
+    # Extending the finished run's budget resumes it (and says so) instead of silently starting from scratch.
+    longer = run_cli(["train", *args, "trainer.max_epochs=4", "ckpt_path=last"])
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    assert (
+        f"note: ckpt_path=last: extending {run} from the experiment's budget to trainer.max_epochs=4" in longer.stderr
+    )
+    assert torch.load(last, weights_only=True)["global_step"] == 32
+    assert list((logs / "train" / "spine_fixture" / "runs").iterdir()) == [run]
+
+    # Another configuration never resumes these weights: a new run, and the note says why.
+    other = run_cli(["train", *args, "model.optimizer.lr=0.01", "trainer.max_epochs=1", "ckpt_path=last"])
+    assert other.returncode == 0, other.stderr[-3000:]
+    assert "no run under" in other.stderr and "was started with these overrides; starting a new run" in other.stderr
+    assert len(list((logs / "train" / "spine_fixture" / "runs").iterdir())) == 2

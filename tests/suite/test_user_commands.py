@@ -1,0 +1,118 @@
+"""The README's commands as a new user types them: `make train` -> `make eval CKPT=` -> `make compare`, what each
+prints at the end, a quiet console, and `make compare` over a sweep mixed with failed and debug runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from suite.compare import RunRecord, plot_curves
+from suite.compare import main as compare_main
+from tests.conftest import FIXTURE_CONF, ROOT, run_entry
+
+# Lines that are noise to a user (issue 17, item 11); none may reach the console.
+NOISE = ("💡 Tip", "LeafSpec", "was configured so 100%", "`srun` command", "anonymous setting", "weights_only",
+         "Images sizes do not match", "dirpath has changed", "Received SIGTERM")  # fmt: skip
+
+
+def _make(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        ["make", "-s", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        env=env,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_make_train_then_make_eval_then_make_compare(tmp_path):
+    logs = tmp_path / "logs"
+    train = _make("train", "METHOD=leaderbot", f"ARGS=trainer.max_epochs=1 model.plots=false paths.log_dir={logs}")
+    assert train.returncode == 0, train.stderr[-3000:]
+    (run,) = (logs / "train" / "leaderbot" / "runs").iterdir()
+    out = train.stdout
+    # Where the results went (item 5): folder, metrics file, checkpoint, leaderboard top, curves.
+    assert f"run finished: {run}/" in out and f"metrics ({run}/metrics.json):" in out
+    assert f"checkpoint: {run}/checkpoints/last.ckpt" in out and f"curves: {run}/csv/metrics.csv" in out
+    assert f"leaderboard ({run}/leaderboard.csv), top 5:" in out and re.search(r"^\s+1\. \S+\s+\(score -?\d", out, re.M)
+    trained = json.loads((run / "metrics.json").read_text())
+    assert re.search(rf"^\s+test/kld\s+{trained['test/kld']:.6g}$", out, re.M)
+    # A quiet console (item 11): each INFO line once, no noise; one named column of metrics, no "DataLoader 0".
+    console = train.stdout + train.stderr
+    assert console.count("GPU available") == 1, console[-3000:]
+    assert [n for n in NOISE if n in console] == [] and "DataLoader 0" not in console
+
+    # `make eval` on that checkpoint, by a relative path (item 1): own run folder, same test metrics.
+    ckpt = os.path.relpath(run / "checkpoints" / "last.ckpt", ROOT)
+    ev = _make("eval", f"CKPT={ckpt}", f"ARGS=paths.log_dir={logs}")
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    (eval_run,) = (logs / "eval" / "leaderbot" / "runs").iterdir()
+    evaluated = json.loads((eval_run / "metrics.json").read_text())
+    for key in ("test/kld", "test/mae_all", "test/nll"):
+        assert evaluated[key] == pytest.approx(trained[key], rel=1e-9), key
+    assert f"finished: {eval_run}/" in ev.stdout and "leaderboard (" in ev.stdout
+    assert "weights_only" not in ev.stdout + ev.stderr
+
+    # `make compare`: by default the metrics the claim check reports (not all 27); METRICS= picks columns (item 9).
+    cmp = _make("compare", "METHOD=leaderbot", f"LOGS={logs}")
+    assert cmp.returncode == 0, cmp.stderr[-3000:]
+    header = (logs / "compare" / "leaderbot" / "comparison.md").read_text().splitlines()[2]
+    claim = [
+        "val/nll",
+        "val/aic",
+        "val/bic",
+        "val/mae_all",
+        "val/mae_tie",
+        "val/kld",
+        "val/jsd",
+        "test/mae_all",
+        "test/kld",
+    ]
+    assert header == "| run | " + " | ".join(claim) + " |"
+    assert "(one seed)" in cmp.stdout and "±" not in cmp.stdout  # item 10: no "mean ± std" over one seed
+    cmp = _make("compare", "METHOD=leaderbot", f"LOGS={logs}", "METRICS=test/kld val/nll", f"OUT={tmp_path / 'c2'}")
+    assert cmp.returncode == 0, cmp.stderr[-3000:]
+    assert cmp.stdout.splitlines()[0] == "| run | test/kld | val/nll |"
+
+
+def test_make_compare_unknown_method_lists_slugs():
+    proc = _make("compare", "METHOD=nope")
+    assert proc.returncode == 2
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    assert len(lines) == 1 and "error: unknown METHOD 'nope'; valid: " in lines[0], lines
+    assert " leaderbot " in lines[0] and "make train METHOD=nope" not in lines[0]
+
+
+def test_compare_labels_runs_by_what_differs_and_skips_failed_and_debug_runs(tmp_path, capsys):
+    base = [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "trainer.max_epochs=1", f"paths.log_dir={tmp_path}"]
+    assert run_entry("train", ["-m", *base, "model.optimizer.lr=0.05,0.01"]) == 0
+    assert run_entry("train", [*base, "model.nan_at_step=2"]) == 2  # fails: a run folder without metrics.json
+    assert run_entry("train", [*base, "debug=limit"]) == 0  # lands in <logs>/debug, never in <logs>/train
+    assert run_entry("train", [*base, "debug=fdr", "task_name=train"]) == 0  # a debug run forced into train/
+    assert len(list((tmp_path / "debug" / "spine_fixture" / "runs").iterdir())) == 1
+    capsys.readouterr()
+    compare_main(["--runs", str(tmp_path / "train" / "spine_fixture"), "--metrics", "test/mse,test/r2",
+                  "--out", str(tmp_path / "cmp")])  # fmt: skip
+    out = capsys.readouterr().out
+    table = [line for line in out.splitlines() if line.startswith("| ")]
+    assert table[0] == "| run | test/mse | test/r2 |"
+    assert [row.split(" | ")[0] for row in table[1:]] == ["| model.optimizer.lr=0.05", "| model.optimizer.lr=0.01"]
+    assert all(row.count("(one seed)") == 2 for row in table[1:]), table
+    assert "skipped 2 unfinished or debug run folder(s)" in out
+    assert (tmp_path / "cmp" / "curves.png").stat().st_size > 1000
+
+
+def test_one_point_curves_are_drawn_with_markers(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    calls = []
+    real = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", lambda self, *a, **k: calls.append(k) or real(self, *a, **k))
+    curves = {"train/loss": [(i, 1.0) for i in range(50)], "val/loss": [(10, 0.5)]}
+    rec = RunRecord(tmp_path, "model.neuron=lif", 0, curves=curves)
+    plot_curves([rec], ["train/loss", "val/loss"], tmp_path / "c.png")
+    assert [c["marker"] for c in calls] == [None, "o"]  # 50-point curve plain, one-point curve a visible dot
+    assert calls[0]["label"] == "model.neuron=lif"  # the full label, never cut to a common prefix

@@ -15,7 +15,7 @@ from lightning_modules.nforgot import NForGOTLitModule
 from suite.errors import ConfigError
 
 
-def write_stream(root, classes=(0, 1, 2, 3), n=40, e=600, seed=0):
+def write_stream(root, classes=(0, 1, 2, 3), n=40, e=600, seed=0, name="toy"):
     """A homophilous toy stream in the DyGLib layout: nodes 1..n, class = node % len(classes)."""
     rng = np.random.default_rng(seed)
     cls = {u: classes[u % len(classes)] for u in range(1, n + 1)}
@@ -24,10 +24,10 @@ def write_stream(root, classes=(0, 1, 2, 3), n=40, e=600, seed=0):
     ts = np.sort(rng.uniform(0, 100, e))
     lines = ["u,i,ts,label_u,label_i,idx"] + [f"{a},{b},{t},{cls[a]},{cls[b]},{k}" for k, (a, b, t) in
                                              enumerate(zip(u, i, ts))]  # fmt: skip
-    (root / "toy.csv").write_text("\n".join(lines) + "\n")
+    (root / f"{name}.csv").write_text("\n".join(lines) + "\n")
     feats = np.stack([np.eye(len(classes))[classes.index(cls[w])] for w in range(1, n + 1)])
     np.save(
-        root / "toy_node.npy", np.concatenate([np.zeros((1, len(classes))), feats + rng.normal(0, 0.3, feats.shape)])
+        root / f"{name}_node.npy", np.concatenate([np.zeros((1, len(classes))), feats + rng.normal(0, 0.3, feats.shape)])
     )
 
 

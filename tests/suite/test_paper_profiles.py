@@ -95,6 +95,12 @@ def _cifar10_batches(root: Path) -> None:
     write_cifar(root, n=20)
 
 
+def _temporal_graph_csv(root: Path) -> None:
+    from tests.lightning_modules.test_nforgot_module import write_stream
+
+    write_stream(root, name="yelp_clear")
+
+
 FIXTURES = {
     "text_shards": _text_shards,
     "plain_text": _plain_text,
@@ -105,6 +111,7 @@ FIXTURES = {
     "read_layout": _read_layout,
     "metr_la_h5": _metr_la_h5,
     "cifar10_batches": _cifar10_batches,
+    "temporal_graph_csv": _temporal_graph_csv,
     "none": lambda root: None,  # an embedded generator (a theory paper): nothing to write
 }
 

@@ -26,9 +26,8 @@ def write_stream(root, classes=(0, 1, 2, 3), n=40, e=600, seed=0, name="toy"):
                                              enumerate(zip(u, i, ts))]  # fmt: skip
     (root / f"{name}.csv").write_text("\n".join(lines) + "\n")
     feats = np.stack([np.eye(len(classes))[classes.index(cls[w])] for w in range(1, n + 1)])
-    np.save(
-        root / f"{name}_node.npy", np.concatenate([np.zeros((1, len(classes))), feats + rng.normal(0, 0.3, feats.shape)])
-    )
+    noisy = feats + rng.normal(0, 0.3, feats.shape)
+    np.save(root / f"{name}_node.npy", np.concatenate([np.zeros((1, len(classes))), noisy]))
 
 
 def make(tmp_path, classes=(0, 1, 2, 3), cumulative=False, **model_kw):

@@ -262,6 +262,8 @@ def write_page(
     for entry in spec["runs"]:
         rc, secs = status.get(entry["name"], (None, None))
         state = "reused" if rc is None else ("ok" if rc == 0 else f"FAILED (exit {rc})")
+        if rc is None and not any(r.name == entry["name"] for r in records):
+            state = "not run (no runs on disk)"
         wall = "—" if secs is None else f"{secs:.0f} s"
         own_seeds = f" (seeds {entry['seeds']})" if "seeds" in entry else ""
         lines.append(f"| {entry['name']} | `{entry.get('overrides', '')}`{own_seeds} | {state} | {wall} |")

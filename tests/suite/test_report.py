@@ -119,6 +119,7 @@ def test_write_page_has_budget_sizing_and_the_hooks_verdicts(tmp_path):
     assert "| a | yes | plateaued" in text and "| b | yes |" in text
     assert "| a beats b | **reproduced** | 0.91 ± 0.01 (n=3) |" in text
     assert (tmp_path / "demo_sizing.png").stat().st_size > 1000
+    assert "| a | `` | reused | — |" in text
     # one seed: no "mean ± std" wording; no budget / sizing keys: the page says so; a still-falling loss: underfit
     one = [RunRecord(tmp_path / "x", "a", 0, {"test/acc": 0.9}, {"val/loss": [(0, 3.0), (50, 2.0), (100, 1.0)]})]
     one.append(RunRecord(tmp_path / "y", "b", 0, {"test/acc": 0.5}, {"val/loss": [(0, 3.0), (100, 2.0)]}))
@@ -127,4 +128,9 @@ def test_write_page_has_budget_sizing_and_the_hooks_verdicts(tmp_path):
     assert "mean ± std" not in text and "(one seed per run: no spread)" in text and "No `budget:`" in text
     assert "| a | no | still improving" in text and "**inconclusive: underfit**" in text
     del spec["sizing_metric"]
+    spec["runs"].append({"name": "c"})  # an entry with no runs on disk and no status: said so, not "reused"
+    assert (
+        "| c | `` | not run (no runs on disk) | — |"
+        in write_page("demo", spec, one, {}, tmp_path, [], tmp_path / "c.md").read_text()
+    )
     assert "No `sizing_metric`" in write_page("demo", spec, one, {}, tmp_path, [], tmp_path / "two.md").read_text()

@@ -86,6 +86,9 @@ def test_gptq_fast_matches_naive_float64(group_size, symmetric):
     fast = gptq(w, h, 3, group_size, symmetric, block_size=5)
     naive = gptq_naive(w, h, 3, group_size, symmetric)
     torch.testing.assert_close(fast, naive, rtol=0, atol=1e-12)
+    clipped = gptq(w, h, 3, group_size, symmetric, block_size=5, clip_search=True)  # the official w_clip path too
+    clipped_naive = gptq_naive(w, h, 3, group_size, symmetric, clip_search=True)
+    torch.testing.assert_close(clipped, clipped_naive, rtol=0, atol=1e-12)
     rtn = fake_quant(w, 3, symmetric, group_size)
     # GPTQ minimises the layer-output error, so it beats RTN on the calibration inputs
     assert ((x @ (fast - w).T) ** 2).sum() < 0.8 * ((x @ (rtn - w).T) ** 2).sum()

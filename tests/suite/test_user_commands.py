@@ -30,7 +30,9 @@ def _make(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_make_train_then_make_eval_then_make_compare(tmp_path):
     logs = tmp_path / "logs"
-    train = _make("train", "METHOD=leaderbot", f"ARGS=trainer.max_epochs=1 model.plots=false paths.log_dir={logs}")
+    # log_every_n_steps above the number of batches: Lightning's (real) warning about it must still reach the user.
+    args = f"ARGS=trainer.max_epochs=1 model.plots=false trainer.log_every_n_steps=1000 paths.log_dir={logs}"
+    train = _make("train", "METHOD=leaderbot", args)
     assert train.returncode == 0, train.stderr[-3000:]
     (run,) = (logs / "train" / "leaderbot" / "runs").iterdir()
     out = train.stdout
@@ -44,6 +46,7 @@ def test_make_train_then_make_eval_then_make_compare(tmp_path):
     console = train.stdout + train.stderr
     assert console.count("GPU available") == 1, console[-3000:]
     assert [n for n in NOISE if n in console] == [] and "DataLoader 0" not in console
+    assert "smaller than the logging interval Trainer(log_every_n_steps=1000)" in console  # real warnings stay
 
     # `make eval` on that checkpoint, by a relative path (item 1): own run folder, same test metrics.
     ckpt = os.path.relpath(run / "checkpoints" / "last.ckpt", ROOT)

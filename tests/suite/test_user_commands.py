@@ -92,6 +92,9 @@ def test_make_compare_unknown_method_lists_slugs():
 def test_compare_labels_runs_by_what_differs_and_skips_failed_and_debug_runs(tmp_path, capsys):
     base = [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "trainer.max_epochs=1", f"paths.log_dir={tmp_path}"]
     assert run_entry("train", ["-m", *base, "model.optimizer.lr=0.05,0.01"]) == 0
+    sweep = capsys.readouterr().out
+    jobs = sorted((tmp_path / "train" / "spine_fixture" / "multiruns").glob("*/[0-9]"))
+    assert len(jobs) == 2 and all(f"run finished: {job}/" in sweep for job in jobs)  # each sweep job says where
     assert run_entry("train", [*base, "model.nan_at_step=2"]) == 2  # fails: a run folder without metrics.json
     assert run_entry("train", [*base, "debug=limit"]) == 0  # lands in <logs>/debug, never in <logs>/train
     assert run_entry("train", [*base, "debug=fdr", "task_name=train"]) == 0  # a debug run forced into train/

@@ -122,3 +122,29 @@ def test_one_point_curves_are_drawn_with_markers(tmp_path, monkeypatch):
     plot_curves([rec], ["train/loss", "val/loss"], tmp_path / "c.png")
     assert [c["marker"] for c in calls] == [None, "o"]  # 50-point curve plain, one-point curve a visible dot
     assert calls[0]["label"] == "model.neuron=lif"  # the full label, never cut to a common prefix
+
+
+def test_quiet_console_drops_named_noise_and_keeps_real_messages(capsys):
+    import logging
+    import warnings
+
+    from suite.quiet import quiet_console
+
+    root = logging.getLogger()
+    handler = logging.StreamHandler()  # stands in for Hydra's console handler
+    root.addHandler(handler)
+    try:
+        quiet_console()
+        lightning = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+        logging.warning("Images sizes do not match. This will causes images to be display incorrectly in the UI.")
+        lightning.warning("💡 Tip: For seamless cloud logging and experiment tracking, try installing [litlogger]")
+        lightning.warning("a real Lightning warning")
+        with warnings.catch_warnings(record=True) as caught:
+            quiet_console()  # the warning filters are installed inside catch_warnings' fresh state
+            warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated, use ...", stacklevel=1)
+            warnings.warn("a real user warning", stacklevel=1)
+    finally:
+        root.removeHandler(handler)
+    err = capsys.readouterr().err
+    assert "Images sizes" not in err and "Tip" not in err and "a real Lightning warning" in err
+    assert [str(w.message) for w in caught] == ["a real user warning"]

@@ -70,8 +70,8 @@ class LiceLitModule(SuiteLitModule):
         mad_floor: Floor of the MAD in the inverse-MAD costs.
         eps: Histogram-bin separation of the MIO (normalised units).
         dice_samples: Candidates of the DiCE-style search.
-        fast_dev_counterfactuals: Rows explained under ``trainer.fast_dev_run``.
-        fast_dev_time_limit: Solver limit under ``trainer.fast_dev_run``.
+        fast_dev_counterfactuals: Rows explained in a smoke test (``fast_dev_run`` or any ``debug=`` mode).
+        fast_dev_time_limit: Solver limit in a smoke test.
         seed: Seed of the factual choice, the SPN clustering and the DiCE sampler.
     """
 

@@ -16,6 +16,7 @@ _NOISE_LOGS = (
     r"`weights_only` was not set, defaulting to `False`",  # about *saving* a full training checkpoint
     r"Received SIGTERM: ",  # the suite prints what it did about it (checkpoint + resume command)
     r"Bypassing SIGTERM: ",
+    r"Images sizes do not match",  # wandb (root logger) on a list of plots of different sizes: they are separate plots
 )
 # Warnings from libraries about their own internals or about settings the suite chose on purpose.
 _NOISE_WARNINGS = (
@@ -23,7 +24,6 @@ _NOISE_WARNINGS = (
     r"The `srun` command is available on your system but is not used",  # local runs on a SLURM login node
     r"You requested to overfit but enabled (train|val|test) dataloader shuffling",  # debug=overfit, by design
     r"The dirpath has changed from",  # ModelCheckpoint on a resume from another folder's checkpoint
-    r"Images sizes do not match",  # wandb.Image of plots of different sizes
     r"Experiment logs directory .* exists and is not empty",  # resume in the same folder (suite.loggers)
     r"Checkpoint directory .* exists and is not empty",  # same: last.ckpt is overwritten on purpose
 )

@@ -71,8 +71,8 @@ class LiceLitModule(SuiteLitModule):
         bin_gap: Upper-bin gap of the MIO's histogram leaves (normalised units; official 1e-6, see ``LiceMIO``).
         warm_start: Start LiCE-optimise from the plain MIO's counterfactual (a MIP start; the official code has none).
         dice_samples: Candidates of the DiCE-style search.
-        fast_dev_counterfactuals: Rows explained under ``trainer.fast_dev_run``.
-        fast_dev_time_limit: Solver limit under ``trainer.fast_dev_run``.
+        fast_dev_counterfactuals: Rows explained in a smoke test (``fast_dev_run`` or any ``debug=`` mode).
+        fast_dev_time_limit: Solver limit in a smoke test.
         seed: Seed of the factual choice, the SPN clustering and the DiCE sampler.
     """
 

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import FIXTURE_CONF, ROOT, run_cli
+from tests.conftest import FIXTURE_CONF, ROOT, run_cli, run_entry
 
 
 def _error_lines(proc) -> list[str]:
@@ -28,8 +28,6 @@ def test_unknown_method_lists_valid_slugs():
     ("override", "expected"),
     [
         ("model.lrr=1", "error: unknown config key 'model.lrr' (did you mean 'model.optimizer.lr'?)"),
-        ("trainer.max_epochs=abc", "error: trainer.max_epochs='abc' must be int or null"),
-        ("data.batch_size=1.5", "error: data.batch_size=1.5 must be int"),
         ("data.batch_size=0", "error: data.batch_size=0 must be >= 1"),
         ("model.optimizer.lr=-1", "error: model.optimizer: Invalid learning rate: -1"),
         ("trainer=nope", "error: In 'train': Could not find 'trainer/nope'"),
@@ -47,28 +45,44 @@ def test_bad_config_is_one_clear_line(override: str, expected: str, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_random_bytes_checkpoint_is_one_line_that_never_suggests_unsafe_loading(tmp_path):
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("trainer.max_epochs=abc", "error: trainer.max_epochs='abc' must be int or null"),
+        ("data.batch_size=1.5", "error: data.batch_size=1.5 must be int"),
+        ("trainer.limit_val_batches=all", "error: trainer.limit_val_batches='all' must be int or float or null"),
+    ],
+)
+def test_wrong_value_type_is_one_line_naming_the_key(override: str, expected: str, tmp_path, capsys):
+    """Checked against the constructor's annotations (Lightning's own failure is a 75-line AssertionError)."""
+    code = run_entry(
+        "train", [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", f"paths.log_dir={tmp_path}", override]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and [line for line in err.splitlines() if line.startswith("error:")] == [expected], err[-2000:]
+
+
+def test_random_bytes_checkpoint_is_one_line_that_never_suggests_unsafe_loading(tmp_path, capsys):
     bad = tmp_path / "random.ckpt"
     bad.write_bytes(bytes(range(256)) * 64)
-    proc = run_cli(["evaluate", f"ckpt_path={bad}", f"paths.log_dir={tmp_path}"], timeout=300)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    errors = _error_lines(proc)
-    assert errors == [
+    code = run_entry("evaluate", [f"ckpt_path={bad}", f"paths.log_dir={tmp_path}"])
+    out = capsys.readouterr()
+    assert code == 2, out.err[-2000:]
+    assert [line for line in out.err.splitlines() if line.startswith("error:")] == [
         f"error: checkpoint {bad} is truncated, corrupt or not weights-only loadable (not a PyTorch checkpoint "
         "file); use a checkpoint the suite wrote (<run>/checkpoints/last.ckpt)"
-    ], proc.stderr[-2000:]
-    assert "weights_only=False" not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+    ], out.err[-2000:]
+    assert "weights_only=False" not in out.out + out.err
 
 
-def test_corrupt_metr_la_h5_is_one_line_naming_the_file(tmp_path):
+def test_corrupt_metr_la_h5_is_one_line_naming_the_file(tmp_path, capsys):
     (tmp_path / "metr-la.h5").write_bytes(bytes(range(256)) * 64)
-    proc = run_cli(
-        ["train", "experiment=ts_lif", "logger=csv", "data.source=real", "data.dataset=metr_la",
-         f"data.data_dir={tmp_path}", f"paths.log_dir={tmp_path / 'logs'}"],
-        timeout=300,
+    code = run_entry(
+        "train",
+        ["experiment=ts_lif", "logger=csv", "data.source=real", "data.dataset=metr_la", f"data.data_dir={tmp_path}",
+         f"paths.log_dir={tmp_path / 'logs'}"],
     )  # fmt: skip
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    errors = _error_lines(proc)
-    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1, errors
     assert errors[0].startswith(f"error: {tmp_path / 'metr-la.h5'}: not a readable pandas HDF5 store"), errors[0]
     assert "download the file again" in errors[0]

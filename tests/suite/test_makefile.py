@@ -38,3 +38,17 @@ def test_unknown_method_for_every_method_target():
         assert proc.returncode == 2
         lines = (proc.stdout + proc.stderr).strip().splitlines()
         assert len(lines) == 1 and "error: unknown METHOD 'nope'; valid: " in lines[0], lines
+
+
+def test_help_tells_the_debug_modes_and_where_outputs_go():
+    out = _make("help").stdout
+    for mode in sorted(p.stem for p in (ROOT / "conf" / "debug").glob("*.yaml")):
+        assert re.search(rf"\b{mode} \(", out), f"`make help` does not describe debug={mode}"
+    assert "logs/train/<slug>/runs/" in out and "logs/debug/<slug>/" in out and "ckpt_path=last" in out
+
+
+def test_readme_has_a_row_for_every_method():
+    readme = (ROOT / "README.md").read_text()
+    rows = set(re.findall(r"^\| `([a-z0-9_]+)` \|", readme, re.M))
+    slugs = {p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")}
+    assert slugs - rows == set(), f"README method table misses {sorted(slugs - rows)}"

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from suite.errors import PREEMPTED_EXIT_CODE
-from tests.conftest import FIXTURE_CONF, run_cli
+from tests.conftest import FIXTURE_CONF, run_cli, run_entry
 
 COMMON = [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "trainer.max_epochs=3"]
 
@@ -57,8 +57,9 @@ def test_last_never_picks_another_configurations_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigterm_message_exit_status_and_resume_in_the_same_folder(tmp_path):
-    """As a user types it: no hydra.run.dir; `ckpt_path=last` must continue in the interrupted run's folder."""
+def test_sigterm_message_exit_status_and_resume_in_the_same_folder(tmp_path, capsys):
+    """As a user types it: no hydra.run.dir; `ckpt_path=last` must continue in the interrupted run's folder.
+    The SIGTERM'd run is a subprocess; the later commands run through the same entry point in this process."""
     logs = tmp_path / "logs"
     kill = ["+callbacks.kill._target_=tests.fixtures.tiny.SigtermAtStep", "+callbacks.kill.step=13"]
     args = [FIXTURE_CONF, "experiment=spine_fixture", f"paths.log_dir={logs}", *kill]  # wandb (offline) + CSV
@@ -75,11 +76,11 @@ def test_sigterm_message_exit_status_and_resume_in_the_same_folder(tmp_path):
     # The printed command resumes exactly (same folder, named by it); plain `ckpt_path=last` finds it as well.
     printed = shlex.split(lines[1].split(": ", 1)[1])
     assert printed[:3] == ["python", "-m", "train"] and f"hydra.run.dir={run}" in printed
-    resumed = run_cli(["train", *args, "ckpt_path=last"])
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"note: ckpt_path=last: resuming {last} in its own folder" in resumed.stderr
+    assert run_entry("train", [*args, "ckpt_path=last"]) == 0
+    resumed = capsys.readouterr()
+    assert f"note: ckpt_path=last: resuming {last} in its own folder" in resumed.err
     assert list((logs / "train" / "spine_fixture" / "runs").iterdir()) == [run]  # no second folder
-    assert f"run finished: {run}/" in resumed.stdout and f"checkpoint: {last}" in resumed.stdout
+    assert f"run finished: {run}/" in resumed.out and f"checkpoint: {last}" in resumed.out
     assert torch.load(last, weights_only=True)["global_step"] == 24
     with (run / "csv" / "metrics.csv").open() as fh:
         rows = list(csv.DictReader(fh))
@@ -90,16 +91,14 @@ def test_sigterm_message_exit_status_and_resume_in_the_same_folder(tmp_path):
     assert len(ids) == 1, ids  # both wandb parts carry one run id: `wandb sync` shows one run
 
     # Extending the finished run's budget resumes it (and says so) instead of silently starting from scratch.
-    longer = run_cli(["train", *args, "trainer.max_epochs=4", "ckpt_path=last"])
-    assert longer.returncode == 0, longer.stderr[-3000:]
-    assert (
-        f"note: ckpt_path=last: extending {run} from the experiment's budget to trainer.max_epochs=4" in longer.stderr
-    )
+    assert run_entry("train", [*args, "trainer.max_epochs=4", "ckpt_path=last"]) == 0
+    longer = capsys.readouterr()
+    assert f"note: ckpt_path=last: extending {run} from the experiment's budget to trainer.max_epochs=4" in longer.err
     assert torch.load(last, weights_only=True)["global_step"] == 32
     assert list((logs / "train" / "spine_fixture" / "runs").iterdir()) == [run]
 
     # Another configuration never resumes these weights: a new run, and the note says why.
-    other = run_cli(["train", *args, "model.optimizer.lr=0.01", "trainer.max_epochs=1", "ckpt_path=last"])
-    assert other.returncode == 0, other.stderr[-3000:]
-    assert "no run under" in other.stderr and "was started with these overrides; starting a new run" in other.stderr
+    assert run_entry("train", [*args, "model.optimizer.lr=0.01", "trainer.max_epochs=1", "ckpt_path=last"]) == 0
+    other = capsys.readouterr().err
+    assert "no run under" in other and "was started with these overrides; starting a new run" in other
     assert len(list((logs / "train" / "spine_fixture" / "runs").iterdir())) == 2

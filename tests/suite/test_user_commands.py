@@ -30,7 +30,9 @@ def _make(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_make_train_then_make_eval_then_make_compare(tmp_path):
     logs = tmp_path / "logs"
-    train = _make("train", "METHOD=leaderbot", f"ARGS=trainer.max_epochs=1 model.plots=false paths.log_dir={logs}")
+    # log_every_n_steps above the number of batches: Lightning's (real) warning about it must still reach the user.
+    args = f"ARGS=trainer.max_epochs=1 model.plots=false trainer.log_every_n_steps=1000 paths.log_dir={logs}"
+    train = _make("train", "METHOD=leaderbot", args)
     assert train.returncode == 0, train.stderr[-3000:]
     (run,) = (logs / "train" / "leaderbot" / "runs").iterdir()
     out = train.stdout
@@ -44,6 +46,7 @@ def test_make_train_then_make_eval_then_make_compare(tmp_path):
     console = train.stdout + train.stderr
     assert console.count("GPU available") == 1, console[-3000:]
     assert [n for n in NOISE if n in console] == [] and "DataLoader 0" not in console
+    assert "smaller than the logging interval Trainer(log_every_n_steps=1000)" in console  # real warnings stay
 
     # `make eval` on that checkpoint, by a relative path (item 1): own run folder, same test metrics.
     ckpt = os.path.relpath(run / "checkpoints" / "last.ckpt", ROOT)
@@ -89,6 +92,9 @@ def test_make_compare_unknown_method_lists_slugs():
 def test_compare_labels_runs_by_what_differs_and_skips_failed_and_debug_runs(tmp_path, capsys):
     base = [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "trainer.max_epochs=1", f"paths.log_dir={tmp_path}"]
     assert run_entry("train", ["-m", *base, "model.optimizer.lr=0.05,0.01"]) == 0
+    sweep = capsys.readouterr().out
+    jobs = sorted((tmp_path / "train" / "spine_fixture" / "multiruns").glob("*/[0-9]"))
+    assert len(jobs) == 2 and all(f"run finished: {job}/" in sweep for job in jobs)  # each sweep job says where
     assert run_entry("train", [*base, "model.nan_at_step=2"]) == 2  # fails: a run folder without metrics.json
     assert run_entry("train", [*base, "debug=limit"]) == 0  # lands in <logs>/debug, never in <logs>/train
     assert run_entry("train", [*base, "debug=fdr", "task_name=train"]) == 0  # a debug run forced into train/
@@ -116,3 +122,29 @@ def test_one_point_curves_are_drawn_with_markers(tmp_path, monkeypatch):
     plot_curves([rec], ["train/loss", "val/loss"], tmp_path / "c.png")
     assert [c["marker"] for c in calls] == [None, "o"]  # 50-point curve plain, one-point curve a visible dot
     assert calls[0]["label"] == "model.neuron=lif"  # the full label, never cut to a common prefix
+
+
+def test_quiet_console_drops_named_noise_and_keeps_real_messages(capsys):
+    import logging
+    import warnings
+
+    from suite.quiet import quiet_console
+
+    root = logging.getLogger()
+    handler = logging.StreamHandler()  # stands in for Hydra's console handler
+    root.addHandler(handler)
+    try:
+        quiet_console()
+        lightning = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+        logging.warning("Images sizes do not match. This will causes images to be display incorrectly in the UI.")
+        lightning.warning("💡 Tip: For seamless cloud logging and experiment tracking, try installing [litlogger]")
+        lightning.warning("a real Lightning warning")
+        with warnings.catch_warnings(record=True) as caught:
+            quiet_console()  # the warning filters are installed inside catch_warnings' fresh state
+            warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated, use ...", stacklevel=1)
+            warnings.warn("a real user warning", stacklevel=1)
+    finally:
+        root.removeHandler(handler)
+    err = capsys.readouterr().err
+    assert "Images sizes" not in err and "Tip" not in err and "a real Lightning warning" in err
+    assert [str(w.message) for w in caught] == ["a real user warning"]

@@ -1,0 +1,58 @@
+"""Every real-format loader, given files of random bytes where its dataset should be, fails with one line that
+names the file and says what to do (never a library traceback). Parametrised over the experiments, with the
+network blocked: the loaders' own "missing file" messages tell the test which files to corrupt."""
+
+from __future__ import annotations
+
+import random
+import re
+import socket
+from pathlib import Path
+
+import hydra
+import pytest
+
+from suite.errors import SuiteError
+from tests.conftest import ROOT, compose_train
+
+SLUGS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
+# The real dataset each experiment reads, where its config offers several.
+REAL = {"ts_lif": ["data.dataset=metr_la"], "badloss": ["data.dataset=cifar10"], "lice": ["data.dataset=german"]}
+# Loaders that read every file of a folder (a text corpus): the test names the shard it corrupts.
+SHARD = "corpus.parquet"
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError("network disabled in tests")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def _setup(slug: str, data_dir: Path, out: Path) -> None:
+    cfg = compose_train(
+        [f"experiment={slug}", "data.source=real", f"data.data_dir={data_dir}", *REAL.get(slug, [])], out
+    )
+    hydra.utils.instantiate(cfg.data).setup("fit")
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_unreadable_real_data_file_is_one_line_naming_it(slug: str, tmp_path: Path, no_network):
+    data = tmp_path / "data"
+    data.mkdir()
+    with pytest.raises(SuiteError) as missing:
+        _setup(slug, data, tmp_path / "out")
+    named = sorted({p.rstrip(".") for p in re.findall(re.escape(str(data)) + r"/[^\s,;:)'\"]+", str(missing.value))})
+    files = [Path(p) for p in named] or [data / SHARD]
+    rng = random.Random(0)
+    for f in files:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(bytes([0x80, 0xFF]) + rng.randbytes(4094))  # invalid UTF-8, pickle, JSON, HDF5, parquet
+    with pytest.raises(SuiteError) as bad:
+        _setup(slug, data, tmp_path / "out")
+    message = str(bad.value)
+    assert "\n" not in message and "Traceback" not in message, message
+    assert "missing" not in message.split(":")[0], f"{slug}: random bytes reported as missing: {message}"
+    assert any(str(f) in message for f in files) or str(data) in message, f"{slug}: names no file: {message}"

@@ -22,7 +22,12 @@ Correction Estimation", ICLR 2025.
 * Data: the :class:`~callbacks.online_collection.OnlineDataCollection` callback rolls out one trajectory with the
   epsilon-soft policy (``epsilon = 1 / (i + 1)``) before each training step and calls :meth:`refresh_data`.
 * Metrics (every validation): ``val/entropy`` = ``H(d^pi_s)`` of the current policy in the TRUE MDP,
-  ``val/normalized_entropy`` = ``(H - H_unif) / (H_opt - H_unif)``, ``val/trajectories``, ``val/h_opt``.
+  ``val/normalized_entropy`` = ``(H - H_unif) / (H_opt - H_unif)``, ``val/trajectories``, ``val/h_opt``; for
+  SEMDICE also ``val/recovery_gap`` = ``|| d_recovered - d^pi_{T_hat} ||_1`` (0 when the dual has converged: the
+  recovered distribution is that of the single stationary policy ``pi``).
+* ``global_step`` counts optimiser steps: 100 per trajectory with ``fused=false``, 1 per trajectory with
+  ``fused=true`` (the fused loop ends with one gradient-free ``opt.step()``), 0 for ``uniform``/``maxent``; the
+  metrics' x-axis is ``val/trajectories``.
 
 The official code also reads ``gamma`` and ``p0`` of the true MDP inside the objective; here they come from the
 datamodule, which is the same (both are known to the learner in the paper's setting).
@@ -181,6 +186,8 @@ class SemdiceLitModule(SuiteLitModule):
         opt = self.optimizers()
         if self.fused:
             self._fused_steps(float(opt.param_groups[0]["lr"]))
+            opt.zero_grad(set_to_none=True)
+            opt.step()  # no gradients: a no-op update that makes global_step count trajectories
         for _ in range(0 if self.fused else self.inner_steps):
             loss = self.objective()
             if not torch.isfinite(loss):
@@ -221,15 +228,18 @@ class SemdiceLitModule(SuiteLitModule):
         d = tb.stationary_distribution(self.T_true.to(self.policy), self.p0.to(self.policy), self.policy, self.gamma)
         h = float(tb.state_entropy(d.sum(1)))
         n = float(self.trainer.datamodule.num_collected)
-        self.log_dict(
-            {
-                f"{stage}/entropy": h,
-                f"{stage}/normalized_entropy": tb.normalized_entropy(h, self.h_unif, self.h_opt),
-                f"{stage}/h_opt": self.h_opt,
-                f"{stage}/trajectories": n,
-            },
-            batch_size=1,
-        )
+        metrics = {
+            f"{stage}/entropy": h,
+            f"{stage}/normalized_entropy": tb.normalized_entropy(h, self.h_unif, self.h_opt),
+            f"{stage}/h_opt": self.h_opt,
+            f"{stage}/trajectories": n,
+        }
+        if self.kind == "semdice" and self.T_hat is not None:
+            # one stationary Markov policy: the recovered d should be pi's own stationary distribution (model T_hat)
+            pi, d = tb.semdice_policy(self.nu, self.mu, self.d_b, self.T_hat, self.gamma, self.alpha)
+            d_pi = tb.stationary_distribution(self.T_hat, self.p0.to(self.policy), pi, self.gamma)
+            metrics[f"{stage}/recovery_gap"] = float((d - d_pi).abs().sum())
+        self.log_dict(metrics, batch_size=1)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate("val")

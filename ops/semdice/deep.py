@@ -55,3 +55,30 @@ def knn_mean_distance_naive(x: torch.Tensor, k: int = 6) -> torch.Tensor:
 def pbe_log_density(x: torch.Tensor, k: int = 6, c: float = 1.0) -> torch.Tensor:
     """``log p_D(s) ≈ -D * log(c + r_k(s))`` for a batch of states ``x [B, D]`` (k = 6 in the paper), ``[B]``."""
     return -x.shape[1] * torch.log(c + knn_mean_distance(x, k))
+
+
+def log_soft_chisq_f_prime_inv(y: torch.Tensor) -> torch.Tensor:
+    """``log (f')^{-1}(y)`` = ``y`` (y < 0), ``log(1 + y)`` (y >= 0): the deep actor's objective."""
+    return torch.where(y < 0, y, torch.log1p(y.clamp_min(0)))
+
+
+def semdice_deep_dual(
+    nu_s: torch.Tensor,
+    nu_next: torch.Tensor,
+    mu_s: torch.Tensor,
+    log_p: torch.Tensor,
+    not_done: torch.Tensor,
+    gamma: float,
+    alpha: float,
+) -> torch.Tensor:
+    """Sample estimate of the SEMDICE dual on a batch of transitions ``(s, a, s')`` (all ``[B]``):
+
+    ``E_D[nu(s) - gamma nu(s')] + alpha E_D[f*_+(e / alpha)] + log mean_B exp(-mu(s) - log p_D(s))`` with
+    ``e = mu(s) + gamma nu(s') - nu(s)`` (``nu(s')`` masked at terminal transitions). The first term replaces
+    ``(1 - gamma) E_{p0}[nu]`` by its dataset estimate; the last is the importance-weighted estimate of
+    ``log sum_s exp(-mu(s))`` (the entropy conjugate) under ``p_D``.
+    """
+    nu_next = not_done * nu_next
+    e = mu_s + gamma * nu_next - nu_s
+    lse = torch.logsumexp(-mu_s - log_p, dim=0) - torch.log(torch.tensor(float(mu_s.shape[0]), dtype=mu_s.dtype))
+    return (nu_s - gamma * nu_next).mean() + alpha * soft_chisq_f_pos_conj(e / alpha).mean() + lse

@@ -182,3 +182,54 @@ class GymOfflineDataModule(SuiteDataModule):
     def load_real(self) -> dict[str, Any]:
         (path,) = require_files(self.data_dir, [self.filename], f"Write an .npz with arrays {list(ARRAYS)}.")
         return self._read(path)
+
+
+class GymOnlineDataModule(SuiteDataModule):
+    """An environment for online RL (downstream fine-tuning): the learner steps it itself; the loaders only pace
+    training (``steps_per_epoch`` dummy batches per epoch, one dummy validation/test batch).
+
+    Args:
+        env_id: A gymnasium id with a task reward (``PointMaze_UMazeDense-v3``: dense ``exp(-distance to goal)``).
+        episode_steps: Episode length.
+        steps_per_epoch: Training steps (each ``env_steps`` environment steps + one update) per epoch.
+        goal_cell: Fixed goal cell ``[row, col]`` of a maze (the reward-free pre-trained actor sees no goal, so the
+            downstream task fixes it); ``null`` for non-maze tasks.
+        reset_cell: Fixed start cell of a maze, or ``null``.
+        source, data_dir, batch_size, num_workers, seed: see :class:`SuiteDataModule` (``source`` must be
+            ``embedded``: the environment is the data).
+    """
+
+    def __init__(
+        self,
+        env_id: str = "PointMaze_UMazeDense-v3",
+        episode_steps: int = 300,
+        steps_per_epoch: int = 500,
+        goal_cell: list[int] | None = None,
+        reset_cell: list[int] | None = None,
+        source: str = "embedded",
+        data_dir: str = "data",
+        batch_size: int = 1,
+        num_workers: int = 0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(source=source, data_dir=data_dir, batch_size=batch_size, num_workers=num_workers, seed=seed)
+        if source != "embedded":
+            raise ConfigError(f"data.source={source!r}: an online environment has no real-format files (use embedded)")
+        if episode_steps < 1 or steps_per_epoch < 1:
+            raise ConfigError(f"data.episode_steps={episode_steps}, steps_per_epoch={steps_per_epoch} must be >= 1")
+        self.env_id, self.episode_steps, self.steps_per_epoch = env_id, episode_steps, steps_per_epoch
+        self.reset_options = {
+            k: np.asarray(v) for k, v in (("goal_cell", goal_cell), ("reset_cell", reset_cell)) if v is not None
+        }
+        self.obs_dim = self.act_dim = 0
+
+    def make_env(self) -> Any:
+        return make_env(self.env_id, max_episode_steps=self.episode_steps)
+
+    def load_embedded(self) -> dict[str, Any]:
+        env = self.make_env()
+        obs, _ = env.reset(seed=self.seed, options=self.reset_options or None)
+        self.obs_dim, self.act_dim = int(flat_obs(obs).shape[0]), int(env.action_space.shape[0])
+        env.close()
+        one = TensorDataset(torch.zeros(1))
+        return {"train": TensorDataset(torch.zeros(self.steps_per_epoch)), "val": one, "test": one}

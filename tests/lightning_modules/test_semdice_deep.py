@@ -90,3 +90,22 @@ def test_coverage_counts_cells():
     with pytest.raises(ConfigError, match="model.alpha=0"):
         DeepSemdiceLitModule(alpha=0)
     assert len(ARRAYS) == 5
+
+
+def test_finetune_loads_pretrained_actor(tmp_path):
+    from lightning_modules.semdice import DdpgFinetuneLitModule
+    from suite.errors import CheckpointError
+
+    pre = DeepSemdiceLitModule(obs_dim=4, act_dim=2, hidden=16)
+    torch.save({"state_dict": pre.state_dict()}, tmp_path / "pre.ckpt")
+    ft = DdpgFinetuneLitModule(init_ckpt=str(tmp_path / "pre.ckpt"), hidden=16, buffer_size=10)
+    ft._build(4, 2)
+    for p, q in zip(pre.actor.parameters(), ft.actor.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    scratch = DdpgFinetuneLitModule(hidden=16, buffer_size=10)
+    scratch._build(4, 2)
+    assert any((p - q).abs().max() > 0 for p, q in zip(pre.actor.parameters(), scratch.actor.parameters()))
+    with pytest.raises(CheckpointError, match="actor does not fit"):
+        DdpgFinetuneLitModule(init_ckpt=str(tmp_path / "pre.ckpt"), hidden=32, buffer_size=10)._build(4, 2)
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        DdpgFinetuneLitModule(init_ckpt=str(tmp_path / "missing.ckpt"))

@@ -18,7 +18,7 @@ Evaluation (``val``/``test``): ``eval_episodes`` roll-outs of the deterministic 
 coordinates (the (x, y) position in PointMaze), ``*/cells`` = number of those squares visited, ``*/pbe`` =
 mean kNN particle entropy of the visited states. ``val/loss`` is the method's own loss on held-out transitions.
 
-Not implemented yet: downstream fine-tuning on the task reward (from the pre-trained actor vs from scratch).
+Downstream fine-tuning on the task reward: :mod:`lightning_modules.semdice.finetune`.
 """
 
 from __future__ import annotations

@@ -109,3 +109,12 @@ def test_finetune_loads_pretrained_actor(tmp_path):
         DdpgFinetuneLitModule(init_ckpt=str(tmp_path / "pre.ckpt"), hidden=32, buffer_size=10)._build(4, 2)
     with pytest.raises(CheckpointError, match="no such checkpoint"):
         DdpgFinetuneLitModule(init_ckpt=str(tmp_path / "missing.ckpt"))
+
+
+def test_finetune_experiment_fixes_the_maze_task(tmp_path):
+    from tests.conftest import compose_train
+
+    cfg = compose_train(["experiment=semdice_finetune"], tmp_path)
+    assert cfg.model._target_.endswith("DdpgFinetuneLitModule") and cfg.model.init_ckpt is None
+    dm = GymOfflineDataModule.__module__  # same file holds the online datamodule
+    assert cfg.data._target_ == f"{dm}.GymOnlineDataModule" and list(cfg.data.goal_cell) == [1, 1]

@@ -1,0 +1,120 @@
+"""Deep SEMDICE: generated gymnasium datasets, the env-not-installed error, the batch dual, losses and coverage."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from datamodules.gym_offline import ARRAYS, GymOfflineDataModule, generate, make_env
+from lightning_modules.semdice import DeepSemdiceLitModule
+from ops.semdice import deep as ops
+from suite.errors import ConfigError, DataFormatError
+
+
+def test_unknown_env_names_the_package():
+    with pytest.raises(ConfigError, match=r"PointMaze_Nowhere-v9.*pip install gymnasium-robotics==1.4.2"):
+        make_env("PointMaze_Nowhere-v9")
+    with pytest.raises(ConfigError, match=r"Nope-v0.*pip install 'gymnasium\[mujoco\]==1.4.0'"):
+        make_env("Nope-v0")
+
+
+def test_generate_and_read_back(tmp_path):
+    arrays = generate("PointMaze_UMaze-v3", "sticky", 300, 100, seed=0, repeat=10)
+    assert arrays["obs"].shape == (300, 4) and arrays["action"].shape == (300, 2)
+    # transitions chain within an episode, sticky actions are held for `repeat` steps
+    np.testing.assert_array_equal(arrays["next_obs"][:99], arrays["obs"][1:100])
+    np.testing.assert_array_equal(arrays["action"][0], arrays["action"][9])
+    assert not np.array_equal(arrays["action"][9], arrays["action"][10])
+    again = generate("PointMaze_UMaze-v3", "sticky", 300, 100, seed=0, repeat=10)
+    np.testing.assert_array_equal(arrays["obs"], again["obs"])
+    np.savez(tmp_path / "d.npz", **arrays)
+    dm = GymOfflineDataModule(source="real", data_dir=str(tmp_path), filename="d.npz", batch_size=32)
+    dm.setup("fit")
+    assert (dm.obs_dim, dm.act_dim) == (4, 2) and len(dm.datasets["train"]) + len(dm.datasets["val"]) == 300
+    np.savez(tmp_path / "bad.npz", **{k: v for k, v in arrays.items() if k != "reward"})
+    with pytest.raises(DataFormatError, match=r"missing array\(s\) \['reward'\]"):
+        GymOfflineDataModule(source="real", data_dir=str(tmp_path), filename="bad.npz").setup("fit")
+    with pytest.raises(ConfigError, match="data.policy='greedy'"):
+        GymOfflineDataModule(policy="greedy")
+
+
+def test_mujoco_task_generates_and_trains_a_step():
+    arrays = generate("HalfCheetah-v5", "eps_sticky", 64, 32, seed=1)
+    assert arrays["obs"].shape == (64, 17) and arrays["action"].shape == (64, 6)
+    m = DeepSemdiceLitModule(obs_dim=17, act_dim=6, hidden=16)
+    batch = [torch.from_numpy(arrays[k]) for k in ARRAYS]
+    assert all(torch.isfinite(v) for v in m.losses(batch).values())
+
+
+def test_batch_dual_matches_formula():
+    g = torch.Generator().manual_seed(0)
+    nu, nu2, mu, logp = (torch.randn(64, dtype=torch.float64, generator=g) for _ in range(4))
+    nd = (torch.rand(64, generator=g) > 0.1).double()
+    got = ops.semdice_deep_dual(nu, nu2, mu, logp, nd, 0.99, 0.5)
+    e = mu + 0.99 * nd * nu2 - nu
+    y = e / 0.5
+    conj = torch.where(y < 0, torch.exp(y) - 1, 0.5 * y**2 + y)
+    want = (nu - 0.99 * nd * nu2).mean() + 0.5 * conj.mean() + torch.log(torch.exp(-mu - logp).mean())
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    y = torch.tensor([-1.5, 0.0, 2.0], dtype=torch.float64)
+    torch.testing.assert_close(ops.log_soft_chisq_f_prime_inv(y), torch.log(ops.soft_chisq_f_prime_inv(y)))
+
+
+@pytest.mark.parametrize("method", ["semdice", "apt"])
+def test_losses_reach_their_networks(method):
+    torch.manual_seed(0)
+    m = DeepSemdiceLitModule(obs_dim=4, act_dim=2, method=method, hidden=16)
+    batch = [torch.randn(32, 4), torch.rand(32, 2) * 2 - 1, torch.randn(32, 4), torch.zeros(32), torch.zeros(32)]
+    losses = m.losses(batch)
+    assert set(losses) == ({"dual", "critic", "actor"} if method == "semdice" else {"critic", "actor"})
+    assert all(torch.isfinite(v) for v in losses.values())
+    owners = {"dual": [m.nu, m.mu], "critic": [m.critic], "actor": [m.actor]}
+    for name, loss in losses.items():
+        m.zero_grad()
+        loss.backward(retain_graph=True)
+        for net in owners[name]:
+            assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in net.parameters()), (name, net)
+        if name == "critic":  # the critic's target is detached: no gradient into nu / mu
+            assert all(p.grad is None or p.grad.abs().sum() == 0 for p in m.nu.parameters())
+
+
+def test_coverage_counts_cells():
+    m = DeepSemdiceLitModule(obs_dim=4, act_dim=2, hidden=8, cell=1.0)
+    env = make_env("PointMaze_UMaze-v3", max_episode_steps=50)
+    cov = m.coverage(env, episodes=1, steps=50, seed=0)
+    env.close()
+    assert 1 <= cov["cells"] <= 50 and 0 <= cov["cell_entropy"] <= np.log(cov["cells"]) + 1e-9
+    with pytest.raises(ConfigError, match="model.method='rnd'"):
+        DeepSemdiceLitModule(method="rnd")
+    with pytest.raises(ConfigError, match="model.alpha=0"):
+        DeepSemdiceLitModule(alpha=0)
+    assert len(ARRAYS) == 5
+
+
+def test_finetune_loads_pretrained_actor(tmp_path):
+    from lightning_modules.semdice import DdpgFinetuneLitModule
+    from suite.errors import CheckpointError
+
+    pre = DeepSemdiceLitModule(obs_dim=4, act_dim=2, hidden=16)
+    torch.save({"state_dict": pre.state_dict()}, tmp_path / "pre.ckpt")
+    ft = DdpgFinetuneLitModule(init_ckpt=str(tmp_path / "pre.ckpt"), hidden=16, buffer_size=10)
+    ft._build(4, 2)
+    for p, q in zip(pre.actor.parameters(), ft.actor.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    scratch = DdpgFinetuneLitModule(hidden=16, buffer_size=10)
+    scratch._build(4, 2)
+    assert any((p - q).abs().max() > 0 for p, q in zip(pre.actor.parameters(), scratch.actor.parameters()))
+    with pytest.raises(CheckpointError, match="actor does not fit"):
+        DdpgFinetuneLitModule(init_ckpt=str(tmp_path / "pre.ckpt"), hidden=32, buffer_size=10)._build(4, 2)
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        DdpgFinetuneLitModule(init_ckpt=str(tmp_path / "missing.ckpt"))
+
+
+def test_finetune_experiment_fixes_the_maze_task(tmp_path):
+    from tests.conftest import compose_train
+
+    cfg = compose_train(["experiment=semdice_finetune"], tmp_path)
+    assert cfg.model._target_.endswith("DdpgFinetuneLitModule") and cfg.model.init_ckpt is None
+    dm = GymOfflineDataModule.__module__  # same file holds the online datamodule
+    assert cfg.data._target_ == f"{dm}.GymOnlineDataModule" and list(cfg.data.goal_cell) == [1, 1]

@@ -312,6 +312,7 @@ def mda(
     mas_step: int | None = None,
     official_quirks: bool = False,
     batched: bool = True,
+    segments: torch.Tensor | None = None,
 ) -> MDAResult | None:
     """Run MDA on one image ``[C, H, W]`` with a prior attribution ``[H, W]``; ``None`` if the blur calibration fails.
 
@@ -325,6 +326,7 @@ def mda(
         mas_step: pixels per MAS re-scoring step (default: the image width, 224 in the paper).
         official_quirks: reproduce the official code's index quirks (module docstring).
         batched: score the candidate window in one forward pass (``False``: the one-by-one twin).
+        segments: precomputed segment labels ``[H, W]`` (``0..P-1``) instead of SLIC (e.g. the exact ViT grid).
     """
     counter = CountingModel(model_fn)
     c, h, w = img.shape
@@ -339,7 +341,10 @@ def mda(
         return None
     blurred, klen = cal
     black = torch.zeros_like(img)
-    segments = slic_segments(img, patch_count, compactness)
+    if segments is None:
+        segments = slic_segments(img, patch_count, compactness)
+    elif tuple(segments.shape) != (h, w):
+        raise ConfigError(f"segments have shape {list(segments.shape)}, expected [H, W] = {[h, w]}")
     p = int(segments.max()) + 1
     seg_sizes = torch.bincount(segments.reshape(-1), minlength=p)
     prior = (

@@ -149,7 +149,10 @@ class MdaLitModule(SuiteLitModule):
             triggered = torch.cat(self._test_images[1])
             trigger_target = int(dm.targets["patch"])
             zero = torch.zeros_like(triggered[0])
-            gt_mask = (triggers["patch"](zero) != zero).any(0)
+            trig = (triggers["patch"](zero) != zero).any(0).double()
+            # ground truth at the ViT's resolution: every patch token the trigger touches
+            ps = int(self.net.patch_embed.patch_size[0])
+            gt_mask = F.interpolate(F.max_pool2d(trig[None, None], ps), scale_factor=ps)[0, 0] > 0
         out_dir = Path(self.trainer.default_root_dir) if cfg.get("save_examples", True) else None
         variants = {k: dict(v or {}) for k, v in dict(cfg.get("mda_variants") or {}).items()}
         mda_kwargs = dict(cfg.get("mda") or {})

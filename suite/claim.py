@@ -9,7 +9,10 @@
     overrides: "trainer.max_epochs=20"      # applied to every run
     metrics: [test/loss, test/acc]          # table columns
     logger: csv                             # logger group for the runs (csv keeps claims fast; wandb works too)
-    report: lightning_modules.x.report:claim_report   # optional hook(records, out_dir) -> markdown
+    report: reports.<slug>:claim_report     # hook(records, out_dir[, spec]) -> markdown (verdict table)
+    budget: {paper: {model: ..., steps: ..., data: ...}, here: {...}}   # the budget table on the page
+    sizing_metric: val/loss                 # the sizing curve: every entry's validation curve, plateau judged
+    sizing_higher_is_better: false
 
 Each entry becomes ``python -m train -m experiment=<slug> <overrides> seed=0,1,2``; a failing entry is reported on
 the page, not hidden. ``--report-only`` rebuilds the page from the runs already on disk. A hand-written reading of
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import shlex
 import signal
@@ -34,6 +38,7 @@ from omegaconf import OmegaConf
 
 from suite.compare import RunRecord, aggregate, find_runs, markdown_table, plot_curves, plot_final, read_run
 from suite.errors import ConfigError, SuiteError
+from suite.report import budget_table, entry_curves, mean_curve, sizing
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,14 +122,20 @@ def write_page(
         wall = "—" if secs is None else f"{secs:.0f} s"
         own_seeds = f" (seeds {entry['seeds']})" if "seeds" in entry else ""
         lines.append(f"| {entry['name']} | `{entry.get('overrides', '')}`{own_seeds} | {state} | {wall} |")
-    lines += ["", "## Final metrics (mean ± std over seeds)", "", markdown_table(keys, table) if records else "none"]
+    most = max((sum(r.name == n for r in records) for n in {r.name for r in records}), default=0)
+    over = "mean ± std over seeds" if most >= 2 else "one seed per run: no spread"
+    lines += ["", f"## Final metrics ({over})", "", markdown_table(keys, table) if records else "none"]
     if plot:
         lines += ["", f"![final metrics]({plot.name})", "", f"![training loss]({curves.name})"]
+    lines += ["", "## Budget: the paper's and the one run here", "", budget_table(spec.get("budget"))]
+    lines += ["", *sizing_section(slug, spec, records, page.parent)]
     hook = spec.get("report")
     if hook:
         mod, fn = hook.split(":")
         try:
-            extra = getattr(importlib.import_module(mod), fn)(records, page.parent)
+            func = getattr(importlib.import_module(mod), fn)
+            kwargs = {"spec": spec} if "spec" in inspect.signature(func).parameters else {}
+            extra = func(records, page.parent, **kwargs)
         except Exception as err:  # noqa: BLE001 - a broken report hook must not lose the table above
             extra = f"Report hook `{hook}` failed: {type(err).__name__}: {err}"
         lines += ["", extra]
@@ -133,6 +144,67 @@ def write_page(
         lines += ["", notes.read_text().rstrip()]
     page.write_text("\n".join(lines) + "\n")
     return page
+
+
+def sizing_section(slug: str, spec: dict, records: list[RunRecord], folder: Path) -> list[str]:
+    """The page's sizing section: every entry's ``sizing_metric`` curve (mean over seeds, ``<slug>_sizing.png``,
+    the stop marked) and whether it plateaued (:func:`suite.report.plateau`: the last 20% of training improved the
+    metric by less than its seed spread, or by less than 1% with one seed)."""
+    metric = spec.get("sizing_metric")
+    head = ["## Sizing: has every entry plateaued?", ""]
+    if not metric:
+        return [*head, "No `sizing_metric` in the claim spec: the page cannot say whether the runs converged."]
+    hib = bool(spec.get("sizing_higher_is_better", False))
+    judged = sizing(records, metric, higher_is_better=hib)
+    if not judged:
+        return [*head, "No runs."]
+    png = plot_sizing(records, metric, judged, folder / f"{slug}_sizing.png")
+    lines = [
+        *head,
+        f"Criterion: an entry has plateaued when `{metric}` ({'higher' if hib else 'lower'} is better) improved over "
+        "the last 20% of training by less than the seed spread (std over seeds) of its final value, or by less than "
+        "1% of it with one seed. The hook's verdicts count a claim as tested only when its strongest entries "
+        "plateaued.",
+        "",
+        "| entry | plateaued | reading |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {name} | {'yes' if ok else 'no'} | {why} |" for name, (ok, why) in judged.items()]
+    if png:
+        lines += ["", f"![sizing curves]({png.name})"]
+    return lines
+
+
+def plot_sizing(records: list[RunRecord], metric: str, judged: dict, out: Path) -> Path | None:
+    """Mean-over-seeds ``metric`` curve per entry; a dotted vertical line marks the stop (the last logged step), and a
+    thick segment over the last 20% of training sits at the final value: solid when the entry plateaued, dashed not."""
+    mean = {n: mean_curve(entry_curves(records, n, metric)) for n in judged}
+    mean = {n: c for n, c in mean.items() if c}
+    if not mean:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    stops = set()
+    for i, (name, curve) in enumerate(mean.items()):
+        xs, ys = zip(*curve, strict=True)
+        ax.plot(xs, ys, color=f"C{i % 10}", lw=1.2, marker="." if len(xs) < 30 else None, label=name[:30])
+        x0 = xs[-1] - 0.2 * (xs[-1] - xs[0])
+        ax.hlines(ys[-1], x0, xs[-1], colors=f"C{i % 10}", lw=3, linestyles="solid" if judged[name][0] else "dashed")
+        stops.add(xs[-1])
+    for s in stops:
+        ax.axvline(s, color="gray", ls=":", lw=1)
+    ax.set_xlabel("step (dotted: stop; thick: last 20%, solid = plateaued)")
+    ax.set_title(f"sizing: {metric}, mean over seeds", fontsize=9)
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:

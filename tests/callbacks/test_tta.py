@@ -283,7 +283,7 @@ def test_comparison_runs_each_variant_from_the_source(tmp_path) -> None:  # noqa
 def test_claim_report_table_and_plot(tmp_path) -> None:  # noqa: ANN001
     from types import SimpleNamespace
 
-    from callbacks.tta_report import claim_report
+    from reports.sumi import claim_report
 
     records = []
     for seed, (s_acc, t_acc) in enumerate([(0.8, 0.6), (0.6, 0.4)]):

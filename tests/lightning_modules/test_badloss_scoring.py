@@ -129,7 +129,7 @@ def test_abl_isolation_and_lga():
 def test_claim_report_pairs_the_clean_accuracy_cost_by_seed():
     from types import SimpleNamespace
 
-    from lightning_modules.badloss.report import detection_table, summary_table
+    from reports.badloss import detection_table, summary_table
 
     def rec(name, seed, **m):
         return SimpleNamespace(name=name, seed=seed, metrics={k.replace("__", "/"): v for k, v in m.items()})

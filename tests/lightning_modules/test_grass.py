@@ -125,7 +125,7 @@ def test_bn_recollection_is_a_cumulative_average_without_edge_removal():
 def test_claim_report_verdicts():
     from types import SimpleNamespace
 
-    from lightning_modules.grass import claim_report
+    from reports.grass import claim_report
 
     def rec(name: str, mae: float) -> SimpleNamespace:
         return SimpleNamespace(name=name, seed=0, metrics={"test/mae": mae})
@@ -142,7 +142,7 @@ def test_claim_report_verdicts():
 def test_claim_report_significance_and_parameter_counts():
     from types import SimpleNamespace
 
-    from lightning_modules.grass import claim_report
+    from reports.grass import claim_report
 
     def rec(name: str, mae: float, params: float = 1000.0) -> SimpleNamespace:
         return SimpleNamespace(name=name, seed=0, metrics={"test/mae": mae, "test/params": params})

@@ -273,7 +273,7 @@ def test_bad_config_fails_at_construction():
 def test_claim_report_verdict():
     from types import SimpleNamespace
 
-    from lightning_modules.leaderbot.report import PUBLISHED, claim_report
+    from reports.leaderbot import PUBLISHED, claim_report
 
     recs = [SimpleNamespace(name=n, metrics={"val/nll": p["nll"], "val/mae_tie": 35.6}) for n, p in PUBLISHED.items()]
     assert "reproduced to 4 decimals: 9/9" in claim_report(recs, Path("."))

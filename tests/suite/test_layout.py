@@ -56,3 +56,31 @@ def test_each_experiment_has_model_config_module_and_tests(slug: str):
     generic = {"test_experiments.py", "test_layout.py"}
     tests = [p for p in (ROOT / "tests").rglob("test_*.py") if p.name not in generic and slug in p.read_text()]
     assert tests, f"no test file besides the generic ones names '{slug}'"
+
+
+CLAIMS = sorted(p.stem for p in (ROOT / "conf" / "claim").glob("*.yaml"))  # not recursive: conf/claim/paper/ is no slug
+
+
+def test_one_report_hook_per_claim_spec():
+    """Each claim spec names ``reports.<slug>:claim_report``; each ``reports/<name>.py`` (not ``_*.py``) is a spec's."""
+    import importlib
+
+    import yaml
+
+    for slug in CLAIMS:
+        spec = yaml.safe_load((ROOT / "conf" / "claim" / f"{slug}.yaml").read_text())
+        hook = spec.get("report")
+        assert hook == f"reports.{slug}:claim_report", f"conf/claim/{slug}.yaml: report: {hook}"
+        assert callable(importlib.import_module(f"reports.{slug}").claim_report), slug
+    hooks = sorted(p.stem for p in (ROOT / "reports").glob("*.py") if not p.name.startswith("_"))
+    assert hooks == CLAIMS, "reports/<slug>.py must match conf/claim/<slug>.yaml one to one"
+
+
+def test_nothing_outside_reports_imports_reports():
+    skip = {"reports", "tests", ".venv", "logs", "docs"}
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in ROOT.rglob("*.py")
+        if p.relative_to(ROOT).parts[0] not in skip and "reports" in _imports(p)
+    ]
+    assert offenders == []

@@ -1,4 +1,4 @@
-"""Claim-report hooks of systematic_outliers (callbacks.outlier_report) and ostquant (callbacks.quant_report) on
+"""Claim-report hooks of systematic_outliers (reports.systematic_outliers) and ostquant (reports.ostquant) on
 hand-written run folders: the tables carry the numbers of the files and the computed verdicts follow the criteria."""
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from callbacks import outlier_report, quant_report
+from reports import ostquant as quant_report
+from reports import ostquant_minilm
+from reports import systematic_outliers as outlier_report
 from suite.compare import RunRecord
 
 
@@ -103,7 +105,7 @@ def test_minilm_report_table_and_verdict(tmp_path):
         }
         (folder / "quant_calibration.json").write_text(json.dumps({"bits": {"w_bits": 4}, "results": res}))
         recs.append(RunRecord(folder, "minilm", seed))
-    page = quant_report.minilm_claim_report(recs, tmp_path)
+    page = ostquant_minilm.claim_report(recs, tmp_path)
     assert "| RTN | 4.0050 ± 0.0071 | +1.0000 ± 0.0000 |" in page
     assert "over 2 seeds" in page and "w_bits=4" in page
     assert "OSTQuant (+0.2000) < OSTQuant (full KL) (+0.2500) < QuaRot (+0.3000)" in page

@@ -1,6 +1,6 @@
 """Claim-check report for systematic outliers: per-variant census table, census-over-training plot, MiniLM census.
 
-Used as ``report: callbacks.outlier_report:claim_report`` in ``conf/claim/systematic_outliers.yaml``. Each run of
+Used as ``report: reports.systematic_outliers:claim_report`` in ``conf/claim/systematic_outliers.yaml``. Each run of
 the claim trains one attention variant with :class:`callbacks.outlier_census.OutlierCensus`, which writes every
 per-layer number to ``outlier_census.csv`` in the run folder. The hook reads those files and adds:
 

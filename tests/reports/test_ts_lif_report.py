@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from lightning_modules.ts_lif.report import claim_report, compare
+from reports.ts_lif import claim_report, compare
 
 
 @dataclass

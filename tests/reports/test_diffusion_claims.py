@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lightning_modules.diffusion_claims import _learned, measured_order, rx_dpm_report, sweep_table
+from reports.rx_dpm import claim_report as rx_dpm_report
+from reports.rx_dpm import measured_order, sweep_table
+from reports.sgm_lipschitz import _learned
 from suite.compare import RunRecord
 
 

@@ -1,6 +1,6 @@
 """Claim-check report for TTA comparisons: a per-variant table over seeds and accuracy-over-the-stream curves.
 
-Used as ``report: callbacks.tta_report:claim_report`` in ``conf/claim/<slug>.yaml`` with runs that enable
+Used as ``report: reports.sumi:claim_report`` in ``conf/claim/<slug>.yaml`` with runs that enable
 ``callbacks.tta.TTAComparison`` (metrics ``tta/<variant>/<key>``, per-batch history in ``tta_compare.csv``).
 """
 

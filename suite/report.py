@@ -1,0 +1,241 @@
+"""Shared helpers of the results-page hooks (``reports/<slug>.py``): verdicts, the plateau criterion, budget tables.
+
+A claim page states one :class:`Verdict` per claim of the paper, from a fixed vocabulary:
+
+* ``reproduced`` / ``not reproduced``: the runs tested the claim (the strongest entries plateaued, the phenomenon
+  is present) and the method's margin over the baseline is beyond ``n_se`` standard errors, for or against;
+* ``inconclusive: underfit``: the runs had not converged, so they cannot show the effect either way;
+* ``inconclusive: phenomenon absent``: what the claim is about never appeared in the subject (e.g. no massive
+  activations by the census's own criteria);
+* ``inconclusive: within noise``: converged runs whose difference is within the seed noise.
+
+The plateau criterion (:func:`plateau`): an entry has plateaued when its validation metric improved over the last
+``frac`` (20%) of training by less than the seed spread (standard deviation over seeds) of its final value, or by
+less than 1% of the final value with one seed (or when the seeds agree exactly).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPRODUCED = "reproduced"
+NOT_REPRODUCED = "not reproduced"
+UNDERFIT = "inconclusive: underfit"
+ABSENT = "inconclusive: phenomenon absent"
+NOISE = "inconclusive: within noise"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, UNDERFIT, ABSENT, NOISE)
+REL_TOL = 0.01  # one seed: a relative change below 1% counts as no change (plateau, compare)
+
+Curve = Sequence[float] | Sequence[tuple[float, float]]
+
+
+@dataclass
+class Verdict:
+    """One claim of the paper and what the runs say about it.
+
+    Attributes:
+        claim: the paper's claim in one sentence.
+        verdict: one of :data:`VERDICTS`.
+        evidence: the numbers behind the verdict, one line.
+    """
+
+    claim: str
+    verdict: str
+    evidence: str
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict {self.verdict!r} is not one of {', '.join(map(repr, VERDICTS))}")
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def verdict_table(verdicts: list[Verdict]) -> str:
+    """Markdown table ``| claim | verdict | evidence |``, one row per :class:`Verdict` (verdict in bold)."""
+    lines = ["| claim | verdict | evidence |", "|---|---|---|"]
+    lines += [f"| {_cell(v.claim)} | **{v.verdict}** | {_cell(v.evidence)} |" for v in verdicts]
+    return "\n".join(lines)
+
+
+def _mean_var(values: Sequence[float]) -> tuple[float, float, int]:
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not vals:
+        raise ValueError("no finite values to compare")
+    return statistics.fmean(vals), statistics.variance(vals) if len(vals) > 1 else 0.0, len(vals)
+
+
+def compare(
+    method: Sequence[float],
+    baseline: Sequence[float],
+    *,
+    higher_is_better: bool,
+    converged: bool = True,
+    n_se: float = 2.0,
+    rel_tol: float = REL_TOL,
+) -> str:
+    """Verdict of ``method`` vs ``baseline`` (one value per seed each).
+
+    ``UNDERFIT`` when not ``converged``; otherwise ``REPRODUCED`` when the method is better by more than ``n_se``
+    standard errors of the difference of means (Welch: ``sqrt(s_m^2/n_m + s_b^2/n_b)``), ``NOT_REPRODUCED`` when
+    worse by as much, else ``NOISE``. With a single value on both sides there is no standard error: the margin must
+    then exceed ``rel_tol`` of the baseline's magnitude (deterministic runs, e.g. an exact solve).
+    """
+    if not converged:
+        return UNDERFIT
+    m, vm, nm = _mean_var(method)
+    b, vb, nb = _mean_var(baseline)
+    margin = (m - b) if higher_is_better else (b - m)
+    one_each = nm < 2 and nb < 2  # no standard error: fall back to a relative margin
+    threshold = rel_tol * max(abs(b), 1e-12) if one_each else n_se * math.sqrt(vm / nm + vb / nb)
+    if margin > threshold:
+        return REPRODUCED
+    if margin < -threshold:
+        return NOT_REPRODUCED
+    return NOISE
+
+
+def _points(curve: Curve) -> list[tuple[float, float]]:
+    pts = []
+    for i, p in enumerate(curve):
+        x, y = p if isinstance(p, tuple | list) else (i, p)
+        if y is not None and math.isfinite(float(y)):
+            pts.append((float(x), float(y)))
+    return pts
+
+
+def _window_start(pts: list[tuple[float, float]], frac: float) -> tuple[float, float]:
+    """The last point at or before ``(1 - frac)`` of the training span (so the window covers >= ``frac``)."""
+    x0, x1 = pts[0][0], pts[-1][0]
+    cut = x1 - frac * (x1 - x0)
+    before = [p for p in pts[:-1] if p[0] <= cut + 1e-9]
+    return before[-1] if before else pts[0]
+
+
+def plateau(curves: list[Curve], *, frac: float = 0.2, higher_is_better: bool) -> tuple[bool, str]:
+    """Whether an entry's validation curves (one per seed) have plateaued, and a one-line explanation.
+
+    Args:
+        curves: one curve per seed, either values in training order or ``(step, value)`` pairs.
+        frac: the final fraction of training whose improvement is measured (0.2 = the last 20%).
+        higher_is_better: the metric's direction (accuracy: True, loss: False).
+
+    Returns:
+        ``(plateaued, explanation)``: plateaued when the mean improvement over the last ``frac`` of training is
+        smaller than the seed spread of the final value (standard deviation over seeds), or than 1% of the final
+        value with one seed. A curve with fewer than two points cannot show a plateau (``False``).
+    """
+    series = [p for p in (_points(c) for c in curves) if p]
+    if not series:
+        return False, "no validation curve logged"
+    if any(len(s) < 2 for s in series):
+        return False, "fewer than two validation points: cannot be judged"
+    sign = 1.0 if higher_is_better else -1.0
+    gains, finals, starts = [], [], []
+    for s in series:
+        x0, y0 = _window_start(s, frac)
+        starts.append(x0)
+        gains.append(sign * (s[-1][1] - y0))
+        finals.append(s[-1][1])
+    gain = statistics.fmean(gains)
+    final = statistics.fmean(finals)
+    spread = statistics.stdev(finals) if len(finals) > 1 else 0.0
+    if spread > 0:
+        tol, what = spread, f"the seed spread {spread:.3g}"
+    else:
+        tol = REL_TOL * max(abs(final), 1e-12)
+        what = f"1% of the final value ({tol:.3g})"
+    ok = gain < tol
+    word = "plateaued" if ok else "still improving"
+    return ok, (
+        f"{word}: {'improved' if gain >= 0 else 'changed'} by {gain:.3g} since step {min(starts):g} "
+        f"(the last {frac:.0%} of training) vs {what}; final {final:.4g} over {len(series)} "
+        f"seed{'s' if len(series) != 1 else ''}"
+    )
+
+
+def budget_table(budget: dict[str, dict[str, Any]] | None) -> str:
+    """Markdown table of the paper's budget beside the one run here.
+
+    ``budget`` is the claim spec's ``budget:`` key, ``{paper: {model: ..., steps: ..., data: ...}, here: {...}}``;
+    rows are the union of both sides' keys (in order of first appearance), columns ``paper | here``.
+    """
+    if not budget:
+        return "No `budget:` in the claim spec: the paper's budget is not stated beside this one."
+    sides = [s for s in ("paper", "here") if s in budget] + [s for s in budget if s not in ("paper", "here")]
+    rows = list(dict.fromkeys(k for s in sides for k in (budget[s] or {})))
+    lines = ["| | " + " | ".join(sides) + " |", "|---|" + "---|" * len(sides)]
+    for row in rows:
+        cells = [_cell((budget[s] or {}).get(row, "—")) for s in sides]
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# --- helpers on RunRecord lists (suite.compare.RunRecord: name, seed, metrics, curves) -----------------------------
+
+
+def series(record: Any, key: str) -> list[tuple[int, float]]:
+    """A record's ``key`` curve as ``(step, value)`` pairs (also tries ``key_epoch`` / ``key_step``)."""
+    curves = getattr(record, "curves", {}) or {}
+    return list(curves.get(key) or curves.get(f"{key}_epoch") or curves.get(f"{key}_step") or [])
+
+
+def entry_curves(records: list[Any], name: str, key: str) -> list[list[tuple[int, float]]]:
+    """The ``key`` curve of every seed of entry ``name`` (empty curves dropped)."""
+    return [c for c in (series(r, key) for r in records if r.name == name) if c]
+
+
+def mean_curve(curves: list[list[tuple[int, float]]]) -> list[tuple[int, float]]:
+    """Mean over seeds at every step that any seed logged (a step's mean uses the seeds that have it)."""
+    by_step: dict[int, list[float]] = {}
+    for c in curves:
+        for step, v in c:
+            if math.isfinite(v):
+                by_step.setdefault(step, []).append(v)
+    return [(s, statistics.fmean(v)) for s, v in sorted(by_step.items())]
+
+
+def sizing(
+    records: list[Any], metric: str, *, higher_is_better: bool, frac: float = 0.2
+) -> dict[str, tuple[bool, str]]:
+    """:func:`plateau` of every entry (by name, in order of appearance) on the sizing metric."""
+    names = list(dict.fromkeys(r.name for r in records))
+    return {n: plateau(entry_curves(records, n, metric), frac=frac, higher_is_better=higher_is_better) for n in names}
+
+
+def values(records: list[Any], name: str, key: str) -> list[float]:
+    """Final ``key`` of every seed of entry ``name`` (missing / non-finite dropped)."""
+    out = []
+    for r in records:
+        v = r.metrics.get(key) if r.name == name else None
+        if v is not None and math.isfinite(v):
+            out.append(float(v))
+    return out
+
+
+def mean_sd(vals: Sequence[float]) -> str:
+    """``mean ± sd`` with ``n`` (or the single value) for evidence lines."""
+    vals = list(vals)
+    if not vals:
+        return "—"
+    if len(vals) == 1:
+        return f"{vals[0]:.4g} (1 seed)"
+    return f"{statistics.fmean(vals):.4g} ± {statistics.stdev(vals):.2g} (n={len(vals)})"
+
+
+def sizing_spec(spec_or_slug: dict | str | None) -> tuple[str | None, bool]:
+    """``(sizing_metric, sizing_higher_is_better)`` of a claim spec (a dict, or a slug read from ``conf/claim``)."""
+    spec = spec_or_slug
+    if isinstance(spec_or_slug, str):
+        from omegaconf import OmegaConf
+
+        path = Path(__file__).resolve().parents[1] / "conf" / "claim" / f"{spec_or_slug}.yaml"
+        spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False) if path.exists() else {}
+    spec = spec or {}
+    return spec.get("sizing_metric"), bool(spec.get("sizing_higher_is_better", False))

@@ -1,0 +1,130 @@
+"""suite.report: the verdict vocabulary, the comparison rule, the plateau criterion and the budget table, on
+hand-made numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from suite import report
+from suite.compare import RunRecord
+from suite.report import (
+    ABSENT,
+    NOISE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    UNDERFIT,
+    Verdict,
+    budget_table,
+    compare,
+    plateau,
+    verdict_table,
+)
+
+
+def test_verdict_rejects_words_outside_the_vocabulary():
+    with pytest.raises(ValueError, match="not one of"):
+        Verdict("x", "partly reproduced", "y")
+    table = verdict_table([Verdict("GDN beats DeltaNet", UNDERFIT, "acc 0.5 | 0.4"), Verdict("b", ABSENT, "none")])
+    rows = table.splitlines()
+    assert rows[0] == "| claim | verdict | evidence |"
+    assert rows[2] == "| GDN beats DeltaNet | **inconclusive: underfit** | acc 0.5 \\| 0.4 |"
+    assert len(rows) == 4
+
+
+def test_compare_uses_the_standard_error_of_the_difference():
+    # means 0.9 vs 0.8, sd 0.01 each over 3 seeds: s.e. = sqrt(2 * 1e-4 / 3) = 0.00816, margin 0.1 >> 2 s.e.
+    assert compare([0.89, 0.90, 0.91], [0.79, 0.80, 0.81], higher_is_better=True) == REPRODUCED
+    assert compare([0.89, 0.90, 0.91], [0.79, 0.80, 0.81], higher_is_better=False) == NOT_REPRODUCED
+    # margin 0.02 vs 2 s.e. = 2 * sqrt(2 * 0.0004 / 3) = 0.0327: within noise
+    assert compare([0.80, 0.82, 0.84], [0.78, 0.80, 0.82], higher_is_better=True) == NOISE
+    # same margin with 3x tighter seeds: 2 s.e. = 0.0109 < 0.02
+    assert compare([0.813, 0.82, 0.827], [0.793, 0.80, 0.807], higher_is_better=True) == REPRODUCED
+    assert compare([0.9], [0.1], higher_is_better=True, converged=False) == UNDERFIT
+    # one value each: a 1% relative margin decides (deterministic fits)
+    assert compare([1.0], [1.005], higher_is_better=False) == NOISE
+    assert compare([1.0], [1.02], higher_is_better=False) == REPRODUCED
+
+
+def test_plateau_compares_the_last_fifth_with_the_seed_spread():
+    # 10 points, steps 0..900: the window starts at step 720 -> the point at 700
+    flat = [[(100 * i, 1.0 - 0.5 * (i < 3)) for i in range(10)] for _ in range(2)]
+    flat[1] = [(s, v + 0.1) for s, v in flat[1]]  # seed spread of the final value: 0.0707
+    ok, why = plateau(flat, higher_is_better=True)
+    assert ok and "since step 700" in why and "seed spread 0.0707" in why
+    rising = [[(100 * i, 0.1 * i + d) for i in range(10)] for d in (0.0, 0.05)]  # +0.2 over the window vs 0.035
+    ok, why = plateau(rising, higher_is_better=True)
+    assert not ok and why.startswith("still improving: improved by 0.2")
+    # a loss still falling counts as improving when lower is better, as a plateau when higher is better
+    falling = [[3.0, 2.0, 1.5, 1.2]]
+    assert plateau(falling, higher_is_better=False)[0] is False
+    assert plateau(falling, higher_is_better=True)[0] is True
+    # one seed: a 1% relative tolerance (0.5% change over the last window = plateau)
+    assert plateau([[2.0, 1.01, 1.005, 1.0]], frac=0.3, higher_is_better=False)[0] is True
+    assert plateau([[0.5]], higher_is_better=True) == (False, "fewer than two validation points: cannot be judged")
+    assert plateau([], higher_is_better=True)[0] is False
+
+
+def test_budget_table_rows_are_the_union_of_keys():
+    table = budget_table(
+        {"paper": {"model": "1.3B", "steps": "100B tokens"}, "here": {"model": "96k params", "data": "1000 seq"}}
+    )
+    assert table.splitlines() == [
+        "| | paper | here |",
+        "|---|---|---|",
+        "| model | 1.3B | 96k params |",
+        "| steps | 100B tokens | — |",
+        "| data | — | 1000 seq |",
+    ]
+    assert "No `budget:`" in budget_table(None)
+
+
+def test_sizing_groups_records_by_entry():
+    recs = [
+        RunRecord(path=None, name="a", seed=s, curves={"val/loss": [(0, 2.0), (50, 1.0), (100, 1.0 + s / 100)]})
+        for s in range(3)
+    ] + [RunRecord(path=None, name="b", seed=0, curves={"val/loss_epoch": [(0, 2.0), (50, 1.5), (100, 1.0)]})]
+    out = report.sizing(recs, "val/loss", higher_is_better=False)
+    assert out["a"][0] is True and out["b"][0] is False
+    assert report.mean_curve(report.entry_curves(recs, "a", "val/loss"))[-1] == (100, pytest.approx(1.01))
+
+
+def _hook(records, out_dir, spec=None):  # a results-page hook that sees the spec (write_page passes it)
+    metric, hib = report.sizing_spec(spec)
+    ok = all(p for p, _ in report.sizing(records, metric, higher_is_better=hib).values())
+    a, b = report.values(records, "a", "test/acc"), report.values(records, "b", "test/acc")
+    return verdict_table([Verdict("a beats b", compare(a, b, higher_is_better=True, converged=ok), report.mean_sd(a))])
+
+
+def test_write_page_has_budget_sizing_and_the_hooks_verdicts(tmp_path):
+    from suite.claim import write_page
+
+    def rec(name, seed, final, acc):
+        curve = [(0, 2.0), (100, final + 0.5), (400, final + 0.001 * seed), (500, final)]
+        return RunRecord(tmp_path / f"{name}{seed}", name, seed, {"test/acc": acc}, {"val/loss": curve})
+
+    recs = [rec("a", s, 1.0, 0.9 + 0.01 * s) for s in range(3)] + [rec("b", s, 1.2, 0.5 + 0.01 * s) for s in range(3)]
+    spec = {
+        "runs": [{"name": "a"}, {"name": "b"}],
+        "seeds": [0, 1, 2],
+        "metrics": ["test/acc"],
+        "budget": {"paper": {"model": "1.3B"}, "here": {"model": "96k"}},
+        "sizing_metric": "val/loss",
+        "sizing_higher_is_better": False,
+        "report": "tests.suite.test_report:_hook",
+    }
+    page = write_page("demo", spec, recs, {}, tmp_path, [], tmp_path / "demo.md")
+    text = page.read_text()
+    assert "## Final metrics (mean ± std over seeds)" in text
+    assert "| model | 1.3B | 96k |" in text
+    assert "| a | yes | plateaued" in text and "| b | yes |" in text
+    assert "| a beats b | **reproduced** | 0.91 ± 0.01 (n=3) |" in text
+    assert (tmp_path / "demo_sizing.png").stat().st_size > 1000
+    # one seed: no "mean ± std" wording; no budget / sizing keys: the page says so; a still-falling loss: underfit
+    one = [RunRecord(tmp_path / "x", "a", 0, {"test/acc": 0.9}, {"val/loss": [(0, 3.0), (50, 2.0), (100, 1.0)]})]
+    one.append(RunRecord(tmp_path / "y", "b", 0, {"test/acc": 0.5}, {"val/loss": [(0, 3.0), (100, 2.0)]}))
+    page = write_page("demo", spec | {"budget": None}, one, {}, tmp_path, [], tmp_path / "one.md")
+    text = page.read_text()
+    assert "mean ± std" not in text and "(one seed per run: no spread)" in text and "No `budget:`" in text
+    assert "| a | no | still improving" in text and "**inconclusive: underfit**" in text
+    del spec["sizing_metric"]
+    assert "No `sizing_metric`" in write_page("demo", spec, one, {}, tmp_path, [], tmp_path / "two.md").read_text()

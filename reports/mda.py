@@ -40,6 +40,7 @@ def _vals(records: list[RunRecord], method: str, metric: str) -> list[float]:
 
 
 def _fmt(vals: list[float]) -> str:
+    vals = [float(v) for v in vals if v is not None and math.isfinite(float(v))]
     if not vals:
         return "—"
     sd = statistics.stdev(vals) if len(vals) > 1 else 0.0

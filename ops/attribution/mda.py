@@ -313,6 +313,7 @@ def mda(
     official_quirks: bool = False,
     batched: bool = True,
     segments: torch.Tensor | None = None,
+    window: int | None = None,
 ) -> MDAResult | None:
     """Run MDA on one image ``[C, H, W]`` with a prior attribution ``[H, W]``; ``None`` if the blur calibration fails.
 
@@ -327,6 +328,7 @@ def mda(
         official_quirks: reproduce the official code's index quirks (module docstring).
         batched: score the candidate window in one forward pass (``False``: the one-by-one twin).
         segments: precomputed segment labels ``[H, W]`` (``0..P-1``) instead of SLIC (e.g. the exact ViT grid).
+        window: candidate window (default :func:`window_size`, the paper's ``min(2 floor(sqrt P), 28)``).
     """
     counter = CountingModel(model_fn)
     c, h, w = img.shape
@@ -352,7 +354,10 @@ def mda(
         if p == patch_count
         else segment_means(prior_map.double().abs(), segments)
     )
-    window = window_size(p)
+    if window is None:
+        window = window_size(p)
+    elif not 1 <= window <= p:
+        raise ConfigError(f"MDA window={window} must be in [1, P={p}]")
     p_orig, p_blur, p_black = (float(v) for v in probabilities(counter, torch.stack([img, blurred, black]), target))
     search = greedy_patch_order if batched else greedy_patch_order_naive
 

@@ -189,6 +189,9 @@ def evaluate_attributions(
             p = fn(x[None])[0]
             if int(p.argmax()) != trigger_target or float(p[trigger_target]) < min_confidence:
                 continue  # the backdoor did not fire: no ground truth for this image
+            if calibrate_blur(fn, x, trigger_target, *blur_cfg, max_conf=blur_conf) is None:
+                counts["skipped_blur"] += 1  # MDA needs the blurred start image
+                continue
             n_loc += 1
             maps = maps_for(x, trigger_target)
             for name, sal in maps.items():

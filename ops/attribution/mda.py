@@ -120,7 +120,7 @@ def calibrate_blur(
 
 def _paste(current: torch.Tensor, finish: torch.Tensor, segments: torch.Tensor, cands: torch.Tensor) -> torch.Tensor:
     """``[len(cands), C, H, W]``: ``current`` with each candidate segment pasted from ``finish``."""
-    mask = (segments[None] == cands[:, None, None])[:, None]
+    mask = (segments[None] == cands.to(segments.device)[:, None, None])[:, None]
     return torch.where(mask, finish[None], current[None])
 
 
@@ -347,6 +347,7 @@ def mda(
         segments = slic_segments(img, patch_count, compactness)
     elif tuple(segments.shape) != (h, w):
         raise ConfigError(f"segments have shape {list(segments.shape)}, expected [H, W] = {[h, w]}")
+    segments = segments.to(img.device)  # pasting happens on the image's device; SLIC returns CPU labels
     p = int(segments.max()) + 1
     seg_sizes = torch.bincount(segments.reshape(-1), minlength=p)
     prior = (
@@ -393,7 +394,7 @@ def mda(
     y = np.nan_to_num(y, nan=0.0, posinf=1.0, neginf=0.0)
     x1 = normalize_curve(y, 0)
     attr = magnitudes_from_curve(deletion_order, x1, seg_sizes)
-    m1 = attr[segments]
+    m1 = attr[segments.cpu()]
     # MAS re-scoring (insertion on blur, deletion on black), interpolated to P + 1 points.
     step = w if mas_step is None else mas_step
     _, _, _, _, ins_n = mas_single_run(counter, img, m1, "ins", blurred, step, target)
@@ -404,6 +405,7 @@ def mda(
     x2 = normalize_curve(np.nan_to_num(c2, nan=0.0).clip(0, 1), 0)
     sparse = magnitudes_from_curve(deletion_order, x2, seg_sizes)
     dense = dense_scores(deletion_order, sparse, kappa)
-    maps = {g: ((1 - g) * sparse + g * dense)[segments] for g in gammas}
+    seg_cpu = segments.cpu()
+    maps = {g: ((1 - g) * sparse + g * dense)[seg_cpu] for g in gammas}
     smooth = {g: smooth_map(mp, p) for g, mp in maps.items()}
     return MDAResult(maps, smooth, deletion_order, list(prefix), x1, x2, segments, klen, counter.images)

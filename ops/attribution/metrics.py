@@ -77,7 +77,7 @@ def check_saliency(img: torch.Tensor, saliency: torch.Tensor | np.ndarray) -> to
         raise ConfigError(f"saliency map has shape {list(s.shape)}, expected [H, W] = {list(img.shape[-2:])}")
     if not bool(torch.isfinite(s).all()):
         raise ConfigError("saliency map has non-finite values")
-    return s.double()
+    return s.double().to(img.device)
 
 
 def salient_rank(saliency: torch.Tensor) -> torch.Tensor:
@@ -162,7 +162,7 @@ def density_curve(saliency: torch.Tensor, step: int, mode: str) -> np.ndarray:
     Insertion: ``0, m_1, m_1 + m_2, ...``; deletion: ``1, 1 - m_1, ...``, with ``m_k`` the saliency of the ``k``-th
     block of ``step`` most salient pixels over the total.
     """
-    flat = saliency.reshape(-1).double()
+    flat = saliency.reshape(-1).double().cpu()
     ordered = flat[torch.sort(-flat, stable=True).indices]
     n = (len(flat) + step - 1) // step
     blocks = torch.zeros(n, dtype=torch.float64)
@@ -233,7 +233,7 @@ def monotonicity(
     order = torch.sort(-seg_mean, stable=True).indices
     prank = torch.empty_like(order)
     prank[order] = torch.arange(len(order))
-    pix_rank = prank[segments.reshape(-1).long()]
+    pix_rank = prank[segments.reshape(-1).long().cpu()].to(img.device)
     p = len(order)
     start, finish = (substrate, img) if mode == "positive" else (img, substrate)
     images = path_images(start.to(img), finish.to(img), pix_rank, torch.arange(p + 1))
@@ -245,9 +245,9 @@ def monotonicity(
 
 def segment_means(values: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
     """Mean of ``values`` ``[H, W]`` over each segment label ``0..P-1`` of ``segments`` ``[H, W]``; ``[P]``."""
-    seg = segments.reshape(-1).long()
+    seg = segments.reshape(-1).long().cpu()
     p = int(seg.max()) + 1
-    sums = torch.zeros(p, dtype=torch.float64).index_add_(0, seg, values.reshape(-1).double())
+    sums = torch.zeros(p, dtype=torch.float64).index_add_(0, seg, values.reshape(-1).double().cpu())
     cnt = torch.zeros(p, dtype=torch.float64).index_add_(0, seg, torch.ones_like(seg, dtype=torch.float64))
     return sums / cnt.clamp_min(1)
 
@@ -287,8 +287,8 @@ def pointing_game(saliency: torch.Tensor, gt_mask: torch.Tensor) -> float:
     With piecewise-constant (patch) maps the maximum is often shared by many pixels: a hit is counted when the
     largest value inside the mask equals the global maximum.
     """
-    s = torch.as_tensor(saliency).double()
-    m = torch.as_tensor(gt_mask).bool()
+    s = torch.as_tensor(saliency).double().cpu()
+    m = torch.as_tensor(gt_mask).bool().cpu()
     if s.shape != m.shape:
         raise ConfigError(f"pointing_game: saliency {list(s.shape)} and mask {list(m.shape)} differ in shape")
     if not bool(m.any()):
@@ -303,8 +303,8 @@ def topk_patch_iou(saliency: torch.Tensor, gt_mask: torch.Tensor, patch: int, k:
     h, w = s.shape
     if h % patch or w % patch:
         raise ConfigError(f"topk_patch_iou: patch={patch} does not divide the {h}x{w} map")
-    ps = F.avg_pool2d(s[None, None], patch).reshape(-1)
-    pm = F.max_pool2d(m[None, None], patch).reshape(-1) > 0
+    ps = F.avg_pool2d(s.cpu()[None, None], patch).reshape(-1)
+    pm = F.max_pool2d(m.cpu()[None, None], patch).reshape(-1) > 0
     if not 1 <= k <= len(ps):
         raise ConfigError(f"topk_patch_iou: k={k} must be in [1, {len(ps)}]")
     top = torch.zeros_like(pm)

@@ -96,3 +96,30 @@ def test_report_hook_on_synthetic_records(tmp_path: Path):
     page = claim_report(recs, tmp_path)
     assert "| MDA outperforms the 7 ViT attribution baselines" in page and "**reproduced**" in page
     assert "10/10 metrics" in page
+
+
+def test_benchmark_runs_at_the_end_of_trainer_test(tmp_path: Path):
+    """The attribution benchmark inside ``trainer.test`` (inference-mode tensors, logging, the example grid)."""
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    net = tiny_vit()
+    x = torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        y = net(x).argmax(1)
+    attribution = {
+        "enabled": True, "n_images": 2, "methods": ["mda", "rollout"], "mda_variants": {"mda": {}},
+        "patch_count": 16, "min_confidence": 0.0, "mda": {"blur_klen": [3, 2, 5], "blur_max_conf": 1.0},
+    }  # fmt: skip
+    module = MdaLitModule(net, num_classes=3, attribution=attribution)
+    trainer = pl.Trainer(
+        default_root_dir=tmp_path,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
+    trainer.test(module, dataloaders=DataLoader(TensorDataset(x, y), batch_size=4))
+    m = trainer.callback_metrics
+    assert float(m["attr/n_images"]) == 2 and 0.0 <= float(m["attr/mda/rise_ins"]) <= 1.0
+    assert float(m["attr/mda/forwards"]) > 16 and (tmp_path / "mda_examples.png").stat().st_size > 1000

@@ -1,0 +1,88 @@
+"""MDA's cost on the suite's subject ViT (patch 4 on 28x28, P = 49), side by side in one run.
+
+* forward images and seconds per image for several candidate windows ``w`` (the paper's is
+  ``min(2 floor(sqrt P), 28) = 14``), against the notes' estimate of about ``P x w`` forward images;
+* the greedy search with the window's candidates in **one batched forward pass** vs the one-by-one twin, same image,
+  same result (checked), as a time ratio (goal >= 5x).
+
+The subject is the randomly initialised subject architecture unless ``--ckpt`` names a trained checkpoint of
+``experiment=mda``; the blur calibration is disabled (``blur_max_conf=1``) so every image is used. The machine may
+be shared: only the ratios measured in this one run are meaningful.
+
+    python benchmarks/mda_cost.py [--images 3] [--ckpt path/to/last.ckpt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lightning_modules.mda.evaluation import model_probs, patch_grid  # noqa: E402
+from lightning_modules.mda.module import load_subject  # noqa: E402
+from ops.attribution.mda import greedy_patch_order, greedy_patch_order_naive, mda, window_size  # noqa: E402
+
+
+def subject(ckpt: str | None) -> torch.nn.Module:
+    from timm.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    net = VisionTransformer(
+        img_size=28, patch_size=4, in_chans=1, num_classes=10, embed_dim=64, depth=3, num_heads=4, mlp_ratio=2.0
+    )
+    if ckpt:
+        load_subject(net, ckpt)
+    return net.eval()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--images", type=int, default=3)
+    ap.add_argument("--ckpt", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    net = subject(args.ckpt)
+    fn = model_probs(net)
+    g = torch.Generator().manual_seed(0)
+    images = [torch.rand(1, 28, 28, generator=g) for _ in range(args.images)]
+    grid = patch_grid(28, 28, 4)
+    p = 49
+    print(f"P = {p}, paper window w = {window_size(p)}; {args.images} images; one thread")
+    print("| window | forward images / image | P x w | ratio | seconds / image |")
+    print("|---|---|---|---|---|")
+    for w in (4, 8, 14, 28):
+        fw, secs = [], []
+        for x in images:
+            prior = torch.rand(28, 28, generator=g)
+            t0 = time.perf_counter()
+            res = mda(fn, x, prior, p, blur_klen=(3, 2, 3), blur_max_conf=1.0, segments=grid, window=w)
+            secs.append(time.perf_counter() - t0)
+            fw.append(res.forward_images)
+        f = statistics.fmean(fw)
+        print(f"| {w} | {f:.0f} | {p * w} | {f / (p * w):.2f} | {statistics.fmean(secs):.3f} |")
+    # batched vs one-by-one candidate evaluation: the full deletion-type search (P steps, window 14)
+    order = list(range(p))
+    ratios = []
+    for x in images:
+        start = torch.zeros_like(x)
+        t0 = time.perf_counter()
+        fast, _ = greedy_patch_order(fn, start, x, grid, order, 14, False, 0)
+        t_fast = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        slow, _ = greedy_patch_order_naive(fn, start, x, grid, order, 14, False, 0)
+        t_slow = time.perf_counter() - t0
+        if fast.order != slow.order:
+            raise SystemExit("batched and one-by-one searches disagree")
+        ratios.append(t_slow / t_fast)
+        print(f"greedy search (w=14): batched {t_fast:.3f} s, one-by-one {t_slow:.3f} s, ratio {t_slow / t_fast:.1f}x")
+    print(f"median speed-up of batched candidate evaluation: {statistics.median(ratios):.1f}x (goal >= 5x)")
+
+
+if __name__ == "__main__":
+    main()

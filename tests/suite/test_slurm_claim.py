@@ -44,7 +44,8 @@ def test_two_entry_paper_claim_through_submitit(slurm, tmp_path):  # noqa: F811 
         for seed in (0, 1):
             metrics = json.loads((out / name / str(seed) / "metrics.json").read_text())
             assert metrics["test/mse"] > 0
-        ids = sorted(p.name for p in (out / name / ".submitit").iterdir() if p.name[0].isdigit())
+        # one folder per array task (<array>_<task>), beside the array's own submission folder (<array>)
+        ids = sorted(p.name for p in (out / name / ".submitit").iterdir() if "_" in p.name and p.name[0].isdigit())
         assert ids, f"{name}: no submitit job folder"
         jobs[name] = ids
         assert len(ids) == 2 and all(list((out / name / ".submitit" / i).glob("*_log.out")) for i in ids), ids

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -44,7 +45,8 @@ def test_two_entry_paper_claim_through_submitit(slurm, tmp_path):  # noqa: F811 
         for seed in (0, 1):
             metrics = json.loads((out / name / str(seed) / "metrics.json").read_text())
             assert metrics["test/mse"] > 0
-        ids = sorted(p.name for p in (out / name / ".submitit").iterdir() if p.name[0].isdigit())
+        # one folder per array task (<array>_<task>), beside the array's own submission folder (<array>)
+        ids = sorted(p.name for p in (out / name / ".submitit").iterdir() if "_" in p.name and p.name[0].isdigit())
         assert ids, f"{name}: no submitit job folder"
         jobs[name] = ids
         assert len(ids) == 2 and all(list((out / name / ".submitit" / i).glob("*_log.out")) for i in ids), ids
@@ -52,11 +54,16 @@ def test_two_entry_paper_claim_through_submitit(slurm, tmp_path):  # noqa: F811 
     assert {k: v[0] for k, v in status.items()} == {"sgd_lr005": 0, "sgd_lr001": 0}
     env = {**os.environ, **slurm}
     array_ids = sorted({i.split("_")[0] for ids in jobs.values() for i in ids})
-    states = subprocess.run(
-        ["sacct", "-j", ",".join(array_ids), "-X", "-n", "-o", "JobID,State"], env=env, capture_output=True,
-        text=True, timeout=60,
-    ).stdout.split()  # fmt: skip
     assert len(array_ids) == 2, array_ids  # one job array per entry
+    deadline = time.monotonic() + 120
+    while True:  # the result files land before slurmctld books the last job as completed
+        states = subprocess.run(
+            ["sacct", "-j", ",".join(array_ids), "-X", "-n", "-o", "JobID,State"], env=env, capture_output=True,
+            text=True, timeout=60,
+        ).stdout.split()  # fmt: skip
+        if states.count("COMPLETED") >= 4 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     assert states.count("COMPLETED") >= 4, states  # two seeds per entry
     text = page.read_text()
     assert "make claim METHOD=spine_fixture PROFILE=paper" in text

@@ -101,7 +101,18 @@ def _temporal_graph_csv(root: Path) -> None:
     write_stream(root, name="yelp_clear")
 
 
+def _imagefolder(root: Path) -> None:
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for cls in ("n01440764", "n01443537", "n01484850"):  # ImageNet-val synset folders
+        (root / cls).mkdir(parents=True)
+        for i in range(4):
+            Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(root / cls / f"{i}.png")
+
+
 FIXTURES = {
+    "imagefolder": _imagefolder,
     "text_shards": _text_shards,
     "plain_text": _plain_text,
     "zinc_raw": _zinc_raw,

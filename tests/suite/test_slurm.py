@@ -83,14 +83,26 @@ def test_two_task_ddp_run_of_a_real_experiment(slurm, tmp_path):
         assert metrics[key] == pytest.approx(single[key], rel=1e-3), key
 
 
+def _trace(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def test_requeued_job_resumes_from_checkpoint_with_same_metrics(slurm, tmp_path):
+    """The requeued job must *resume*: a deterministic restart from scratch would give the same final metrics, so
+    the fixture's rank-0 trace proves it: the second process starts fitting at the global step of the checkpoint
+    the first one saved when SLURM preempted it (> 0), and trains only the remaining steps."""
     common = [FIXTURE_CONF, "experiment=spine_fixture", "trainer.max_epochs=5", "model.sleep_s=0.1"]
-    ref = _launch(slurm, tmp_path / "ref", *common)
+    ref = _launch(slurm, tmp_path / "ref", *common, f"model.trace_file={tmp_path / 'ref.jsonl'}")
     ref_out, _ = ref.communicate(timeout=900)
     assert ref.returncode == 0, ref_out[-3000:]
+    full = _trace(tmp_path / "ref.jsonl")
+    full_steps = [e["global_step"] for e in full if e["event"] == "step"]
+    assert [e["global_step"] for e in full if e["event"] == "start"] == [0]
+    assert full_steps == list(range(len(full_steps))) and len(full_steps) >= 10
 
     sweep = tmp_path / "requeued"
-    proc = _launch(slurm, sweep, *common)
+    trace = tmp_path / "requeued.jsonl"
+    proc = _launch(slurm, sweep, *common, f"model.trace_file={trace}")
     ckpt_dir = sweep / "0" / "checkpoints"
     deadline = time.monotonic() + 600
     while not list(ckpt_dir.glob("epoch_*.ckpt")):  # after epoch 0: requeue mid-training
@@ -110,6 +122,20 @@ def test_requeued_job_resumes_from_checkpoint_with_same_metrics(slurm, tmp_path)
             break
         time.sleep(1)
     assert "REQUEUED" in states and states[-1] == "COMPLETED", states
+
+    events = _trace(trace)
+    starts = [i for i, e in enumerate(events) if e["event"] == "start"]
+    assert len(starts) == 2, events  # the first run and the requeued one
+    first, second = events[: starts[1]], events[starts[1] :]
+    assert events[0]["global_step"] == 0 and len({e["pid"] for e in first} & {e["pid"] for e in second}) == 0
+    saved = [e["global_step"] for e in first if e["event"] == "save"][-1]  # last.ckpt written at preemption
+    trained_before = [e["global_step"] for e in first if e["event"] == "step"]
+    assert saved == trained_before[-1] + 1  # the preemption checkpoint holds every step trained before it
+    resumed = second[0]["global_step"]
+    assert resumed > 0 and resumed == saved, (resumed, saved)
+    trained_after = [e["global_step"] for e in second if e["event"] == "step"]
+    assert trained_after == full_steps[resumed:]  # only the remaining steps, continuing the count
+    assert len(trained_after) < len(full_steps)
     a = json.loads((tmp_path / "ref" / "0" / "metrics.json").read_text())
     b = json.loads((sweep / "0" / "metrics.json").read_text())
     for key in ("val/loss", "test/mse"):

@@ -5,7 +5,8 @@ One ``fit`` runs the whole defence:
 1. **Detection phase** (``detect_epochs``, paper: 30): train the model on the attacked training set, which also
    holds the defender's clean-probe copies (by default in place of their originals, ``data.probe_mode=replace``,
    as in the official code: each probe image is trained on once per epoch). After each epoch
-   :class:`callbacks.loss_dynamics.LossDynamics` records every example's loss on the un-augmented training set (trajectories ``L in R^{N x E}``).
+   :class:`callbacks.loss_dynamics.LossDynamics` records every example's loss on the un-augmented training set
+   (trajectories ``L in R^{N x E}``).
 2. **Detection**: depending on ``defence``
 
    * ``badloss``: epoch filter, Eq. (1) kNN (``k = 50``) distance to the clean-probe trajectories, log scores,

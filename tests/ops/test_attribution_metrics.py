@@ -137,3 +137,25 @@ def test_projection_hand_case_and_properties():
         np.testing.assert_allclose(normalize_curve_naive(y, kind), x, atol=1e-5)  # independent solver agrees
     with pytest.raises(ConfigError, match="endpoints"):
         normalize_curve(np.array([1.5, 0.0, 0.0]), 0)
+
+
+def test_projection_falls_back_when_clarabel_fails(monkeypatch):
+    """A Clarabel failure (seen at tight tolerances on a nearly flat deletion curve in the claim run) must not lose
+    the image: retry at default tolerances, then the SLSQP twin, whose answer is the same projection."""
+    import cvxpy as cp
+
+    from ops.attribution import projection
+
+    y = np.array([1.0, 0.2, 0.6, 0.1, 0.3, 0.0])
+    expected = projection.normalize_curve_naive(y, 0)
+    calls = []
+
+    def failing_solve(self, *args, **kwargs):
+        calls.append(kwargs)
+        raise cp.error.SolverError("Solver 'CLARABEL' failed.")
+
+    monkeypatch.setattr(cp.Problem, "solve", failing_solve)
+    out = projection.normalize_curve(y, 0)
+    assert len(calls) == 2 and "tol_feas" in calls[0] and "tol_feas" not in calls[1]  # tight, then default
+    np.testing.assert_allclose(out, expected, atol=1e-12)
+    assert np.all(np.diff(out, 2) >= -1e-9) and out[0] == 1.0 and out[-1] == 0.0  # convex, ends fixed

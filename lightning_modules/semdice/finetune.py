@@ -23,6 +23,7 @@ from torch import nn
 from lightning_modules._base import SuiteLitModule
 from lightning_modules.semdice.deep import mlp
 from ops.semdice.tabular import check_gamma
+from suite.debug import smoke_test
 from suite.errors import CheckpointError, ConfigError
 
 
@@ -165,9 +166,13 @@ class DdpgFinetuneLitModule(SuiteLitModule):
     def training_step(self, batch: Any, batch_idx: int) -> None:
         self._collect()
         n = min(self.size, self.buffer_size)
-        if self.env_step < self.warmup or n < self.batch:
+        # A smoke test (fast_dev_run, debug=...) runs a handful of steps: update from the first transition on, with
+        # the whole buffer as the batch, so that the pipeline's learning step is exercised too.
+        smoke = smoke_test(self.trainer)
+        warmup, batch = (0, min(self.batch, n)) if smoke else (self.warmup, self.batch)
+        if self.env_step < warmup or n < max(batch, 1):
             return None
-        idx = self._rng.integers(0, n, self.batch)
+        idx = self._rng.integers(0, n, batch)
         s, a, r, s2, d = (torch.from_numpy(self.buf[k][idx]) for k in ("s", "a", "r", "s2", "d"))
         opt_critic, opt_actor = self.optimizers()
         with torch.no_grad():

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import subprocess
+import time
 
 import pytest
 from omegaconf import OmegaConf
@@ -90,8 +91,13 @@ def test_compare_labels_runs_by_what_differs_and_skips_failed_and_debug_runs(tmp
     sweep = capsys.readouterr().out
     jobs = sorted((tmp_path / "train" / "spine_fixture" / "multiruns").glob("*/[0-9]"))
     assert len(jobs) == 2 and all(f"run finished: {job}/" in sweep for job in jobs)  # each sweep job says where
+    # Run folders are named by the second they start in (conf/hydra/default.yaml): keep these runs a second apart so
+    # that each gets its own folder (two runs started within one second share one).
+    time.sleep(1.1)
     assert run_entry("train", [*base, "model.nan_at_step=2"]) == 2  # fails: a run folder without metrics.json
+    time.sleep(1.1)
     assert run_entry("train", [*base, "debug=limit"]) == 0  # lands in <logs>/debug, never in <logs>/train
+    time.sleep(1.1)
     assert run_entry("train", [*base, "debug=fdr", "task_name=train"]) == 0  # a debug run forced into train/
     assert len(list((tmp_path / "debug" / "spine_fixture" / "runs").iterdir())) == 1
     capsys.readouterr()

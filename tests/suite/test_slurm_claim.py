@@ -3,7 +3,7 @@ submits both entries' seeds as SLURM jobs through Hydra's submitit launcher at o
 the published numbers; ``--report-only`` rebuilds it from the cluster's run folders.
 
 Uses the cluster fixture of tests/suite/test_slurm.py (munge, MariaDB, slurmdbd, slurmctld, slurmd; root only, skipped
-otherwise). Run it as ``flock /tmp/slurm.lock pytest tests/suite/test_slurm_claim.py`` (fixed ports).
+otherwise). It uses the SLURM test cluster's fixed ports: never run two SLURM test sessions at once.
 """
 
 from __future__ import annotations

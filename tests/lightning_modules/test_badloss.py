@@ -54,7 +54,7 @@ def run(defence: str, tmp_path, detect_epochs=3, max_epochs=4, callback=True, su
 
 
 def test_badloss_detects_and_retrains_on_kept_set(tmp_path):
-    model, dm, m = run("badloss", tmp_path)
+    model, dm, m = run("badloss", tmp_path, max_epochs=6)  # 3 detection + 3 retraining epochs
     n = dm.num_original
     # 40% of the originals trained on in detection (all but the probes' originals, which their copies replaced) are
     # rejected by rank, then the probes' originals put back.

@@ -66,7 +66,8 @@ def plugin_grad(model, dm, task=1):
 
 @pytest.mark.parametrize("discrepancy", ["linear_mmd", "wl"])
 def test_plugins_carry_gradients_unless_detached_as_released(tmp_path, discrepancy):
-    dm, model, trainer = make(tmp_path, discrepancy=discrepancy, class_loss=1.0, wl_neighbors=1)
+    dm, model, trainer = make(tmp_path, events=300, epochs_per_task=1, discrepancy=discrepancy, class_loss=1.0,
+                              wl_neighbors=1)  # fmt: skip
     trainer.fit(model, datamodule=dm)
     assert model.finished == 2 and model.prototypes.shape == (4, 16)
     value, grad = plugin_grad(model, dm)

@@ -103,7 +103,7 @@ def test_single_class_task_and_joint_need_the_right_mode(tmp_path):
         NForGOTLitModule(method="nope")
 
 
-def test_tgn_encoder_trains_every_method_path_in_time_order_with_gradients_everywhere(tmp_path):
+def test_tgn_encoder_trains_nforgot_in_time_order_with_gradients_everywhere(tmp_path):
     dm, model, trainer = make(tmp_path, events=300, epochs_per_task=1, encoder="tgn", memory_batch=25, class_loss=1.0)
     trainer.fit(model, datamodule=dm)
     assert dm.chronological and model.finished == 2 and not torch.isnan(model.acc[:, 1]).any()

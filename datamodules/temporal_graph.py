@@ -234,6 +234,8 @@ class TemporalGraphDataModule(SuiteDataModule):
         train_frac: fraction of each task's nodes used for training (the rest: half val, half test).
         split_seed: seed of the node splits (42 in the official code) and of subsampling.
         max_train_examples_per_task, max_eval_examples_per_task: seeded subsample per task (None: all).
+        chronological: serve the training queries in time order instead of shuffled (TGN's regime: its memory
+            learns from the events between consecutive batches; ``model.encoder=tgn`` switches it on).
     """
 
     def __init__(
@@ -254,6 +256,7 @@ class TemporalGraphDataModule(SuiteDataModule):
         split_seed: int = 42,
         max_train_examples_per_task: int | None = None,
         max_eval_examples_per_task: int | None = None,
+        chronological: bool = False,
     ) -> None:
         super().__init__(source, data_dir, batch_size, num_workers, seed)
         if dataset not in DATASETS:
@@ -271,6 +274,7 @@ class TemporalGraphDataModule(SuiteDataModule):
         self.node_features, self.feature_dim = node_features, feature_dim
         self.train_frac, self.split_seed = train_frac, split_seed
         self.max_train, self.max_eval = max_train_examples_per_task, max_eval_examples_per_task
+        self.chronological = chronological
         self.stream: ContinualTemporalGraph | None = None
 
     def load_embedded(self) -> dict[str, Any]:
@@ -307,7 +311,10 @@ class TemporalGraphDataModule(SuiteDataModule):
         return self.loader(split, shuffle=shuffle)
 
     def train_dataloader(self):
-        return self._serve("train", self.stream.split(self.current_task(), "train", self.cumulative), True)
+        ex = self.stream.split(self.current_task(), "train", self.cumulative)
+        if self.chronological:  # one time order over the tasks served (Joint: each task's queries stay in order)
+            ex = ex.subset(torch.argsort(ex.t, stable=True))
+        return self._serve("train", ex, not self.chronological)
 
     def val_dataloader(self):
         return self._serve("val", self.stream.split(self.current_task(), "val"), False)

@@ -11,6 +11,7 @@ from suite.report import ABSENT, UNDERFIT, Verdict, compare, entry_curves, plate
 
 DATASETS = {"school": "SocioPatterns primary school (5 tasks x 2 classes, multi-head)",
             "school_ci": "SocioPatterns primary school (5 tasks x 2 classes, single-head: class-incremental)",
+            "school_tgn": "SocioPatterns primary school on the TGN backbone (5 tasks x 2 classes, multi-head)",
             "pubmed": "temporal PubMed (3 tasks x 1 class, single-head)",
             "yelp": "yelp_clear (paper profile, 6 tasks x 2 classes, multi-head)"}  # fmt: skip
 BASELINES = ("finetune", "ewc", "lwf", "replay")

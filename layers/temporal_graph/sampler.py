@@ -49,6 +49,8 @@ class TemporalNeighborSampler:
 
     def __init__(self, num_nodes: int, src: Tensor, dst: Tensor, t: Tensor) -> None:
         src, dst, t = src.long(), dst.long(), t.double()
+        chrono = torch.argsort(t, stable=True)  # the event stream in time order (ties: list order), for TGN memory
+        self.events = (src[chrono], dst[chrono], t[chrono])
         e = torch.arange(src.numel())
         node = torch.cat([src, dst])
         nbr = torch.cat([dst, src])

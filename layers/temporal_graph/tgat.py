@@ -14,6 +14,7 @@ zeros. A node with no earlier event gets a zero attention output (DyGLib pads wi
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -99,17 +100,38 @@ class TGAT(nn.Module):
         """Time encoding of ``dt`` (any shape) -> ``[*dt.shape, time_dim]``."""
         return self.time(dt.to(self.time.lin.weight.dtype).reshape(-1)).view(*dt.shape, -1)
 
+    # Hooks for encoders whose layer-0 state depends on more than the features (TGN: + the memory of the node).
+    def context(self, sampler: TemporalNeighborSampler, nodes: Tensor, times: Tensor) -> Any:
+        """Per-query state shared by the whole receptive field of each query (TGAT: none)."""
+        return None
+
+    def expand_context(self, ctx: Any, k: int) -> Any:
+        """The context of the ``k`` neighbour rows of each row (row ``b`` -> rows ``b k .. b k + k - 1``)."""
+        return None
+
+    def base(self, x: Tensor, nodes: Tensor, ctx: Any) -> Tensor:
+        """``h^0`` of ``nodes``: the projected node features ``W_in x_u``."""
+        return self.inp(x[nodes.to(x.device)])
+
     def embed(
-        self, x: Tensor, sampler: TemporalNeighborSampler, nodes: Tensor, times: Tensor, layer: int | None = None
+        self,
+        x: Tensor,
+        sampler: TemporalNeighborSampler,
+        nodes: Tensor,
+        times: Tensor,
+        layer: int | None = None,
+        ctx: Any = None,
     ) -> tuple[Tensor, Neighbors | None]:
         """``h^layer`` of ``nodes [B]`` at ``times [B]`` -> (``[B, D]``, the top layer's sampled neighbours)."""
         layer = self.num_layers if layer is None else layer
         if layer == 0:
-            return self.inp(x[nodes.to(x.device)]), None
+            return self.base(x, nodes, ctx), None
         nb = sampler.sample(nodes.cpu(), times.cpu(), self.k)  # the event tables live on the CPU
         b = nodes.numel()
-        h_self, _ = self.embed(x, sampler, nodes, times, layer - 1)
-        h_nbr, _ = self.embed(x, sampler, nb.nodes.reshape(-1), nb.times.reshape(-1), layer - 1)
+        h_self, _ = self.embed(x, sampler, nodes, times, layer - 1, ctx)
+        h_nbr, _ = self.embed(
+            x, sampler, nb.nodes.reshape(-1), nb.times.reshape(-1), layer - 1, self.expand_context(ctx, self.k)
+        )
         h_nbr = h_nbr.view(b, self.k, -1)
         dt = times.cpu().double().unsqueeze(1) - nb.times
         phi0 = self.phi(torch.zeros(b, device=h_self.device, dtype=h_self.dtype))
@@ -118,7 +140,7 @@ class TGAT(nn.Module):
 
     def forward(self, x: Tensor, sampler: TemporalNeighborSampler, nodes: Tensor, times: Tensor) -> Tensor:
         """``[B, D]`` embeddings of ``nodes`` at ``times`` (only events strictly before each time are used)."""
-        return self.embed(x, sampler, nodes, times)[0]
+        return self.embed(x, sampler, nodes, times, ctx=self.context(sampler, nodes, times))[0]
 
     def subtree(
         self, x: Tensor, sampler: TemporalNeighborSampler, nodes: Tensor, times: Tensor
@@ -129,8 +151,11 @@ class TGAT(nn.Module):
             ``h [B, D]`` (the node's embedding) and ``S [B, k + 1, D]``: the embeddings of its ``k`` most recent
             neighbours at their own event times (zeros where padded), then its own embedding.
         """
-        h, nb = self.embed(x, sampler, nodes, times)
+        ctx = self.context(sampler, nodes, times)
+        h, nb = self.embed(x, sampler, nodes, times, ctx=ctx)
         b = nodes.numel()
-        h_nbr = self.forward(x, sampler, nb.nodes.reshape(-1), nb.times.reshape(-1)).view(b, self.k, -1)
-        h_nbr = h_nbr * nb.mask.unsqueeze(-1).to(device=h_nbr.device, dtype=h_nbr.dtype)
+        h_nbr, _ = self.embed(
+            x, sampler, nb.nodes.reshape(-1), nb.times.reshape(-1), ctx=self.expand_context(ctx, self.k)
+        )
+        h_nbr = h_nbr.view(b, self.k, -1) * nb.mask.unsqueeze(-1).to(device=h.device, dtype=h.dtype)
         return h, torch.cat([h_nbr, h.unsqueeze(1)], 1)

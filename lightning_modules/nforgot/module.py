@@ -42,6 +42,7 @@ from torch import Tensor, nn
 
 from layers.temporal_graph.continual import Examples
 from layers.temporal_graph.tgat import TGAT
+from layers.temporal_graph.tgn import TGN
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule
 from ops.continual.metrics import average_forgetting, average_performance, backward_transfer
 from ops.nforgot.losses import (
@@ -56,6 +57,7 @@ from ops.nforgot.wl import temporal_wl_labels
 from suite.errors import ConfigError
 
 METHODS = ("finetune", "joint", "ewc", "lwf", "replay", "nforgot")
+ENCODERS = ("tgat", "tgn")
 DISCREPANCIES = ("linear_mmd", "mk_mmd", "wl", "none")
 
 
@@ -67,7 +69,10 @@ class NForGOTLitModule(SuiteLitModule):
         in_dim: node feature width; ``None`` takes it from the data in ``setup`` (e.g. a real ``.npy``).
         num_classes, classes_per_task: must match the datamodule (checked in ``setup``).
         multihead: per-task heads chosen by the true label's task (official) or one class-incremental head.
-        dim, time_dim, num_layers, heads, num_neighbors, dropout: TGAT (``layers/temporal_graph/tgat.py``).
+        encoder: ``tgat`` (``layers/temporal_graph/tgat.py``) or ``tgn`` (GRU memory + the same graph attention,
+            ``layers/temporal_graph/tgn.py``; it makes the datamodule serve training queries in time order).
+        dim, time_dim, num_layers, heads, num_neighbors, dropout: the encoder's attention (both encoders).
+        memory_batch: TGN's memory chunk (events per memory update).
         head_hidden, head_dropout: the ``features`` block before the heads (100, 0.3 officially).
         alpha, beta, distill_loss, class_loss, mmd_loss, temperature: N-ForGOT loss weights (official defaults).
         discrepancy: ``linear_mmd | mk_mmd | wl | none``.
@@ -87,12 +92,14 @@ class NForGOTLitModule(SuiteLitModule):
         num_classes: int = 10,
         classes_per_task: int = 2,
         multihead: bool = True,
+        encoder: str = "tgat",
         dim: int = 64,
         time_dim: int = 32,
         num_layers: int = 1,
         heads: int = 2,
         num_neighbors: int = 10,
         dropout: float = 0.1,
+        memory_batch: int = 200,
         head_hidden: int = 100,
         head_dropout: float = 0.3,
         alpha: float = 1.0,
@@ -120,6 +127,10 @@ class NForGOTLitModule(SuiteLitModule):
         super().__init__(optimizer, scheduler, scheduler_interval, monitor)
         if method not in METHODS:
             raise ConfigError(f"model.method={method!r} must be one of {list(METHODS)}")
+        if encoder not in ENCODERS:
+            raise ConfigError(f"model.encoder={encoder!r} must be one of {list(ENCODERS)}")
+        if memory_batch < 1:
+            raise ConfigError(f"model.memory_batch={memory_batch} must be >= 1")
         if discrepancy not in DISCREPANCIES:
             raise ConfigError(f"model.discrepancy={discrepancy!r} must be one of {list(DISCREPANCIES)}")
         if classes_per_task < 1 or num_classes % classes_per_task:
@@ -135,7 +146,10 @@ class NForGOTLitModule(SuiteLitModule):
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         self.method, self.multihead, self.C = method, multihead, classes_per_task
         self.num_classes, self.num_tasks = num_classes, num_classes // classes_per_task
-        self.encoder = TGAT(in_dim or 1, dim, time_dim, num_layers, heads, num_neighbors, dropout)
+        if encoder == "tgn":
+            self.encoder = TGN(in_dim or 1, dim, time_dim, num_layers, heads, num_neighbors, dropout, memory_batch)
+        else:
+            self.encoder = TGAT(in_dim or 1, dim, time_dim, num_layers, heads, num_neighbors, dropout)
         self.features = nn.Sequential(nn.Linear(dim, head_hidden), nn.ReLU(), nn.Dropout(head_dropout))
         self.head = nn.Linear(head_hidden, num_classes)  # task k's head = columns k*C .. (k+1)*C - 1
         self.val_acc = torchmetrics.MeanMetric()
@@ -180,6 +194,8 @@ class NForGOTLitModule(SuiteLitModule):
                         f"task {k} has a single class {cls}: its multi-head accuracy would be trivially 1; "
                         "use model.multihead=false (class-incremental) or another data.classes_per_task"
                     )
+        if self.hparams.encoder == "tgn":
+            dm.chronological = True  # TGN's memory learns from the events between consecutive (time-ordered) batches
         if self.method == "joint" and not getattr(dm, "cumulative", False):
             raise ConfigError("model.method=joint needs data.cumulative=true (train on all tasks so far)")
         self.x = x
@@ -369,13 +385,19 @@ class NForGOTLitModule(SuiteLitModule):
             keep = [torch.nonzero(train.y == c).view(-1) for c in self.stream.task_classes[task]]
             keep = [k[torch.randperm(k.numel(), generator=g)[: self.hparams.replay_per_class]] for k in keep]
             self.replay = Examples.cat([self.replay, train.subset(torch.cat(keep))])
-        self.prev = self._snapshot()
+        self._set_prev(self._snapshot())
         if was_training:
             self.train()
         if self.method == "ewc":
             self._update_fisher(train, g)
         self.finished = task + 1
         self.log(f"cl/ap_after_{task}", float(average_performance(self.acc[: task + 1, : task + 1])[-1]))
+
+    def _set_prev(self, prev: nn.Module) -> None:
+        """Keep the previous-task model unregistered: ``self.train()`` must not switch the frozen teacher back to
+        training mode (dropout in the KD targets), and it is not part of the state dict (saved by
+        ``on_save_checkpoint``)."""
+        object.__setattr__(self, "prev", prev)
 
     def _snapshot(self) -> nn.Module:
         prev = nn.ModuleDict({"encoder": self.encoder, "features": self.features, "head": self.head})
@@ -460,5 +482,5 @@ class NForGOTLitModule(SuiteLitModule):
         self.prototypes, self.fisher, self.anchor = state["prototypes"], state["fisher"], state["anchor"]
         self.replay = Examples(**state["replay"])
         if state["prev"] is not None:
-            self.prev = self._snapshot()
+            self._set_prev(self._snapshot())
             self.prev.load_state_dict(state["prev"])

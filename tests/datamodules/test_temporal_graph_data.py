@@ -52,6 +52,9 @@ def test_real_datamodule_builds_tasks_and_disjoint_node_splits(tmp_path):
         assert not (nodes["train"] & nodes["val"]) and not (nodes["train"] & nodes["test"])
         ex = s.examples[k]["train"]
         assert (ex.y // 2 == k).all() and (ex.t[1:] >= ex.t[:-1]).all()
+        for sp in ("train", "val", "test"):  # the unlabelled node 6 is a neighbour, never a query
+            assert 6 not in s.examples[k][sp].node.tolist() and (s.examples[k][sp].y >= 0).all()
+    assert 6 in s.samplers[1].nbr.tolist()
     # task 0's graph holds the events touching classes 0/1 and not 2/3 (event task = max endpoint task)
     assert s.samplers[0].eid.unique().numel() == 3  # (1,2), (2,1), (1,5): its own event list
     batch = next(iter(dm.train_dataloader()))
@@ -63,6 +66,11 @@ def test_real_datamodule_builds_tasks_and_disjoint_node_splits(tmp_path):
     [
         (lambda rows: rows[:3] + [(4, 5, 1.5, 3)] + rows[4:], r"ml_toy.csv: events out of time order at line 5"),
         (lambda rows: rows + [(1, 3, 9.0, 1)], r"line 11: node 1 has class 1 but class 0 earlier"),
+        (
+            lambda rows: rows[:2] + [(2, 1, "x", 1)] + rows[3:],
+            r"ml_toy.csv: line 4: column ts is empty or not a number",
+        ),
+        (lambda rows: [(u, i, t, -1) for u, i, t, _ in rows], r"ml_toy.csv: no node has a class label"),
     ],
 )
 def test_bad_csv_errors_name_file_and_line(tmp_path, mutate, message):
@@ -74,6 +82,12 @@ def test_bad_csv_errors_name_file_and_line(tmp_path, mutate, message):
 def test_feature_rows_must_cover_every_node_id(tmp_path):
     write_dyglib(tmp_path, feat_rows=6)
     with pytest.raises(DataFormatError, match=r"ml_toy_node.npy: 6 rows but .*line 7 uses node id 6"):
+        read_jodie(tmp_path, "toy", "file", 3, 0)
+    write_dyglib(tmp_path, feat_rows=9)  # more rows than ids: documented handling, nodes without events
+    g = read_jodie(tmp_path, "toy", "file", 3, 0)
+    assert g.num_nodes == 9 and g.y[7:].tolist() == [-1, -1]
+    np.save(tmp_path / "ml_toy_node.npy", np.ones(9))
+    with pytest.raises(DataFormatError, match=r"ml_toy_node.npy: node features must be 2-D"):
         read_jodie(tmp_path, "toy", "file", 3, 0)
 
 

@@ -9,6 +9,7 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from datamodules.temporal_graph import TemporalGraphDataModule
 from lightning_modules.nforgot import NForGOTLitModule
@@ -30,18 +31,18 @@ def write_stream(root, classes=(0, 1, 2, 3), n=40, e=600, seed=0, name="toy"):
     np.save(root / f"{name}_node.npy", np.concatenate([np.zeros((1, len(classes))), noisy]))
 
 
-def make(tmp_path, classes=(0, 1, 2, 3), cumulative=False, **model_kw):
-    write_stream(tmp_path, classes)
+def make(tmp_path, classes=(0, 1, 2, 3), cumulative=False, events=600, epochs_per_task=2, **model_kw):
+    write_stream(tmp_path, classes, e=events)
     dm = TemporalGraphDataModule(
         source="real", data_dir=str(tmp_path), name="toy", node_features="file", classes_per_task=2,
-        epochs_per_task=2, batch_size=40, cumulative=cumulative,
+        epochs_per_task=epochs_per_task, batch_size=40, cumulative=cumulative,
     )  # fmt: skip
     kw = dict(in_dim=len(classes), num_classes=2 * math.ceil(len(classes) / 2), classes_per_task=2, dim=16,
               time_dim=8, num_neighbors=4, head_hidden=16, dropout=0.0, head_dropout=0.0)  # fmt: skip
     kw |= model_kw
     model = NForGOTLitModule(optimizer=lambda p: torch.optim.Adam(p, lr=1e-2), **kw)
-    trainer = L.Trainer(max_epochs=2 * dm_tasks(classes), reload_dataloaders_every_n_epochs=1, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    trainer = L.Trainer(max_epochs=epochs_per_task * dm_tasks(classes), reload_dataloaders_every_n_epochs=1,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         num_sanity_val_steps=0)  # fmt: skip
     return dm, model, trainer
 
@@ -65,7 +66,8 @@ def plugin_grad(model, dm, task=1):
 
 @pytest.mark.parametrize("discrepancy", ["linear_mmd", "wl"])
 def test_plugins_carry_gradients_unless_detached_as_released(tmp_path, discrepancy):
-    dm, model, trainer = make(tmp_path, discrepancy=discrepancy, class_loss=1.0, wl_neighbors=1)
+    dm, model, trainer = make(tmp_path, events=300, epochs_per_task=1, discrepancy=discrepancy, class_loss=1.0,
+                              wl_neighbors=1)  # fmt: skip
     trainer.fit(model, datamodule=dm)
     assert model.finished == 2 and model.prototypes.shape == (4, 16)
     value, grad = plugin_grad(model, dm)
@@ -99,3 +101,27 @@ def test_single_class_task_and_joint_need_the_right_mode(tmp_path):
         trainer.fit(model, datamodule=dm)
     with pytest.raises(ConfigError, match="model.method='nope'"):
         NForGOTLitModule(method="nope")
+
+
+def test_tgn_encoder_trains_nforgot_in_time_order_with_gradients_everywhere(tmp_path):
+    dm, model, trainer = make(tmp_path, events=300, epochs_per_task=1, encoder="tgn", memory_batch=25, class_loss=1.0)
+    trainer.fit(model, datamodule=dm)
+    assert dm.chronological and model.finished == 2 and not torch.isnan(model.acc[:, 1]).any()
+    train = dm.stream.examples[1]["train"]
+    assert torch.equal(dm.datasets["train"].t, train.t.sort().values)  # TGN is served in time order
+    assert model.prev.encoder._histories is not model.encoder._histories  # the teacher keeps its own memory
+    assert not model.prev.training  # and stays in eval mode when the student trains
+    model.train()
+    model.encoder.reset_memory()  # chunks computed now carry gradients to the memory modules
+    b = train.subset(torch.arange(len(train) - 20, len(train)))  # late queries: many memory chunks before them
+    h, S = model._embed(b.node, b.t, b.task, subtree=True)
+    with torch.no_grad():
+        h0 = model._embed(b.node, b.t, b.task, net=model.prev)
+    plug, _ = model._plugins(h, h0, S, b.node, b.t, b.y, 1, 0)
+    z, target = model._logits(model._raw_logits(h), b.task, b.y, 1)
+    model.zero_grad()
+    (F.cross_entropy(z, target) + plug).backward()
+    for name, p in model.encoder.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    with pytest.raises(ConfigError, match="model.encoder='gru'"):
+        NForGOTLitModule(encoder="gru")

@@ -12,6 +12,15 @@ from lightning_modules.diffusion import DiffusionLitModule
 from suite.errors import ConfigError
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny convolutions: one thread is far faster than two contended ones on the shared 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def test_curve_on_the_suite_diffusion_module_ends_at_the_sample():
     torch.manual_seed(0)
     m = DiffusionLitModule(net=MLPDenoiser(dim=2, hidden=16, depth=1, emb_dim=8), n_steps=6, ref_steps=0)

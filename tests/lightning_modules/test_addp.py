@@ -15,6 +15,15 @@ from lightning_modules.addp.module import pick_negative
 from suite.errors import ConfigError
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny convolutions: one thread is far faster than two contended ones on the shared 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def _module(task: str, **kw) -> AddpLitModule:
     torch.manual_seed(0)
     net = SmallUNet(in_channels=1, channels=8, emb_dim=16, cond_channels=3, cond_dim=64)

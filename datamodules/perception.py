@@ -38,7 +38,7 @@ from torch import Tensor
 from torch.nn import functional as F
 from torch.utils.data import Dataset
 
-from datamodules._base import SuiteDataModule, require_files, split_indices
+from datamodules._base import SuiteDataModule, require_files, split_indices, unreadable_data_message
 from suite.errors import ConfigError, DataFormatError
 
 TASKS = ("depth", "refseg")
@@ -395,11 +395,7 @@ def _read(path: Path, reader: Any) -> Any:
     try:
         return reader(path)
     except Exception as err:  # noqa: BLE001 - any parser's failure on a corrupt file becomes one line naming it
-        reason = " ".join(str(err).split())[:160] or type(err).__name__
-        raise DataFormatError(
-            f"cannot read data file {path} ({type(err).__name__}: {reason}); the file is corrupt or not in the "
-            "expected format: download it again (see docs/methods/addp.md, Data) or use data.source=embedded"
-        ) from None
+        raise DataFormatError(unreadable_data_message("PerceptionDataModule", path, err)) from None
 
 
 def coco_mask(seg: Any, h: int, w: int, where: str = "instances.json") -> np.ndarray:

@@ -40,6 +40,7 @@ from ops.samplers import (
     SOLVER_ORDER,
     karras_sigmas,
     nfe_of,
+    recording,
     rx_sample,
     sample,
     vp_alpha_sigma,
@@ -280,6 +281,20 @@ class DiffusionLitModule(SuiteLitModule):
         else:
             out = sample(self.denoise, x_t, sig, solver)
         return alpha_end * out.x, out.nfe
+
+    @torch.no_grad()
+    def x0_quality_curve(self, batch: Any) -> dict[str, Tensor]:
+        """Per-step x0 quality for :class:`callbacks.x0_quality.X0QualityCurve`: the mean squared distance of each
+        denoiser call's x0-prediction (step 0: x0 = 0) to the final sample, from noise shaped like the batch."""
+        real = self._prep(batch)
+        x_t = self.prior(real.shape[0], tuple(real.shape[1:]), torch.Generator().manual_seed(0)).to(real.dtype)
+        den, calls = recording(self.denoise)
+        h = self.hparams
+        sig, alpha_end = self.grid()
+        out = rx_sample(den, x_t, sig, h.solver, h.rx_k, h.rx_coefficients) if h.rx else sample(den, x_t, sig, h.solver)
+        final = alpha_end * out.x
+        preds = [torch.zeros_like(final)] + [d for _, d in calls]
+        return {"mse_to_final": torch.stack([(p - final).pow(2).mean().double() for p in preds])}
 
     # -- test ----------------------------------------------------------------------------------------------------
     def on_test_epoch_start(self) -> None:

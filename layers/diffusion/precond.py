@@ -25,8 +25,8 @@ class EDMPrecond(nn.Module):
             raise ConfigError(f"sigma_data={sigma_data} must be > 0")
         self.net, self.sigma_data = net, sigma_data
 
-    def forward(self, x: Tensor, sigma: Tensor) -> Tensor:
-        """x [B, ...], sigma [B] (>= 0) -> D [B, ...]."""
+    def forward(self, x: Tensor, sigma: Tensor, **cond: Tensor) -> Tensor:
+        """x [B, ...], sigma [B] (>= 0) -> D [B, ...]; ``cond`` (e.g. ``cond_image``, ``cond``) goes to F unscaled."""
         if bool((sigma < 0).any()):
             raise ConfigError(f"sigma={float(sigma.min())} must be >= 0")
         shape = (-1,) + (1,) * (x.ndim - 1)
@@ -36,7 +36,7 @@ class EDMPrecond(nn.Module):
         c_out = s * self.sigma_data / torch.sqrt(s**2 + sd2)
         c_in = 1.0 / torch.sqrt(s**2 + sd2)
         c_noise = torch.log(sigma.to(x.dtype).clamp_min(1e-20)) / 4
-        return c_skip * x + c_out * self.net(c_in * x, c_noise)
+        return c_skip * x + c_out * self.net(c_in * x, c_noise, **cond)
 
     def loss_weight(self, sigma: Tensor) -> Tensor:
         """lambda(sigma) = (sigma^2 + s_d^2) / (sigma s_d)^2 (Karras et al. 2022, Eq. (8) and Table 1)."""

@@ -13,6 +13,7 @@ from ops.samplers.solvers import (
     euler_sampler,
     heun_sampler,
     nfe_of,
+    recording,
     sample,
     steps_for_nfe,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "heun_sampler",
     "karras_sigmas",
     "nfe_of",
+    "recording",
     "rx_coeffs",
     "rx_sample",
     "sample",

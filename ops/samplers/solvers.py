@@ -180,3 +180,17 @@ def sample(denoiser: Denoiser, x: Tensor, sigmas: Tensor, solver: str = "euler")
     if solver not in SAMPLERS:
         raise ConfigError(f"solver={solver!r} must be one of {sorted(SAMPLERS)}")
     return SAMPLERS[solver](denoiser, x, sigmas)
+
+
+def recording(denoiser: Denoiser) -> tuple[Denoiser, list[tuple[float, Tensor]]]:
+    """Wrap ``denoiser`` so that every call's (sigma, D(x, sigma)) is appended to the returned list: the
+    x0-prediction of each denoising step (one per step for Euler/DDIM and DPM-Solver++(2M)), for per-step quality
+    curves (:mod:`callbacks.x0_quality`)."""
+    calls: list[tuple[float, Tensor]] = []
+
+    def wrapped(x: Tensor, sigma: Tensor) -> Tensor:
+        d = denoiser(x, sigma)
+        calls.append((float(sigma.reshape(-1)[0]), d.detach()))
+        return d
+
+    return wrapped, calls

@@ -111,8 +111,15 @@ def _imagefolder(root: Path) -> None:
             Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(root / cls / f"{i}.png")
 
 
+def _nyuv2_mat(root: Path) -> None:
+    from tests.datamodules.test_perception import write_nyuv2
+
+    write_nyuv2(root, n=10)
+
+
 FIXTURES = {
     "imagefolder": _imagefolder,
+    "nyuv2_mat": _nyuv2_mat,
     "text_shards": _text_shards,
     "plain_text": _plain_text,
     "zinc_raw": _zinc_raw,

@@ -60,23 +60,36 @@ def flat_obs(obs: Any) -> np.ndarray:
     return np.asarray(obs["observation"] if isinstance(obs, dict) else obs, dtype=np.float32)
 
 
+class BehaviourPolicy:
+    """The behaviour policy of the generated data (see the module docstring): ``act(t)`` is the action at step ``t``
+    of the roll-out (``sticky`` draws a new uniform action every ``repeat`` steps and holds it)."""
+
+    def __init__(self, policy: str, low: np.ndarray, high: np.ndarray, rng: np.random.Generator, repeat: int = 10,
+                 epsilon: float = 0.2) -> None:  # fmt: skip
+        if policy not in POLICIES:
+            raise ConfigError(f"data.policy={policy!r} must be one of {list(POLICIES)}")
+        self.policy, self.low, self.high, self.rng, self.repeat, self.epsilon = policy, low, high, rng, repeat, epsilon
+        self.held = rng.uniform(low, high)
+
+    def act(self, t: int) -> np.ndarray:
+        if self.policy == "random" or (self.policy == "eps_sticky" and self.rng.random() < self.epsilon):
+            return self.rng.uniform(self.low, self.high)
+        if t % self.repeat == 0:
+            self.held = self.rng.uniform(self.low, self.high)
+        return self.held
+
+
 def generate(
     env_id: str, policy: str, num_steps: int, episode_steps: int, seed: int, repeat: int = 10, epsilon: float = 0.2
 ) -> dict[str, np.ndarray]:
     """Roll out ``num_steps`` transitions of the behaviour policy (see the module docstring)."""
     env = make_env(env_id, max_episode_steps=episode_steps)
     rng = np.random.default_rng(seed)
-    low, high = env.action_space.low, env.action_space.high
+    behaviour = BehaviourPolicy(policy, env.action_space.low, env.action_space.high, rng, repeat, epsilon)
     out: dict[str, list] = {k: [] for k in ARRAYS}
     obs, _ = env.reset(seed=seed)
-    held = rng.uniform(low, high)
     for t in range(num_steps):
-        if policy == "random" or (policy == "eps_sticky" and rng.random() < epsilon):
-            action = rng.uniform(low, high)
-        else:
-            if t % repeat == 0:
-                held = rng.uniform(low, high)
-            action = held
+        action = behaviour.act(t)
         nxt, reward, terminated, truncated, _ = env.step(action.astype(np.float32))
         out["obs"].append(flat_obs(obs))
         out["action"].append(action.astype(np.float32))
@@ -137,6 +150,11 @@ class GymOfflineDataModule(SuiteDataModule):
 
     def make_env(self) -> Any:
         return make_env(self.env_id, max_episode_steps=self.episode_steps)
+
+    def behaviour_policy(self, env: Any, seed: int) -> BehaviourPolicy:
+        """The data's behaviour policy acting in ``env`` (the ``data`` floor of the coverage check)."""
+        rng = np.random.default_rng(seed)
+        return BehaviourPolicy(self.policy, env.action_space.low, env.action_space.high, rng, self.repeat, self.epsilon)
 
     @property
     def cache_path(self) -> Path:

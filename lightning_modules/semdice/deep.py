@@ -17,6 +17,8 @@ Evaluation (``val``/``test``): ``eval_episodes`` roll-outs of the deterministic 
 ``*/cell_entropy`` = entropy of the histogram of visited ``cell``-sized squares of the first two state
 coordinates (the (x, y) position in PointMaze), ``*/cells`` = number of those squares visited, ``*/pbe`` =
 mean kNN particle entropy of the visited states. ``val/loss`` is the method's own loss on held-out transitions.
+``eval_policy=behaviour`` rolls out the data's behaviour policy instead of the actor (the coverage of the data
+itself, the floor a pre-trained actor should beat; train it for 0 epochs).
 
 Downstream fine-tuning on the task reward: :mod:`lightning_modules.semdice.finetune`.
 """
@@ -36,6 +38,7 @@ from ops.semdice.tabular import check_alpha, check_gamma
 from suite.errors import ConfigError, NonFiniteLossError
 
 METHODS = ("semdice", "apt")
+EVAL_POLICIES = ("actor", "behaviour")
 
 
 def mlp(inp: int, out: int, hidden: int) -> nn.Sequential:
@@ -61,6 +64,8 @@ class DeepSemdiceLitModule(SuiteLitModule):
         tau: APT target-critic Polyak rate.
         eval_episodes: Roll-outs per evaluation; eval_steps: their length (``null``: the env's limit).
         cell: Side of the coverage squares.
+        eval_policy: ``actor`` (the pre-trained deterministic actor) or ``behaviour`` (the data's behaviour policy,
+            ``datamodule.behaviour_policy``) in the coverage roll-outs.
     """
 
     def __init__(
@@ -80,10 +85,13 @@ class DeepSemdiceLitModule(SuiteLitModule):
         eval_episodes: int = 2,
         eval_steps: int | None = None,
         cell: float = 0.5,
+        eval_policy: str = "actor",
     ) -> None:
         super().__init__()
         if method not in METHODS:
             raise ConfigError(f"model.method={method!r} must be one of {list(METHODS)}")
+        if eval_policy not in EVAL_POLICIES:
+            raise ConfigError(f"model.eval_policy={eval_policy!r} must be one of {list(EVAL_POLICIES)}")
         check_gamma(gamma, "model.gamma")
         check_alpha(alpha, "model.alpha")
         if knn_k < 1 or hidden < 1 or lr <= 0 or noise < 0 or noise_clip < 0 or not 0 < tau <= 1 or cell <= 0:
@@ -96,6 +104,7 @@ class DeepSemdiceLitModule(SuiteLitModule):
         self.method, self.gamma, self.alpha, self.k, self.c = method, gamma, alpha, knn_k, knn_c
         self.noise, self.noise_clip, self.tau, self.lr = noise, noise_clip, tau, lr
         self.eval_episodes, self.eval_steps, self.cell = eval_episodes, eval_steps, cell
+        self.eval_policy = eval_policy
         self._built = False
         if obs_dim and act_dim:
             self._build(obs_dim, act_dim)
@@ -181,16 +190,22 @@ class DeepSemdiceLitModule(SuiteLitModule):
 
     # -- evaluation --------------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def coverage(self, env: Any, episodes: int, steps: int | None, seed: int) -> dict[str, float]:
-        """Roll out the deterministic actor; entropy / count of visited (x, y) cells and particle entropy."""
+    def coverage(
+        self, env: Any, episodes: int, steps: int | None, seed: int, behaviour: Any = None
+    ) -> dict[str, float]:
+        """Roll out the deterministic actor (or ``behaviour.act(t)``, a behaviour policy); entropy / count of the
+        visited (x, y) cells and the particle entropy of the visited states."""
         from datamodules.gym_offline import flat_obs  # the env protocol only; no paper code in datamodules
 
         states = []
         for ep in range(episodes):
             obs, _ = env.reset(seed=seed + ep)
-            for _ in range(steps or 10**9):
-                s = torch.from_numpy(flat_obs(obs)).double()[None]
-                obs, _, terminated, truncated, _ = env.step(self.actor(s)[0].float().numpy())
+            for t in range(steps or 10**9):
+                if behaviour is not None:
+                    action = np.asarray(behaviour.act(t), dtype=np.float32)
+                else:
+                    action = self.actor(torch.from_numpy(flat_obs(obs)).double()[None])[0].float().numpy()
+                obs, _, terminated, truncated, _ = env.step(action)
                 states.append(flat_obs(obs))
                 if terminated or truncated:
                     break
@@ -216,9 +231,11 @@ class DeepSemdiceLitModule(SuiteLitModule):
     def _log_coverage(self, stage: str) -> None:
         if self.trainer.sanity_checking or self.eval_episodes < 1:
             return
-        env = self.trainer.datamodule.make_env()
+        dm = self.trainer.datamodule
+        env = dm.make_env()
         try:
-            cov = self.coverage(env, self.eval_episodes, self.eval_steps, seed=10_000)
+            behaviour = dm.behaviour_policy(env, seed=10_000) if self.eval_policy == "behaviour" else None
+            cov = self.coverage(env, self.eval_episodes, self.eval_steps, seed=10_000, behaviour=behaviour)
         finally:
             env.close()
         self.log_dict({f"{stage}/{k}": v for k, v in cov.items()})

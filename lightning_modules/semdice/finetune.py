@@ -1,13 +1,15 @@
 """``DdpgFinetuneLitModule``: downstream adaptation of a pre-trained actor on the task reward (online DDPG).
 
 SEMDICE's downstream protocol (paper, URLB): fine-tune with a standard DDPG-style critic on the extrinsic reward,
-starting from the pre-trained actor (``init_ckpt`` = a ``semdice_deep`` checkpoint, SEMDICE or APT) or from
-scratch (``init_ckpt=null``). The module steps the environment of :class:`~datamodules.gym_offline.GymOnlineDataModule`
-itself: each training step takes ``env_steps`` environment steps with the noisy actor (``clip(N(0, noise),
-±noise_clip)``; uniform random actions for the first ``warmup`` steps when starting from scratch), stores them in a
-replay buffer, then makes one critic update (target ``r + gamma (1 - done) Q'(s', pi'(s') + smoothing)``) and one
-actor update (``-Q(s, pi(s))``), with Polyak targets. ``train/episode_return`` is logged at every episode end and
-``val/return`` / ``test/return`` is the mean deterministic return over ``eval_episodes``.
+starting from the pre-trained actor (``init_ckpt`` = a ``semdice_deep`` checkpoint, SEMDICE or APT; or ``init_run`` =
+a ``semdice_deep`` run folder or multirun folder, whose run of seed ``init_seed`` gives its ``checkpoints/last.ckpt``,
+see :func:`pretrained_checkpoint`) or from scratch (both ``null``). The module steps the environment of
+:class:`~datamodules.gym_offline.GymOnlineDataModule` itself: each training step takes ``env_steps`` environment steps
+with the noisy actor (``clip(N(0, noise), ±noise_clip)``; uniform random actions for the first ``warmup`` steps when
+starting from scratch), stores them in a replay buffer, then makes one critic update (target ``r + gamma (1 - done)
+Q'(s', pi'(s') + smoothing)``) and one actor update (``-Q(s, pi(s))``), with Polyak targets. ``train/episode_return``
+is logged at every episode end and ``val/return`` / ``test/return`` is the mean deterministic return over
+``eval_episodes``.
 """
 
 from __future__ import annotations
@@ -27,11 +29,53 @@ from suite.debug import smoke_test
 from suite.errors import CheckpointError, ConfigError
 
 
+def _run_seed(run: Path) -> int | None:
+    """The ``seed`` of a run folder's saved config (``config.yaml``, else ``.hydra/config.yaml``); ``None``: none."""
+    from omegaconf import OmegaConf
+
+    for cfg in (run / "config.yaml", run / ".hydra" / "config.yaml"):
+        if cfg.is_file():
+            try:
+                seed = OmegaConf.load(cfg).get("seed")
+            except Exception:  # noqa: BLE001 - an unreadable config is reported as "no run of this seed" below
+                return None
+            return None if seed is None else int(seed)
+    return None
+
+
+def pretrained_checkpoint(init_run: str, seed: int) -> str:
+    """``<run>/checkpoints/last.ckpt`` of the pre-training run of ``seed`` under ``init_run``: either one run folder
+    (its config's seed must be ``seed``) or a multirun / claim-entry folder (``logs/claim/semdice_deep/semdice``)
+    whose sub-folders are runs; the pre-training of the same seed is picked, so a claim over seeds fine-tunes each
+    seed's own pre-trained actor. A missing folder, run or checkpoint is one :class:`CheckpointError` line."""
+    root = Path(init_run)
+    if not root.is_dir():
+        raise CheckpointError(
+            f"model.init_run={init_run}: no such run folder (run the pre-training first, e.g. "
+            "`make claim METHOD=semdice_deep`)"
+        )
+    runs = [root] if _run_seed(root) is not None else sorted(p for p in root.iterdir() if p.is_dir())
+    match = [r for r in runs if _run_seed(r) == seed]
+    if not match:
+        seeds = sorted({s for s in map(_run_seed, runs) if s is not None})
+        raise CheckpointError(f"model.init_run={init_run}: no pre-training run of seed {seed} (seeds there: {seeds})")
+    ckpt = match[-1] / "checkpoints" / "last.ckpt"
+    if not ckpt.is_file():
+        raise CheckpointError(
+            f"model.init_run={init_run}: run {match[-1].name} of seed {seed} has no checkpoints/last.ckpt "
+            "(pre-train with checkpointing on)"
+        )
+    return str(ckpt)
+
+
 class DdpgFinetuneLitModule(SuiteLitModule):
     """Online DDPG on the task reward, optionally initialised from a pre-trained SEMDICE / APT actor.
 
     Args:
         init_ckpt: A ``semdice_deep`` checkpoint whose ``actor.*`` weights initialise the actor (``null``: scratch).
+        init_run: Instead of ``init_ckpt``: a ``semdice_deep`` run or multirun folder; the actor of its run of seed
+            ``init_seed`` is loaded (:func:`pretrained_checkpoint`).
+        init_seed: The pre-training seed to pick from ``init_run`` (the config sets it to the run's own seed).
         hidden: MLP width (must match the checkpoint's).
         lr: Adam learning rate; gamma: discount; tau: Polyak rate.
         noise: Exploration / smoothing noise std; noise_clip: its clip.
@@ -44,6 +88,8 @@ class DdpgFinetuneLitModule(SuiteLitModule):
     def __init__(
         self,
         init_ckpt: str | None = None,
+        init_run: str | None = None,
+        init_seed: int = 0,
         hidden: int = 256,
         lr: float = 1e-4,
         gamma: float = 0.99,
@@ -63,6 +109,10 @@ class DdpgFinetuneLitModule(SuiteLitModule):
                 f"model: hidden={hidden}, buffer_size={buffer_size}, batch={batch}, env_steps={env_steps} must be "
                 f">= 1, warmup={warmup} >= 0, lr={lr} > 0, tau={tau} in (0, 1]"
             )
+        if init_ckpt is not None and init_run is not None:
+            raise ConfigError("model.init_ckpt and model.init_run are exclusive: set one (or neither for scratch)")
+        if init_run is not None:
+            init_ckpt = pretrained_checkpoint(init_run, int(init_seed))
         if init_ckpt is not None and not Path(init_ckpt).is_file():
             raise CheckpointError(f"model.init_ckpt={init_ckpt}: no such checkpoint file")
         self.save_hyperparameters()

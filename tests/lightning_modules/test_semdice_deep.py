@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -17,6 +19,15 @@ def test_unknown_env_names_the_package():
         make_env("PointMaze_Nowhere-v9")
     with pytest.raises(ConfigError, match=r"Nope-v0.*pip install 'gymnasium\[mujoco\]==1.4.0'"):
         make_env("Nope-v0")
+
+
+def test_missing_package_is_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "gymnasium_robotics", None)  # import fails as if not installed
+    with pytest.raises(ConfigError, match=r"^env_id='PointMaze_UMaze-v3' needs gymnasium-robotics: pip install"):
+        make_env("PointMaze_UMaze-v3")
+    monkeypatch.setitem(sys.modules, "gymnasium", None)
+    with pytest.raises(ConfigError, match=r"^env_id needs gymnasium: pip install"):
+        make_env("HalfCheetah-v5")
 
 
 def test_generate_and_read_back(tmp_path):
@@ -83,8 +94,18 @@ def test_coverage_counts_cells():
     m = DeepSemdiceLitModule(obs_dim=4, act_dim=2, hidden=8, cell=1.0)
     env = make_env("PointMaze_UMaze-v3", max_episode_steps=50)
     cov = m.coverage(env, episodes=1, steps=50, seed=0)
-    env.close()
     assert 1 <= cov["cells"] <= 50 and 0 <= cov["cell_entropy"] <= np.log(cov["cells"]) + 1e-9
+    # the data's behaviour policy rolled out instead of the actor: the same sticky actions as the generator draws
+    dm = GymOfflineDataModule(policy="sticky", repeat=5)
+    pol = dm.behaviour_policy(env, seed=3)
+    acts = [pol.act(t).copy() for t in range(10)]
+    np.testing.assert_array_equal(acts[0], acts[4])
+    assert not np.array_equal(acts[4], acts[5])
+    cov_b = m.coverage(env, episodes=1, steps=50, seed=0, behaviour=dm.behaviour_policy(env, seed=3))
+    assert 1 <= cov_b["cells"] <= 50 and cov_b != cov
+    env.close()
+    with pytest.raises(ConfigError, match="model.eval_policy='greedy'"):
+        DeepSemdiceLitModule(eval_policy="greedy")
     with pytest.raises(ConfigError, match="model.method='rnd'"):
         DeepSemdiceLitModule(method="rnd")
     with pytest.raises(ConfigError, match="model.alpha=0"):
@@ -118,3 +139,36 @@ def test_finetune_experiment_fixes_the_maze_task(tmp_path):
     assert cfg.model._target_.endswith("DdpgFinetuneLitModule") and cfg.model.init_ckpt is None
     dm = GymOfflineDataModule.__module__  # same file holds the online datamodule
     assert cfg.data._target_ == f"{dm}.GymOnlineDataModule" and list(cfg.data.goal_cell) == [1, 1]
+
+
+def test_finetune_picks_the_pretraining_run_of_its_seed(tmp_path):
+    """``init_run`` = a claim entry's multirun folder: the run whose saved config has the fine-tuning seed."""
+    from lightning_modules.semdice import DdpgFinetuneLitModule
+    from lightning_modules.semdice.finetune import pretrained_checkpoint
+    from suite.errors import CheckpointError
+
+    sweep = tmp_path / "semdice_deep" / "semdice"
+    actors = {}
+    for job, seed in enumerate([2, 0, 1]):  # job folders need not be in seed order
+        run = sweep / str(job)
+        (run / "checkpoints").mkdir(parents=True)
+        (run / "config.yaml").write_text(f"seed: {seed}\n")
+        torch.manual_seed(seed)
+        pre = DeepSemdiceLitModule(obs_dim=4, act_dim=2, hidden=8)
+        torch.save({"state_dict": pre.state_dict()}, run / "checkpoints" / "last.ckpt")
+        actors[seed] = pre.actor
+    assert pretrained_checkpoint(str(sweep), 1) == str(sweep / "2" / "checkpoints" / "last.ckpt")
+    assert pretrained_checkpoint(str(sweep / "1"), 0).endswith("1/checkpoints/last.ckpt")  # one run folder
+    ft = DdpgFinetuneLitModule(init_run=str(sweep), init_seed=0, hidden=8, buffer_size=10)
+    ft._build(4, 2)
+    for p, q in zip(actors[0].parameters(), ft.actor.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    with pytest.raises(CheckpointError, match=r"no pre-training run of seed 5 \(seeds there: \[0, 1, 2\]\)"):
+        DdpgFinetuneLitModule(init_run=str(sweep), init_seed=5)
+    with pytest.raises(CheckpointError, match="no such run folder.*make claim METHOD=semdice_deep"):
+        DdpgFinetuneLitModule(init_run=str(tmp_path / "absent"))
+    (sweep / "0" / "checkpoints" / "last.ckpt").unlink()
+    with pytest.raises(CheckpointError, match="run 0 of seed 2 has no checkpoints/last.ckpt"):
+        DdpgFinetuneLitModule(init_run=str(sweep), init_seed=2)
+    with pytest.raises(ConfigError, match="exclusive"):
+        DdpgFinetuneLitModule(init_run=str(sweep), init_ckpt="x.ckpt")

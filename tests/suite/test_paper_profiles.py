@@ -111,7 +111,14 @@ def _imagefolder(root: Path) -> None:
             Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(root / cls / f"{i}.png")
 
 
+def _bracketire_npy(root: Path) -> None:
+    from tests.datamodules.test_bracket import write_released
+
+    write_released(root)
+
+
 FIXTURES = {
+    "bracketire_npy": _bracketire_npy,
     "imagefolder": _imagefolder,
     "text_shards": _text_shards,
     "plain_text": _plain_text,

@@ -4,10 +4,11 @@ its baselines and ablations, the adaptation comparison, and one verdict per clai
 from __future__ import annotations
 
 import shutil
+import statistics
 from pathlib import Path
 from typing import Any
 
-from suite.report import Verdict, compare, mean_sd, sizing, values, verdict_table
+from suite.report import ABSENT, UNDERFIT, Verdict, compare, mean_sd, sizing, values, verdict_table
 
 ROWS = {
     "tmrnet": "TMRNet (alpha learnable, init 0)",
@@ -24,6 +25,9 @@ ROWS = {
     "adapt_noself": "shifted domain: EMA teacher only (w_self = 0)",
 }
 KEYS = ("test/psnr", "test/ssim", "test/alpha_abs")
+# mean |alpha| of the trained TMRNet below this: the frame-specific branches never switched on (alpha starts at 0),
+# so TMRNet is the shared-only recurrence in effect and "frame-specific blocks help" cannot be tested
+MIN_ALPHA = 0.05
 
 
 def _table(records: list[Any]) -> list[str]:
@@ -81,6 +85,13 @@ def claim_report(records: list[Any], out_dir: Any, spec: dict | None = None) -> 
         ("the temporally unbalanced self term adds to the EMA-teacher term", "adapt_full", "adapt_noself"),
     ]
     verdicts = [v for c in claims if (v := verdict(*c))]
+    alpha = values(records, "tmrnet", "test/alpha_abs")
+    for v in verdicts:
+        if "shared-only" in v.claim and alpha and statistics.fmean(alpha) < MIN_ALPHA and v.verdict != UNDERFIT:
+            v.verdict = ABSENT
+            v.evidence += (
+                f"; mean |alpha| {statistics.fmean(alpha):.3g} < {MIN_ALPHA}: the frame-specific branches stayed off"
+            )
     out = [
         "## Results (test split, mean ± std over seeds)",
         "",

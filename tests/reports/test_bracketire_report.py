@@ -27,6 +27,10 @@ def test_verdicts_follow_the_numbers(tmp_path: Path):
     assert "frame averaging | **reproduced** |" in page  # average has no curve (train=false): not an underfit
     off = claim_report(_records(tmp_path, alpha=0.001), tmp_path)
     assert "(frame-specific blocks help) | **inconclusive: phenomenon absent** |" in off
+    longer = [*_records(tmp_path, alpha=0.3), RunRecord(tmp_path, "tmrnet_long", 0, {"test/psnr": 23.0})]
+    assert "| TMRNet beats the single-frame network (BracketIRE) | **inconclusive: underfit** |" in claim_report(
+        longer, tmp_path
+    )
     rising = claim_report(_records(tmp_path, alpha=0.3, flat=False), tmp_path)
     assert "| TMRNet beats the single-frame network (BracketIRE) | **inconclusive: underfit** |" in rising
     assert "| tmrnet | TMRNet (alpha learnable, init 0) | 20.1 ± 0.1 (n=3) |" in page

@@ -25,6 +25,7 @@ REAL = {
     "nforgot": ["data.name=yelp_clear"],
     "semdice_deep": ["data.filename=pointmaze.npz"],
     "addp": ["data.dataset=nyuv2"],  # its KITTI and RefCOCO readers: tests/datamodules/test_perception.py
+    "bracketire": ["data.dataset=bracketire"],
 }
 # Experiments whose data are produced online (an environment), with no real-format file to read.
 NO_FILES = {"semdice_finetune": "online DDPG in a gymnasium environment"}

@@ -117,7 +117,14 @@ def _nyuv2_mat(root: Path) -> None:
     write_nyuv2(root, n=10)
 
 
+def _bracketire_npy(root: Path) -> None:
+    from tests.datamodules.test_bracket import write_released
+
+    write_released(root)
+
+
 FIXTURES = {
+    "bracketire_npy": _bracketire_npy,
     "imagefolder": _imagefolder,
     "nyuv2_mat": _nyuv2_mat,
     "text_shards": _text_shards,

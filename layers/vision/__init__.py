@@ -1,0 +1,1 @@
+"""Vision layers: TMRNet and the burst baselines of BracketIRE (:mod:`layers.vision.tmrnet`)."""

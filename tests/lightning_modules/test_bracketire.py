@@ -1,0 +1,109 @@
+"""BracketIRELitModule: supervised learning falls, adaptation never reads the ground truth and moves the EMA teacher,
+metrics on the tone-mapped sRGB, the warm-up schedule and one-line errors."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_modules.bracketire import BracketIRELitModule
+from lightning_modules.bracketire.schedule import cosine_warmup_factor
+from ops.isp.losses import synthetic_loss
+from suite.errors import CheckpointError, ConfigError
+
+TINY = {"channels": 4, "n_feat": 1, "n_common": 1, "n_specific": 1, "n_recon": 1, "dcn_groups": 2,
+        "dcn_impl": "batched"}  # fmt: skip
+
+
+def _batch(b=2, hw=8, seed=0, gt=True):
+    g = torch.Generator().manual_seed(seed)
+    base = torch.rand(b, 1, 4, hw, hw, generator=g) * 2
+    scales = torch.tensor([1 / 16, 1 / 4, 1, 4, 16])[None, :, None, None, None]
+    raws = (base * scales).clamp(0, 1)
+    out = {"raws": raws, "flow": torch.zeros(b, 5, 2),
+           "meta": {"red_gain": torch.full((b,), 1.8), "blue_gain": torch.full((b,), 1.5),
+                    "cam2rgb": torch.eye(3).expand(b, 3, 3)}}  # fmt: skip
+    if gt:
+        out["gt"] = base[:, 0]
+    return out
+
+
+def test_supervised_steps_reduce_the_mu_law_loss():
+    torch.manual_seed(0)
+    m = BracketIRELitModule(**TINY)
+    batch = _batch()
+    opt = torch.optim.AdamW(m.trainable_parameters(), lr=5e-3)
+    raws, flow = m._inputs(batch)
+    first = float(synthetic_loss(m(raws, flow), batch["gt"]))
+    for _ in range(12):
+        loss = synthetic_loss(m(raws, flow), batch["gt"])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert float(synthetic_loss(m(raws, flow), batch["gt"])) < 0.8 * first
+
+
+def test_adaptation_uses_no_ground_truth_and_the_teacher_follows(tmp_path: Path):
+    torch.manual_seed(0)
+    sup = BracketIRELitModule(**TINY)
+    ckpt = tmp_path / "sup.ckpt"
+    torch.save({"state_dict": sup.state_dict()}, ckpt)
+    m = BracketIRELitModule(mode="adapt", init_ckpt=str(ckpt), ema_decay=0.5, **TINY)
+    assert all(torch.equal(a, b) for a, b in zip(m.net.state_dict().values(), sup.net.state_dict().values()))
+    assert {id(p) for p in m.trainable_parameters()}.isdisjoint({id(p) for p in m.teacher.parameters()})
+    opt = torch.optim.AdamW(m.trainable_parameters(), lr=1e-2)
+    batch = _batch(gt=False)  # the shifted domain's training split: no "gt" key at all
+    m.log = lambda *a, **k: None
+    before = [p.detach().clone() for p in m.teacher.parameters()]
+    loss = m.training_step(batch, 0)
+    assert math.isfinite(float(loss))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    m.on_train_batch_end(None, batch, 0)
+    moved = [float((p - q).abs().max()) for p, q in zip(m.teacher.parameters(), before)]
+    student = [float((p - q).abs().max()) for p, q in zip(m.net.parameters(), before)]
+    assert max(moved) > 0 and max(moved) == pytest.approx(0.5 * max(student), rel=1e-4)
+
+
+def test_metrics_score_tonemapped_srgb_with_a_border_crop():
+    m = BracketIRELitModule(arch="average", crop=1, **TINY)
+    m.log, m.log_dict = (lambda *a, **k: None), (lambda *a, **k: None)
+    batch = _batch()
+    m._score(batch, "test")
+    psnr = float(m.test_metrics["psnr"].compute())
+    assert 10 < psnr < 60  # averaging clipped frames is imperfect but close
+    perfect = dict(batch, gt=m(*m._inputs(batch)))
+    m.test_metrics.reset()
+    m._score(perfect, "test")
+    assert float(m.test_metrics["psnr"].compute()) > 90 and float(m.test_metrics["ssim"].compute()) > 0.999
+
+
+def test_schedule_warms_up_then_decays():
+    assert cosine_warmup_factor(0, 10, 100) == pytest.approx(0.1)
+    assert cosine_warmup_factor(9, 10, 100) == pytest.approx(1.0)
+    assert cosine_warmup_factor(55, 10, 100) == pytest.approx(0.5)
+    assert cosine_warmup_factor(100, 10, 100) == pytest.approx(0.0)
+    assert cosine_warmup_factor(500, 10, -1) == 1.0
+
+
+def test_bad_input_and_configuration_are_one_line(tmp_path: Path):
+    m = BracketIRELitModule(**TINY)
+    bad = _batch()
+    bad["raws"] = bad["raws"][:, :3]
+    with pytest.raises(ConfigError, match=r"T >= 5"):
+        m._inputs(bad)
+    with pytest.raises(ConfigError, match="model.arch"):
+        BracketIRELitModule(arch="hdrnet")
+    with pytest.raises(ConfigError, match="init_ckpt"):
+        BracketIRELitModule(mode="adapt", **TINY)
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        BracketIRELitModule(mode="adapt", init_ckpt=str(tmp_path / "none.ckpt"), **TINY)
+    (tmp_path / "junk.ckpt").write_bytes(b"\x80\xff junk")
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        BracketIRELitModule(init_ckpt=str(tmp_path / "junk.ckpt"), **TINY)
+    with pytest.raises(ConfigError, match="ground truth: the shifted"):
+        m.training_step(_batch(gt=False), 0)

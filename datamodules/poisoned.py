@@ -257,6 +257,8 @@ class Trigger:
         check_fits(attack, h, w)
         self.attack = attack
         self.alpha = PAPER_ALPHAS.get(attack) if alpha is None else alpha
+        # For the frequency attack the "alpha" is the DCT coefficient offset (official 30/255; Imagenette 90/255).
+        self.magnitude = FREQUENCY_MAGNITUDE if alpha is None or attack != "frequency" else float(alpha)
         self.pattern = {
             "blend_r": lambda: random_pattern(c, h, w, seed),
             "blend_p": lambda: checkerboard_pattern(c, h, w),
@@ -274,7 +276,7 @@ class Trigger:
         if self.attack == "single_pix":
             return single_pix(x)
         if self.attack == "frequency":
-            return frequency_trigger(x, magnitude=FREQUENCY_MAGNITUDE * strength)
+            return frequency_trigger(x, magnitude=self.magnitude * strength)
         if self.attack == "narcissus":
             return additive(x, self.pattern, strength)
         return blend(x, self.pattern, min(1.0, self.alpha * strength))
@@ -321,7 +323,9 @@ class PoisonedDataModule(SuiteDataModule):
         poison_ratios: Per-attack overrides of :data:`PAPER_RATIOS` (fraction of the training set, or of the
             target class for clean-label attacks).
         targets: Per-attack target classes; missing ones are drawn at random (distinct while classes last).
-        alphas: Per-attack overrides of the blend strengths :data:`PAPER_ALPHAS`.
+        alphas: Per-attack overrides of the blend strengths :data:`PAPER_ALPHAS`; for ``frequency`` the DCT
+            coefficient offset in ``[0, 1]`` pixel units (default the official CIFAR-10 ``30 / 255``; the paper's
+            Imagenette setting is ``90 / 255``).
         num_probes: Clean probes the defender inserts as copies (paper: 250).
         num_backdoor_probes: Reversed-patch probes with one random label (two-class BaDLoss; 0 = none).
         probe_mode: ``replace`` (official: clean-probe copies take their originals' place in the training loader) or

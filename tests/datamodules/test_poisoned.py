@@ -91,6 +91,15 @@ def test_frequency_trigger_matches_blockwise_scipy_twin(h, w):
         assert torch.equal(fast[..., :, -1], x[..., :, -1])
 
 
+def test_frequency_alpha_is_the_dct_magnitude():
+    x = img(1, 28, 28).double() * 0.5 + 0.25  # away from the clamp
+    default = P.Trigger("frequency", 1, 28, 28, seed=0)
+    strong = P.Trigger("frequency", 1, 28, 28, seed=0, alpha=3 * P.FREQUENCY_MAGNITUDE)
+    torch.testing.assert_close(default(x), P.frequency_trigger(x), rtol=0, atol=0)
+    # The trigger is linear in the magnitude: three times the offset, three times the pixel change.
+    torch.testing.assert_close(strong(x) - x, 3 * (default(x) - x), rtol=0, atol=1e-12)
+
+
 def test_frequency_trigger_rgb_keeps_luma_and_range():
     x = img(3, 32, 32)
     y = P.frequency_trigger(x)

@@ -60,7 +60,7 @@ def build_open_clip(
             model = open_clip.create_model(model_name, pretrained=None, device=torch.get_default_device())
         except RuntimeError as err:
             raise CheckpointError(f"model.net.model_name={model_name!r}: {err}") from None
-        if checkpoint is not None:
+        if checkpoint is not None and torch.get_default_device().type != "meta":  # meta: counting parameters only
             if not Path(checkpoint).is_file():
                 raise CheckpointError(f"CLIP checkpoint file {checkpoint} does not exist")
             try:

@@ -24,6 +24,7 @@ REAL = {
     "lice": ["data.dataset=german"],
     "nforgot": ["data.name=yelp_clear"],
     "semdice_deep": ["data.filename=pointmaze.npz"],
+    "tulip": ["data.dataset=sharegpt4v"],  # its ShareGPT4V annotation JSON (Urban-1k / Long-DCI: test_captions.py)
 }
 # Experiments whose data are produced online (an environment), with no real-format file to read.
 NO_FILES = {"semdice_finetune": "online DDPG in a gymnasium environment"}

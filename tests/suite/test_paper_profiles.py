@@ -111,6 +111,12 @@ def _imagefolder(root: Path) -> None:
             Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(root / cls / f"{i}.png")
 
 
+def _sharegpt4v(root: Path) -> None:
+    from tests.datamodules.test_captions import write_sharegpt4v
+
+    write_sharegpt4v(root)
+
+
 FIXTURES = {
     "imagefolder": _imagefolder,
     "text_shards": _text_shards,
@@ -123,6 +129,7 @@ FIXTURES = {
     "metr_la_h5": _metr_la_h5,
     "cifar10_batches": _cifar10_batches,
     "temporal_graph_csv": _temporal_graph_csv,
+    "sharegpt4v": _sharegpt4v,
     "none": lambda root: None,  # an embedded generator (a theory paper): nothing to write
 }
 

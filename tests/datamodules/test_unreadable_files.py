@@ -26,6 +26,7 @@ REAL = {
     "semdice_deep": ["data.filename=pointmaze.npz"],
     "addp": ["data.dataset=nyuv2"],  # its KITTI and RefCOCO readers: tests/datamodules/test_perception.py
     "bracketire": ["data.dataset=bracketire"],
+    "tulip": ["data.dataset=sharegpt4v"],  # its ShareGPT4V annotation JSON (Urban-1k / Long-DCI: test_captions.py)
 }
 # Experiments whose data are produced online (an environment), with no real-format file to read.
 NO_FILES = {"semdice_finetune": "online DDPG in a gymnasium environment"}

@@ -123,6 +123,12 @@ def _bracketire_npy(root: Path) -> None:
     write_released(root)
 
 
+def _sharegpt4v(root: Path) -> None:
+    from tests.datamodules.test_captions import write_sharegpt4v
+
+    write_sharegpt4v(root)
+
+
 FIXTURES = {
     "bracketire_npy": _bracketire_npy,
     "imagefolder": _imagefolder,
@@ -137,6 +143,7 @@ FIXTURES = {
     "metr_la_h5": _metr_la_h5,
     "cifar10_batches": _cifar10_batches,
     "temporal_graph_csv": _temporal_graph_csv,
+    "sharegpt4v": _sharegpt4v,
     "none": lambda root: None,  # an embedded generator (a theory paper): nothing to write
 }
 

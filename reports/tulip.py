@@ -1,0 +1,126 @@
+"""Results-page hook of the TULIP claim (``report: reports.tulip:claim_report``): long-caption retrieval by caption
+length for TULIP and its baselines, short-caption retrieval against the teacher, and one verdict per claim."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from suite.report import (
+    ABSENT,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    UNDERFIT,
+    Verdict,
+    compare,
+    mean_sd,
+    sizing,
+    sizing_spec,
+    values,
+    verdict_table,
+)
+
+METHOD = "tulip"
+BASELINES = ("clip", "longclip", "rope_no_distill", "rope_no_ntk")
+BINS = (("lt80", "< 80"), ("80_100", "80-99"), ("100_120", "100-119"), ("ge120", ">= 120"))
+# Below this long-caption R@1 gap between the truncated CLIP and chance x family size there is nothing to recover:
+# members of a family share their first L tokens, so a model reading L tokens is capped near 1/group_size of them.
+MIN_HEADROOM = 5.0
+
+
+def _se(vals: list[float]) -> float:
+    return statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) > 1 else 0.0
+
+
+def _plot(records: list[Any], names: list[str], out_dir: Path) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    xs = list(range(len(BINS)))
+    for n in names:
+        per_bin = [values(records, n, f"test/r1_len_{b}") for b, _ in BINS]
+        if not all(per_bin):
+            continue
+        mean = [statistics.fmean(v) for v in per_bin]
+        se = [_se(v) for v in per_bin]
+        ax.errorbar(xs, mean, yerr=se, marker="o", capsize=3, label=n)
+    ax.set_xticks(xs, [label for _, label in BINS])
+    ax.set_xlabel("long-caption length (BPE tokens)")
+    ax.set_ylabel("R@1, mean of I2T and T2I (%)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = Path(out_dir) / "tulip_r1_by_length.png"
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out.name
+
+
+def _length_table(records: list[Any], names: list[str]) -> list[str]:
+    lines = ["| entry | " + " | ".join(f"R@1 at {label} tokens" for _, label in BINS) + " | I2T R@1 | T2I R@1 |",
+             "|---|" + "---|" * (len(BINS) + 2)]  # fmt: skip
+    for n in names:
+        cells = [mean_sd(values(records, n, f"test/r1_len_{b}")) for b, _ in BINS]
+        cells += [mean_sd(values(records, n, "test/long_i2t_r1")), mean_sd(values(records, n, "test/long_t2i_r1"))]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _kept(ours: list[float], ref: list[float]) -> str:
+    """Short-caption retrieval *kept*: reproduced unless TULIP is worse than the teacher by > 2 s.e."""
+    if not ours or not ref:
+        return UNDERFIT
+    diff = statistics.fmean(ours) - statistics.fmean(ref)
+    se = math.sqrt(_se(ours) ** 2 + _se(ref) ** 2)
+    return NOT_REPRODUCED if diff < -2 * se and abs(diff) > 1e-9 else REPRODUCED
+
+
+def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
+    metric, hib = sizing_spec(spec or "tulip")
+    plateaued = sizing(records, metric or "val/long_r1", higher_is_better=hib)
+    names = [n for n in (METHOD, *BASELINES, "teacher") if values(records, n, "test/long_r1")]
+    lines = ["## Long-caption retrieval by caption length (test, mean ± sd over seeds)", ""]
+    lines += _length_table(records, names)
+    plot = _plot(records, names, out_dir)
+    if plot:
+        lines += ["", f"![R@1 vs caption length]({plot})"]
+    verdicts = []
+    ours = values(records, METHOD, "test/long_r1")
+    clip = values(records, "clip", "test/long_r1")
+    claims = {
+        "clip": "TULIP beats CLIP (context L, long captions truncated) on long-caption retrieval (I2T+T2I R@1)",
+        "longclip": "TULIP beats Long-CLIP (stretched absolute positions, same fine-tuning) on long-caption retrieval",
+        "rope_no_distill": "Relative-position distillation helps: TULIP beats the RoPE student without stage 1",
+        "rope_no_ntk": "NTK-aware scaling helps: TULIP beats the RoPE student expanded with theta unchanged",
+    }
+    for base, claim in claims.items():
+        theirs = values(records, base, "test/long_r1")
+        if not ours or not theirs:
+            continue
+        tested = plateaued.get(METHOD, (False, ""))[0] and plateaued.get(base, (False, ""))[0]
+        verdict = compare(ours, theirs, higher_is_better=True, converged=tested)
+        why = (
+            ""
+            if tested
+            else f"; not plateaued: {plateaued.get(METHOD, (0, '?'))[1]} / {plateaued.get(base, (0, '?'))[1]}"
+        )
+        if base == "clip" and verdict != UNDERFIT and clip and statistics.fmean(clip) > 100 - MIN_HEADROOM:
+            verdict = ABSENT
+            why += f"; CLIP at L already retrieves {mean_sd(clip)}: no headroom"
+        verdicts.append(Verdict(claim, verdict, f"long R@1 {METHOD} {mean_sd(ours)} vs {base} {mean_sd(theirs)}{why}"))
+    teacher = values(records, "teacher", "test/short_r1")
+    short = values(records, METHOD, "test/short_r1")
+    if teacher and short:
+        verdicts.append(Verdict(
+            "TULIP keeps short-caption retrieval (first sentence) within noise of the CLIP teacher",
+            _kept(short, teacher),
+            f"short R@1 {METHOD} {mean_sd(short)} vs teacher {mean_sd(teacher)} (one scene per family)",
+        ))  # fmt: skip
+    lines += ["", "## Verdicts", "", verdict_table(verdicts) if verdicts else "No finished runs to judge."]
+    return "\n".join(lines)

@@ -1,0 +1,106 @@
+"""TULIP's stages: the chain through run folders (train entry point), stage entry (copy, freeze, NTK, stretch),
+optimiser groups, and the one-line errors of a stage run without its previous stage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from layers.vision_language import build_open_clip
+from lightning_modules.tulip import TulipLitModule
+from ops.rope import ntk_theta
+from suite.errors import CheckpointError, ConfigError
+from tests.conftest import run_entry
+
+NET = dict(embed_dim=16, image_size=16, patch_size=8, vision_width=16, vision_layers=1, vision_head_width=8,
+           context_length=12, text_width=16, text_heads=2, text_layers=1)  # fmt: skip
+TINY = [
+    "logger=csv", "trainer.enable_progress_bar=false", "data.image_size=16", "data.short_context=12",
+    "data.long_context=36", "data.train_families=4", "data.val_families=2", "data.test_families=2",
+    "data.batch_size=8", "data.min_details=1", "data.max_details=2", "model.net.embed_dim=16", "model.net.patch_size=8",
+    "model.net.vision_width=16", "model.net.vision_layers=1", "model.net.vision_head_width=8",
+    "model.net.text_width=16", "model.net.text_layers=1", "model.longclip_keep=4", "model.length_bins=[30]",
+    "trainer.val_check_interval=null", "trainer.check_val_every_n_epoch=1", "model.warmup_steps=1",
+]  # fmt: skip
+
+
+def _run(tmp_path: Path, name: str, *extra: str) -> tuple[int, Path | None]:
+    logs = tmp_path / name
+    code = run_entry("train", ["experiment=tulip", *TINY, f"paths.log_dir={logs}", *extra])
+    runs = list((logs / "train" / "tulip" / "runs").glob("*")) if (logs / "train").exists() else []
+    return code, (runs[0] if runs else None)
+
+
+def test_stages_chain_through_run_folders(tmp_path, capsys):
+    code, first = _run(tmp_path, "s1", "model.stages=[clip,distill]", "model.stage_steps={clip:3,distill:2}")
+    assert code == 0, capsys.readouterr().err[-2000:]
+    state = torch.load(first / "checkpoints" / "last.ckpt", weights_only=True)
+    assert state["state_dict"]["done"].tolist() == [True, True, False] and state["global_step"] == 5
+    # the token embedding is frozen in stage 1: still the teacher's; the blocks moved
+    sd = state["state_dict"]
+    assert torch.equal(sd["student.token_embedding.weight"], sd["teacher.text.token_embedding.weight"])
+    assert not torch.equal(sd["student.ln_final.weight"], sd["teacher.text.ln_final.weight"]) or not torch.equal(
+        sd["student.transformer.resblocks.0.attn.in_proj_weight"],
+        sd["teacher.text.transformer.resblocks.0.attn.in_proj_weight"],
+    )
+    # stage 2 from the run folder (through the config): it starts from the distilled student, NTK-expanded
+    net = build_open_clip(**NET)
+    mod = TulipLitModule(net, long_context=36, stages=["expand"], init_from=str(first), stage_steps={"expand": 2})
+    for k, v in sd.items():
+        if k.startswith("student."):
+            torch.testing.assert_close(mod.state_dict()[k], v, rtol=0, atol=0)
+    code, second = _run(tmp_path, "s2", "model.stages=[expand]", f"model.init_from={first}",
+                        "model.stage_steps={expand:2}")  # fmt: skip
+    assert code == 0, capsys.readouterr().err[-2000:]
+    assert torch.load(second / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]["done"].all()
+    # a stage-2 run from a CLIP-only run refuses, naming the command that makes stage 1
+    code, clip_only = _run(tmp_path, "s0", "model.stages=[clip]", "model.stage_steps={clip:2}")
+    assert code == 0
+    capsys.readouterr()
+    code, _ = _run(tmp_path, "s3", "model.stages=[expand]", f"model.init_from={clip_only}")
+    err = capsys.readouterr().err
+    assert code == 2 and "no distilled student" in err and "model.stages=[clip,distill]" in err, err[-2000:]
+
+
+def test_stage_two_without_stage_one_is_one_line():
+    with pytest.raises(ConfigError, match=r"make train METHOD=tulip ARGS=\"model.stages=\[clip,distill\]\""):
+        TulipLitModule(build_open_clip(**NET), long_context=36, stages=["expand"])
+    with pytest.raises(CheckpointError, match="no checkpoint there"):
+        TulipLitModule(build_open_clip(**NET), long_context=36, stages=["expand"], init_from="no/such/run")
+    with pytest.raises(ConfigError, match="require_distill=false"):
+        TulipLitModule(build_open_clip(**NET), long_context=36, stages=["clip", "expand"])
+    with pytest.raises(ConfigError, match="text_tower"):
+        TulipLitModule(build_open_clip(**NET), long_context=36, text_tower="alibi")
+
+
+def test_stage_entry_copies_expands_and_stretches():
+    torch.manual_seed(0)
+    mod = TulipLitModule(build_open_clip(**NET), long_context=36, ntk_scaling_factor=8.0)
+    with torch.no_grad():
+        mod.teacher.text.ln_final.weight.add_(1.0)
+    mod._enter("distill")
+    assert torch.equal(mod.student.ln_final.weight, mod.teacher.text.ln_final.weight)
+    assert mod.student.context_length == 12
+    names = [n for n, _ in mod._stage_parameters("distill")]
+    assert names and not any(n.startswith("token_embedding") for n in names)
+    mod.done[1] = True
+    mod._enter("expand")
+    assert mod.student.context_length == 36
+    assert mod.student.theta == pytest.approx(ntk_theta(10000.0, 8.0, 36, 12, 8))
+    enc, ctx = mod.eval_model()
+    assert ctx == 36 and enc.text is mod.student
+    groups = mod.configure_optimizers()[0][2].param_groups
+    no_decay = {id(p) for p in groups[1]["params"]}
+    assert groups[1]["weight_decay"] == 0.0 and id(mod.teacher.logit_scale) in no_decay
+    assert id(mod.student.ln_final.bias) in no_decay and id(mod.teacher.visual.positional_embedding) in no_decay
+    assert groups[0]["weight_decay"] == 0.1 and all(p.ndim >= 2 for p in groups[0]["params"])
+    no_ntk = TulipLitModule(build_open_clip(**NET), long_context=36, ntk_scaling_factor=None)
+    no_ntk._enter("expand")
+    assert no_ntk.student.theta == 10000.0 and no_ntk.student.context_length == 36
+    lc = TulipLitModule(build_open_clip(**NET), long_context=36, text_tower="longclip", longclip_keep=4,
+                        stages=["clip", "expand"])  # fmt: skip
+    lc._enter("expand")
+    pos, src = lc.student.positional_embedding, lc.teacher.text.positional_embedding
+    assert pos.shape[0] == 36 and torch.equal(pos[:4], src[:4]) and torch.allclose(pos[4::4], src[4:])

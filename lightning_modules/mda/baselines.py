@@ -15,21 +15,22 @@ Written here (no maintained library ships them for timm ViTs), each tested again
 * ``gradcam_attn`` (Chefer et al. 2021's "GradCAM" baseline): ``ReLU(mean_h(mean(dy/dA_h) A_h[CLS, 1:]))`` on the
   last block's attention;
 * ``rollout`` (Abnar & Zuidema, 2020): ``R = prod_l (0.5 mean_h A_l + 0.5 I)`` (rows renormalised), ``R[CLS, 1:]``;
-* ``transformer_attribution``: Chefer et al.'s gradient-weighted attention rule ``R <- R + mean_h((dy/dA ⊙ A)^+) R``
-  from ``R = I`` (their 2021b generic rule; the 2021a version also weights by LRP relevances, which need a
-  relevance-propagating copy of every layer and are not reimplemented: a documented simplification);
+* ``transformer_attribution`` (Chefer, Gur & Wolf, 2021a): ``prod_b (I + mean_h((dy/dA_b ⊙ R^(A_b))^+))`` from the
+  LRP relevances ``R^(A_b)`` of the attention maps (:mod:`lightning_modules.mda.lrp`: captum's LRP has no rule for
+  the attention products inside timm's blocks);
 * ``transition_attention`` (TAM, Yuan et al., 2021): the Markov-chain state ``R[CLS, 1:]`` of the row-stochastic
   transitions ``0.5 A_l + 0.5 I`` (head mean) times the integrated gradient of the target w.r.t. the last
   attention's CLS row along ``alpha x``, ``alpha in (0, 1]`` (20 steps), clamped at 0;
 * ``bidirectional`` (BT-token, Chen et al., 2023, MDA's prior): *attention perception* ``prod_l (I + mean_h(w_h
   A_h))`` with head weights ``w_h = ReLU(mean(dy/dA_h))``, times the *reasoning feedback*: the integrated gradient of
   the target w.r.t. the last block's input tokens, ``ReLU(sum_d IG)`` per token (20 steps);
-* ``tis`` (Transformer Input Sampling, Englebienne et al., 2023): RISE over *token subsets*: masked tokens are
-  dropped from the sequence (not zeroed); ``S = sum_m p(m) m / sum_m m`` over ``n_masks`` Bernoulli(0.5) masks;
-* ``vit_cx`` (Xie et al., 2023): last-block patch-token feature maps, upsampled to the image and min-max
-  normalised, agglomeratively clustered (``n_clusters``); each cluster mean is a mask ``M_k``, scored by
-  ``s_k = p(x ⊙ M_k)``; ``S = sum_k s_k M_k / sum_k M_k`` (the density-corrected causal score, without the
-  official noise term).
+* ``tis`` (Transformer Input Sampling, Englebienne et al., 2023): masks from k-means clusters of the blocks'
+  activations (each centroid keeps its top ``tokens_ratio`` of the patch tokens); masked tokens are dropped from
+  the sequence (not zeroed); ``S = sum_m p(m) m / sum_m m``, min-max normalised;
+* ``vit_cx`` (Xie et al., 2023): the last block's ``norm1`` patch-token feature maps, upsampled to the image and
+  min-max normalised, agglomeratively clustered (complete linkage, cosine distance threshold 0.1); each cluster's
+  normalised sum is a mask ``M_k``, scored with the Gaussian noise step ``s_k = p(x ⊙ M_k + e_k ⊙ (1 - M_k)) -
+  p(x + e_k ⊙ (1 - M_k)) + p(x)``; ``S = (1/K) sum_k s_k M_k / sum_j M_j`` (the density-corrected causal score).
 """
 
 from __future__ import annotations
@@ -124,12 +125,18 @@ def gradcam_attn(model: nn.Module, x: torch.Tensor, target: int) -> torch.Tensor
 
 
 def transformer_attribution(model: nn.Module, x: torch.Tensor, target: int) -> torch.Tensor:
-    """Chefer et al.'s gradient-weighted attention rule: ``R <- R + mean_h((dy/dA ⊙ A)^+) R`` from ``R = I``."""
-    _, attn = _forward_with_attention(model, x, target, grad=True)
+    """Transformer Attribution (Chefer et al., 2021a, eqs. 8-9): ``C = prod_b (I + mean_h((dy/dA_b ⊙ R^(A_b))^+))``.
+
+    ``R^(A_b)`` is the LRP relevance of block ``b``'s attention probabilities (:mod:`lightning_modules.mda.lrp`);
+    the map is ``C[CLS, 1:]``.
+    """
+    from lightning_modules.mda.lrp import attention_relevance
+
+    _, attn, rel = attention_relevance(model, x, target)
     n = attn[0].shape[-1]
     r = torch.eye(n, dtype=torch.float64)
-    for a in attn:
-        cam = (a.grad[0].double() * a[0].double()).clamp_min(0).mean(0)
+    for a, ra in zip(attn, rel):
+        cam = (a.grad[0].double() * ra[0].double()).clamp_min(0).mean(0)
         r = r + cam @ r
     return upsample(r[0, num_prefix(model) :], model, x.shape[-2:])
 
@@ -211,47 +218,151 @@ def forward_tokens(model: nn.Module, x: torch.Tensor, keep: torch.Tensor) -> tor
     return model.forward_head(seq)
 
 
+def block_activations(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Every block's output tokens concatenated along the features: ``[N_tokens, D * L]`` (one image)."""
+    acts: list[torch.Tensor] = []
+    hs = [blk.register_forward_hook(lambda _m, _i, out: acts.append(out.detach())) for blk in model.blocks]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in hs:
+            h.remove()
+    return torch.cat(acts, -1)[0]
+
+
+def tis_masks(
+    model: nn.Module, x: torch.Tensor, n_masks: int = 1024, tokens_ratio: float | tuple[float, ...] = 0.5, seed: int = 0
+) -> torch.Tensor:
+    """TIS's token masks ``[M, gh * gw]`` (booleans): k-means (``n_masks`` clusters, scikit-learn) of the activation
+    vectors of every block, each a point over the patch tokens; each centroid keeps its ``tokens_ratio * N``
+    highest tokens (one mask per centroid and ratio). ``n_masks`` is capped by the number of distinct points."""
+    from sklearn.cluster import KMeans
+
+    pts = block_activations(model, x)[num_prefix(model) :].T.double().cpu().numpy()  # [D * L, N]
+    n = pts.shape[1]
+    k = max(1, min(int(n_masks), len(np.unique(pts, axis=0))))
+    centroids = torch.from_numpy(KMeans(n_clusters=k, n_init=1, random_state=seed).fit(pts).cluster_centers_)
+    ratios = (tokens_ratio,) if isinstance(tokens_ratio, float | int) else tuple(tokens_ratio)
+    masks = []
+    for c in centroids:
+        for ratio in ratios:
+            keep = torch.zeros(n, dtype=torch.bool)
+            keep[torch.topk(c, max(1, int(ratio * n))).indices] = True
+            masks.append(keep)
+    return torch.stack(masks)
+
+
 @torch.no_grad()
-def tis(model: nn.Module, x: torch.Tensor, target: int, n_masks: int = 256, seed: int = 0) -> torch.Tensor:
-    """Transformer Input Sampling: ``S = sum_m p(m) m / sum_m m`` over random half-size token subsets."""
-    gh, gw = grid_size(model)
-    n = gh * gw
-    g = torch.Generator().manual_seed(seed)
-    keep = torch.zeros(n_masks, n, dtype=torch.bool)
-    k = max(1, n // 2)
-    for i in range(n_masks):
-        keep[i, torch.randperm(n, generator=g)[:k]] = True
-    probs = torch.cat(
-        [torch.softmax(forward_tokens(model, x, keep[i : i + 64]), 1)[:, target] for i in range(0, n_masks, 64)]
-    )
+def tis(
+    model: nn.Module,
+    x: torch.Tensor,
+    target: int,
+    n_masks: int = 1024,
+    tokens_ratio: float | tuple[float, ...] = 0.5,
+    seed: int = 0,
+    batch_size: int = 64,
+) -> torch.Tensor:
+    """Transformer Input Sampling (Englebienne et al., 2023): ``S = sum_m p(m) m / sum_m m`` over the clustered token
+    masks of :func:`tis_masks`, ``p(m)`` the target probability with only the kept tokens in the sequence; min-max
+    normalised to ``[0, 1]`` (tokens no mask keeps score 0)."""
+    keep = tis_masks(model, x, n_masks, tokens_ratio, seed)
+    counts = keep.sum(1)
+    p = torch.zeros(len(keep), dtype=torch.float64)
+    for cnt in counts.unique():  # forward_tokens needs equal-length sequences (one group per ratio)
+        idx = torch.nonzero(counts == cnt)[:, 0]
+        for i in range(0, len(idx), batch_size):
+            j = idx[i : i + batch_size]
+            p[j] = torch.softmax(forward_tokens(model, x, keep[j]), 1)[:, target].double().cpu()
     m = keep.double()
-    s = (probs.double()[:, None] * m).sum(0) / m.sum(0).clamp_min(1)
+    s = (p[:, None] * m).sum(0) / m.sum(0).clamp_min(1)
+    s = s - s.min()
+    s = s / s.max() if float(s.max()) > 0 else s
     return upsample(s, model, x.shape[-2:])
 
 
-@torch.no_grad()
-def vit_cx(model: nn.Module, x: torch.Tensor, target: int, n_clusters: int = 16) -> torch.Tensor:
-    """ViT-CX: clustered patch-embedding masks scored by the target probability of the masked image."""
+def vit_cx_masks(model: nn.Module, x: torch.Tensor, distance_threshold: float = 0.1) -> torch.Tensor:
+    """ViT-CX's masks ``[K, H, W]``: the last block's ``norm1`` patch-token features as ``D`` maps, upsampled to the
+    image and min-max normalised, agglomeratively clustered (complete linkage on cosine distance ``1 - cos``, merged
+    below ``distance_threshold``, scikit-learn); each cluster's summed maps, min-max normalised, is a mask."""
     from sklearn.cluster import AgglomerativeClustering
 
     feats: dict[str, torch.Tensor] = {}
-    h = model.blocks[-1].register_forward_hook(lambda _m, _i, out: feats.__setitem__("f", out))
+    h = model.blocks[-1].norm1.register_forward_hook(lambda _m, _i, out: feats.__setitem__("f", out.detach()))
     try:
-        model(x)
+        with torch.no_grad():
+            model(x)
     finally:
         h.remove()
     gh, gw = grid_size(model)
+    hw = x.shape[-2:]
     f = feats["f"][0, num_prefix(model) :].double().T.reshape(-1, 1, gh, gw)  # [D, 1, gh, gw]
-    maps = F.interpolate(f, size=x.shape[-2:], mode="bilinear", align_corners=False)[:, 0]
-    lo = maps.amin((1, 2), keepdim=True)
-    hi = maps.amax((1, 2), keepdim=True)
-    maps = (maps - lo) / (hi - lo).clamp_min(1e-12)
-    flat = maps.reshape(len(maps), -1).numpy()
-    k = min(n_clusters, len(flat))
-    labels = AgglomerativeClustering(n_clusters=k).fit_predict(flat) if k > 1 else np.zeros(len(flat), dtype=int)
-    masks = torch.stack([maps[torch.from_numpy(labels == c)].mean(0) for c in range(k)])  # [k, H, W]
-    scores = torch.softmax(model((x.double() * masks[:, None]).to(x.dtype)), 1)[:, target].double()
-    return ((scores[:, None, None] * masks).sum(0) / masks.sum(0).clamp_min(1e-12)).cpu()
+    maps = F.interpolate(f, size=hw, mode="bilinear", align_corners=False).reshape(len(f), -1)
+    maps = _minmax_rows(maps)
+    norm = maps.norm(dim=1, keepdim=True)
+    sim = torch.nan_to_num((maps @ maps.T) / (norm * norm.T), nan=0.0)
+    dist = (1 - sim).clamp_min(0).cpu().numpy()
+    if len(maps) > 1:
+        labels = AgglomerativeClustering(
+            n_clusters=None, distance_threshold=distance_threshold, metric="precomputed", linkage="complete"
+        ).fit_predict(dist)
+    else:
+        labels = np.zeros(1, dtype=int)
+    k = int(labels.max()) + 1
+    summed = torch.zeros(k, maps.shape[1], dtype=torch.float64).index_add_(0, torch.from_numpy(labels), maps)
+    return _minmax_rows(summed).reshape(k, *hw)
+
+
+def _minmax_rows(m: torch.Tensor) -> torch.Tensor:
+    lo, hi = m.amin(1, keepdim=True), m.amax(1, keepdim=True)
+    return (m - lo) / (hi - lo).clamp_min(1e-12)
+
+
+@torch.no_grad()
+def causal_score(
+    model: nn.Module,
+    x: torch.Tensor,
+    masks: torch.Tensor,
+    target: int,
+    noise_std: float = 0.1,
+    seed: int = 0,
+    batch_size: int = 64,
+) -> torch.Tensor:
+    """ViT-CX's causal impact score with its noise step and density correction ``[H, W]``.
+
+    With Gaussian noise ``e_k ~ N(0, noise_std^2)`` put where mask ``M_k`` removes the image,
+    ``s_k = p(x ⊙ M_k + e_k ⊙ (1 - M_k)) - p(x + e_k ⊙ (1 - M_k)) + p(x)`` (the noise's own effect cancelled), and
+    ``S = (1 / K) sum_k s_k M_k / sum_j M_j``.
+    """
+    dtype = next(model.parameters()).dtype
+    xd = x[0].double()
+    m = masks.double().to(xd.device)[:, None]  # [K, 1, H, W]
+    g = torch.Generator().manual_seed(seed)
+    noise = (torch.randn(len(m), *xd.shape, generator=g, dtype=torch.float64) * noise_std).to(xd.device) * (1 - m)
+    stack = torch.cat([xd * m + noise, xd + noise])
+    probs = torch.cat(
+        [
+            torch.softmax(model(stack[i : i + batch_size].to(dtype)), 1)[:, target]
+            for i in range(0, len(stack), batch_size)
+        ]
+    ).double()
+    p_x = float(torch.softmax(model(x.to(dtype)), 1)[0, target])
+    k = len(m)
+    s = probs[:k] - probs[k:] + p_x
+    dens = m[:, 0] / m[:, 0].sum(0).clamp_min(1e-12)
+    return ((s[:, None, None] * dens).sum(0) / k).cpu()
+
+
+def vit_cx(
+    model: nn.Module,
+    x: torch.Tensor,
+    target: int,
+    distance_threshold: float = 0.1,
+    noise_std: float = 0.1,
+    seed: int = 0,
+) -> torch.Tensor:
+    """ViT-CX (Xie et al., 2023): :func:`causal_score` of the clustered feature masks of :func:`vit_cx_masks`."""
+    return causal_score(model, x, vit_cx_masks(model, x, distance_threshold), target, noise_std, seed)
 
 
 def integrated_gradients(model: nn.Module, x: torch.Tensor, target: int, n_steps: int = 50) -> torch.Tensor:

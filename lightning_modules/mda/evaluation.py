@@ -96,14 +96,23 @@ class MapMaker:
         self.variants, self.kwargs = mda_variants, mda_kwargs
         self.forwards: dict[str, list[int]] = defaultdict(list)
 
-    def __call__(self, name: str, x: torch.Tensor, target: int, prior_map: torch.Tensor | None) -> torch.Tensor:
+    def __call__(
+        self,
+        name: str,
+        x: torch.Tensor,
+        target: int,
+        prior_map: torch.Tensor | None,
+        blurred: tuple[torch.Tensor, int] | None = None,
+    ) -> torch.Tensor:
         if name not in self.variants:
             return get_baseline(name)(self.model, x[None], target).double()
         opts = dict(self.kwargs)
         opts.update(self.variants[name] or {})
         gamma, smooth = float(opts.pop("gamma", 0.0)), bool(opts.pop("smooth", False))
         fn = model_probs(self.model)
-        res = mda(fn, x, prior_map, self.patch_count, target=target, gammas=(gamma,), **opts)
+        if blurred is not None and ("blur_klen" in self.variants[name] or "blur_max_conf" in self.variants[name]):
+            blurred = None  # the variant calibrates its own substrate
+        res = mda(fn, x, prior_map, self.patch_count, target=target, gammas=(gamma,), blurred=blurred, **opts)
         if res is None:
             raise ConfigError("blur calibration failed inside MDA although it passed for the image")
         self.forwards[name].append(res.forward_images)
@@ -148,14 +157,14 @@ def evaluate_attributions(
     counts = {"n_images": 0, "skipped_wrong": 0, "skipped_lowconf": 0, "skipped_blur": 0}
     examples: list[tuple[torch.Tensor, dict[str, torch.Tensor]]] = []
 
-    def maps_for(x: torch.Tensor, target: int) -> dict[str, torch.Tensor]:
+    def maps_for(x: torch.Tensor, target: int, cal: tuple[torch.Tensor, int]) -> dict[str, torch.Tensor]:
         out: dict[str, torch.Tensor] = {}
         t0 = time.perf_counter()
         prior_map = get_baseline(prior)(model, x[None], target).double()
         prior_time = time.perf_counter() - t0
         for name in methods:
             t0 = time.perf_counter()
-            out[name] = prior_map if name == prior else maker(name, x, target, prior_map)
+            out[name] = prior_map if name == prior else maker(name, x, target, prior_map, cal)
             extra = prior_time if (name in mda_variants or name == prior) else 0.0
             seconds[name].append(time.perf_counter() - t0 + extra)
             M.check_saliency(x, out[name])
@@ -175,7 +184,7 @@ def evaluate_attributions(
             counts["skipped_blur"] += 1
             continue
         counts["n_images"] += 1
-        maps = maps_for(x, target)
+        maps = maps_for(x, target, cal)
         for name, sal in maps.items():
             for k, v in score_map(fn, x, sal.to(x.dtype), target, cal[0], grid).items():
                 scores[name][k].append(v)
@@ -189,11 +198,12 @@ def evaluate_attributions(
             p = fn(x[None])[0]
             if int(p.argmax()) != trigger_target or float(p[trigger_target]) < min_confidence:
                 continue  # the backdoor did not fire: no ground truth for this image
-            if calibrate_blur(fn, x, trigger_target, *blur_cfg, max_conf=blur_conf) is None:
+            cal = calibrate_blur(fn, x, trigger_target, *blur_cfg, max_conf=blur_conf)
+            if cal is None:
                 counts["skipped_blur"] += 1  # MDA needs the blurred start image
                 continue
             n_loc += 1
-            maps = maps_for(x, trigger_target)
+            maps = maps_for(x, trigger_target, cal)
             for name, sal in maps.items():
                 scores[name]["pointing"].append(M.pointing_game(sal, gt_mask))
                 scores[name]["iou_top1"].append(M.topk_patch_iou(sal, gt_mask, patch, 1))

@@ -50,6 +50,14 @@ def load_subject(net: nn.Module, path: str) -> None:
         raise CheckpointError(f"model.subject_ckpt={path} does not fit model.net: {first}") from None
 
 
+def metric_inputs(logits: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """What the suite's classification metrics take: logits ``[B, K]``, or for ``K = 2`` (torchmetrics' *binary*
+    task, which wants one score per image) the positive class's probability ``[B]``, so ``p > 0.5`` is the argmax."""
+    if logits.dim() != 2 or logits.shape[1] != num_classes:
+        raise ConfigError(f"logits of shape {list(logits.shape)} do not have num_classes={num_classes} columns")
+    return torch.softmax(logits, 1)[:, 1] if num_classes == 2 else logits
+
+
 class MdaLitModule(SuiteLitModule):
     """Classifier training for the subject ViT, plus MDA's attribution benchmark after testing.
 
@@ -105,7 +113,7 @@ class MdaLitModule(SuiteLitModule):
         x, y = batch[0], batch[1]
         logits = self(x)
         loss = F.cross_entropy(logits, y)
-        self.train_metrics.update(logits, y)
+        self.train_metrics.update(metric_inputs(logits, self.num_classes), y)
         self.log("train/loss", loss, prog_bar=True)
         self.log_dict(self.train_metrics, on_step=False, on_epoch=True)
         return loss
@@ -113,7 +121,7 @@ class MdaLitModule(SuiteLitModule):
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         x, y = batch[0], batch[1]
         logits = self(x)
-        self.val_metrics.update(logits, y)
+        self.val_metrics.update(metric_inputs(logits, self.num_classes), y)
         self.log("val/loss", F.cross_entropy(logits, y), prog_bar=True)
         self.log_dict(self.val_metrics)
 
@@ -121,7 +129,7 @@ class MdaLitModule(SuiteLitModule):
         x, y = batch[0], batch[1]
         logits = self(x)
         if dataloader_idx == 0:
-            self.test_metrics[0].update(logits, y)
+            self.test_metrics[0].update(metric_inputs(logits, self.num_classes), y)
             self.log("test/loss", F.cross_entropy(logits, y), add_dataloader_idx=False)
             self.log_dict(self.test_metrics[0], add_dataloader_idx=False)
         else:

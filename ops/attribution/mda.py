@@ -118,12 +118,6 @@ def calibrate_blur(
     return None
 
 
-def _paste(current: torch.Tensor, finish: torch.Tensor, segments: torch.Tensor, cands: torch.Tensor) -> torch.Tensor:
-    """``[len(cands), C, H, W]``: ``current`` with each candidate segment pasted from ``finish``."""
-    mask = (segments[None] == cands.to(segments.device)[:, None, None])[:, None]
-    return torch.where(mask, finish[None], current[None])
-
-
 @dataclass
 class SearchResult:
     """Committed segments in order, raw target probability after each commit, and where the cutoff hit."""
@@ -169,6 +163,14 @@ def _greedy(
     return res, current
 
 
+def segment_pixels(segments: torch.Tensor) -> list[torch.Tensor]:
+    """Flat pixel indices of every segment ``0..P-1`` of ``segments`` ``[H, W]`` (computed once per search)."""
+    flat = segments.reshape(-1)
+    p = int(flat.max()) + 1
+    order = torch.argsort(flat, stable=True)
+    return list(torch.split(order, torch.bincount(flat, minlength=p).tolist()))
+
+
 def greedy_patch_order(
     model_fn: ModelFn,
     start: torch.Tensor,
@@ -185,7 +187,12 @@ def greedy_patch_order(
 
     At each step the first ``min(window, remaining)`` unchosen segments of ``candidate_order`` are pasted one at a
     time from ``finish`` into the current image (``start`` at first); the segment whose image gives the highest
-    (``maximize``) or lowest target probability is committed. ``stop(p)`` ends the search early after a commit.
+    (``maximize``) or lowest target probability is committed (the first on ties). ``stop(p)`` ends the search early
+    after a commit.
+
+    The fast path: segment pixel indices are computed once, the candidate batch lives in one reused buffer filled by
+    a broadcast copy of the current image and **one** indexed write of all candidates' pixels, and the search runs
+    under ``torch.inference_mode``. :func:`greedy_patch_order_naive` is the one-by-one twin (same result).
 
     Args:
         start, finish: ``[C, H, W]``; segments: ``[H, W]`` labels; candidate_order: segment ids in search order.
@@ -193,11 +200,38 @@ def greedy_patch_order(
     Returns:
         ``(SearchResult, final image [C, H, W])``.
     """
-
-    def score(current: torch.Tensor, cands: torch.Tensor) -> np.ndarray:
-        return probabilities(model_fn, _paste(current, finish, segments, cands), target, batch_size=len(cands))
-
-    return _greedy(score, start, finish, segments, candidate_order, window, maximize, n_steps, stop)
+    c, h, w = start.shape
+    remaining = list(candidate_order)
+    n_total = len(remaining)
+    n_steps = n_total if n_steps is None else n_steps
+    res = SearchResult([], [])
+    with torch.inference_mode():
+        pix = segment_pixels(segments.to(start.device))
+        sizes = torch.tensor([len(q) for q in pix])
+        fin = finish.reshape(c, h * w)
+        cur = start.reshape(c, h * w).clone()
+        buf = torch.empty(max(1, min(window, n_total)), c, h * w, dtype=start.dtype, device=start.device)
+        for step in range(n_steps):
+            k = min(window, len(remaining))
+            cands = remaining[:k]
+            batch = buf[:k]
+            batch.copy_(cur.expand(k, c, h * w))
+            rows = torch.repeat_interleave(torch.arange(k), sizes[cands]).to(start.device)
+            cols = torch.cat([pix[s] for s in cands])
+            batch[rows, :, cols] = fin[:, cols].T  # every candidate's segment pasted in one indexed write
+            probs = model_fn(batch.view(k, c, h, w))[:, target].double()
+            j = int(probs.argmax() if maximize else probs.argmin())
+            seg = cands[j]
+            cur[:, pix[seg]] = fin[:, pix[seg]]
+            remaining.remove(seg)
+            res.order.append(seg)
+            res.responses.append(float(probs[j]))
+            if stop is not None and stop(float(probs[j])):
+                res.stopped_at = step
+                first_phase = n_total - window
+                res.phase2_step = None if step < first_phase else step - max(first_phase, 0)
+                break
+    return res, cur.reshape(c, h, w).clone()
 
 
 def greedy_patch_order_naive(
@@ -314,6 +348,7 @@ def mda(
     batched: bool = True,
     segments: torch.Tensor | None = None,
     window: int | None = None,
+    blurred: tuple[torch.Tensor, int] | None = None,
 ) -> MDAResult | None:
     """Run MDA on one image ``[C, H, W]`` with a prior attribution ``[H, W]``; ``None`` if the blur calibration fails.
 
@@ -329,6 +364,8 @@ def mda(
         batched: score the candidate window in one forward pass (``False``: the one-by-one twin).
         segments: precomputed segment labels ``[H, W]`` (``0..P-1``) instead of SLIC (e.g. the exact ViT grid).
         window: candidate window (default :func:`window_size`, the paper's ``min(2 floor(sqrt P), 28)``).
+        blurred: ``(blurred image, klen)`` from :func:`calibrate_blur` for this image and target, to reuse instead
+            of calibrating again (callers that already calibrated, e.g. several MDA variants of one image).
     """
     counter = CountingModel(model_fn)
     c, h, w = img.shape
@@ -338,7 +375,7 @@ def mda(
         raise ConfigError(f"prior saliency map has shape {list(prior_map.shape)}, expected [H, W] = {[h, w]}")
     with torch.no_grad():
         target = int(counter(img[None]).argmax(1)) if target is None else target
-    cal = calibrate_blur(counter, img, target, *blur_klen, max_conf=blur_max_conf)
+    cal = blurred if blurred is not None else calibrate_blur(counter, img, target, *blur_klen, max_conf=blur_max_conf)
     if cal is None:
         return None
     blurred, klen = cal

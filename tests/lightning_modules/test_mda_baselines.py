@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 
 from lightning_modules.mda import baselines as B
+from lightning_modules.mda import lrp as L
 from suite.errors import ConfigError
 
 
@@ -79,12 +80,93 @@ def test_gradcam_attn_equation(vit):
     torch.testing.assert_close(B.gradcam_attn(vit, X, 2), up(want))
 
 
+def _simple(fn, inputs, r):
+    """LRP's gradient-times-input rule, written with autograd: ``x_i ⊙ d(fn)/dx_i · (r / fn(x))`` per input."""
+    xs = [t.detach().requires_grad_(True) for t in inputs]
+    z = fn(*xs)
+    grads = torch.autograd.grad(z, xs, L.safe_divide(r, z))
+    return [x.detach() * g for x, g in zip(xs, grads)]
+
+
+def _alpha1(x, w, r):
+    """The alpha=1, beta=0 rule by autograd: positive and negative parts of x and W as two linear maps."""
+    xp, xn = x.clamp(min=0).requires_grad_(True), x.clamp(max=0).requires_grad_(True)
+    z1, z2 = xp @ w.clamp(min=0).T, xn @ w.clamp(max=0).T
+    s = L.safe_divide(r, z1 + z2)
+    g1, g2 = torch.autograd.grad([z1, z2], [xp, xn], [s, s])
+    return (xp * g1 + xn * g2).detach()
+
+
+def test_lrp_rules_match_their_definitions():
+    g = torch.Generator().manual_seed(0)
+    x, w, r = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((3, 5), (4, 5), (3, 4)))
+    torch.testing.assert_close(L.lrp_linear(x, w, r), _alpha1(x, w, r))
+    # eq. 3 written as a double sum
+    pos = x.clamp(min=0)[:, None, :] * w.clamp(min=0)[None] + x.clamp(max=0)[:, None, :] * w.clamp(max=0)[None]
+    torch.testing.assert_close(L.lrp_linear(x, w, r), (pos / pos.sum(-1, keepdim=True) * r[..., None]).sum(1))
+    torch.testing.assert_close(L.lrp_linear(x, w, r).sum(), r.sum())  # conserved (no bias)
+    u, v, rm = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((2, 3, 4), (2, 4, 3), (2, 3, 3)))
+    ru, rv = L.lrp_matmul(u, v, rm)
+    want = _simple(lambda a, b: a @ b, [u, v], rm)
+    torch.testing.assert_close(ru, want[0] / 2)
+    torch.testing.assert_close(rv, want[1] / 2)
+    torch.testing.assert_close(ru.sum() + rv.sum(), rm.sum())
+    a, b = torch.randn(2, 3, 4, generator=g, dtype=torch.float64)
+    ra, rb = L.lrp_add(a, b, r)
+    sa, sb = _simple(lambda p, q: p + q, [a, b], r)
+    fa, fb = sa.sum().abs() / (sa.sum().abs() + sb.sum().abs()), sb.sum().abs() / (sa.sum().abs() + sb.sum().abs())
+    torch.testing.assert_close(ra, sa * fa * r.sum() / sa.sum())
+    torch.testing.assert_close(rb, sb * fb * r.sum() / sb.sum())
+    torch.testing.assert_close(ra.sum() + rb.sum(), r.sum())
+
+
 def test_transformer_attribution_equation(vit):
+    """Chefer 2021a: LRP relevances of the attention maps replayed through the explicit forward pass by autograd
+    rules, then prod_b (I + mean_h((dA ⊙ R_A)^+))."""
+    t0 = vit._pos_embed(vit.patch_embed(X))
+    tapes, t = [], t0
+    for blk in vit.blocks:  # the explicit forward of `manual`, keeping every intermediate
+        h = blk.norm1(t)
+        nh = blk.attn.num_heads
+        qkv = blk.attn.qkv(h).reshape(1, 17, 3, nh, -1).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        a = torch.softmax(q @ k.transpose(-2, -1) * blk.attn.scale, -1)
+        o = (a @ v).transpose(1, 2).reshape(1, 17, -1)
+        ao = blk.attn.proj(o)
+        t1 = t + ao
+        h2 = blk.norm2(t1)
+        gl = blk.mlp.act(blk.mlp.fc1(h2))
+        mo = blk.mlp.fc2(gl)
+        tapes.append(dict(t=t, h=h, q=q, k=k, v=v, a=a, o=o, ao=ao, t1=t1, h2=h2, g=gl, mo=mo))
+        t = t1 + mo
+    pooled = vit.norm(t)[:, 0]
+    r = torch.zeros(1, 17, 16, dtype=torch.float64)
+    r[:, 0] = _alpha1(pooled.detach(), vit.head.weight.detach(), torch.eye(3, dtype=torch.float64)[1:2])
+    rel = []
+    for blk, tp in zip(reversed(vit.blocks), reversed(tapes)):
+        tp = {kk: vv.detach() for kk, vv in tp.items()}
+        r1, r2 = _simple(lambda p, q: p + q, [tp["t1"], tp["mo"]], r)
+        f1 = r1.sum().abs() / (r1.sum().abs() + r2.sum().abs()) * r.sum()
+        r1, r2 = r1 * f1 / r1.sum(), r2 * (r.sum() - f1) / r2.sum()
+        w = lambda m: m.weight.detach()  # noqa: E731
+        r1 = r1 + _alpha1(tp["h2"], w(blk.mlp.fc1), _alpha1(tp["g"], w(blk.mlp.fc2), r2))
+        r0, ra = _simple(lambda p, q: p + q, [tp["t"], tp["ao"]], r1)
+        f0 = r0.sum().abs() / (r0.sum().abs() + ra.sum().abs()) * r1.sum()
+        r0, ra = r0 * f0 / r0.sum(), ra * (r1.sum() - f0) / ra.sum()
+        ro = _alpha1(tp["o"], w(blk.attn.proj), ra).reshape(1, 17, 2, -1).transpose(1, 2)
+        r_a, r_v = (z / 2 for z in _simple(lambda p, q: p @ q, [tp["a"], tp["v"]], ro))
+        r_q, r_k = (z / 2 for z in _simple(lambda p, q: p @ q.transpose(-2, -1), [tp["q"], tp["k"]], r_a))
+        rq = torch.stack([r_q, r_k, r_v]).permute(1, 3, 0, 2, 4).reshape(1, 17, -1)
+        r = r0 + _alpha1(tp["h"], w(blk.attn.qkv), rq)
+        rel.append(r_a[0])
+    rel = rel[::-1]
     a, g = _grads(vit, 1)
-    r = torch.eye(17, dtype=torch.float64)
-    for ai, gi in zip(a, g):
-        r = r + (gi * ai).clamp_min(0).mean(0) @ r
-    torch.testing.assert_close(B.transformer_attribution(vit, X, 1), up(r[0, 1:]))
+    c = torch.eye(17, dtype=torch.float64)
+    for gi, ri in zip(g, rel):
+        c = c + (gi * ri).clamp_min(0).mean(0) @ c
+    torch.testing.assert_close(B.transformer_attribution(vit, X, 1), up(c[0, 1:]))
+    # the relevances are not the attention maps themselves (Chefer 2021b's gradient-only rule differs)
+    assert not torch.allclose(rel[-1], a[-1])
 
 
 def test_transition_attention_equation(vit):
@@ -129,23 +211,62 @@ def test_tis_token_subsets(vit):
     t = vit._pos_embed(vit.patch_embed(X))
     seq = torch.cat([t[:, :1], t[:, 1:][:, [0, 5, 9]]], 1)
     torch.testing.assert_close(B.forward_tokens(vit, X, keep), vit.head(vit.norm(vit.blocks(seq))[:, 0]))
-    s = B.tis(vit, X, 1, n_masks=8, seed=3)
-    g = torch.Generator().manual_seed(3)
-    masks = torch.zeros(8, 16, dtype=torch.float64)
-    for i in range(8):
-        masks[i, torch.randperm(16, generator=g)[:8]] = 1
+    # TIS's masks: k-means centroids of every block's activation vectors (points over the 16 patch tokens)
+    from sklearn.cluster import KMeans
+
+    acts, tt = [], vit._pos_embed(vit.patch_embed(X))
+    for blk in vit.blocks:
+        tt = blk(tt)
+        acts.append(tt[0, 1:].detach())
+    pts = torch.cat(acts, -1).T.numpy()  # [16 * 2, 16]
+    cent = torch.from_numpy(KMeans(n_clusters=6, n_init=1, random_state=3).fit(pts).cluster_centers_)
+    masks = torch.zeros(6, 16, dtype=torch.float64)
+    for i, c in enumerate(cent):
+        masks[i, torch.topk(c, 8).indices] = 1
+    torch.testing.assert_close(B.tis_masks(vit, X, n_masks=6, seed=3).double(), masks)
     p = torch.softmax(B.forward_tokens(vit, X, masks.bool()), 1)[:, 1]
-    torch.testing.assert_close(s, up((p[:, None] * masks).sum(0) / masks.sum(0).clamp_min(1)))
+    s = (p[:, None] * masks).sum(0) / masks.sum(0).clamp_min(1)
+    s = (s - s.min()) / (s - s.min()).max()
+    torch.testing.assert_close(B.tis(vit, X, 1, n_masks=6, seed=3), up(s))
+    assert B.tis_masks(vit, X, n_masks=4, tokens_ratio=(0.25, 0.5)).sum(1).tolist() == [4, 8] * 4
+    assert len(B.tis(vit, X, 1, n_masks=4, tokens_ratio=(0.25, 0.5))) == 8
     with pytest.raises(ConfigError, match="same number"):
         B.forward_tokens(vit, X, torch.tensor([[True] * 16, [True] * 8 + [False] * 8]))
 
 
-def test_vit_cx_density_corrected_score(vit):
-    s = B.vit_cx(vit, X, 0, n_clusters=4)
-    assert s.shape == (8, 8) and bool(torch.isfinite(s).all())
-    # one cluster: a single mask M, S = p(x ⊙ M) M / M = p(x ⊙ M) everywhere the mask is non-zero
-    s1 = B.vit_cx(vit, X, 0, n_clusters=1)
-    assert float(s1.max() - s1.min()) < 1e-9 and 0 < float(s1.max()) < 1
+def test_vit_cx_masks_and_causal_score(vit):
+    from sklearn.cluster import AgglomerativeClustering
+
+    # masks: norm1 features of the last block as 16 maps, upsampled, min-max normalised, clustered on cosine distance
+    t = vit._pos_embed(vit.patch_embed(X))
+    f = vit.blocks[-1].norm1(vit.blocks[0](t))[0, 1:].detach().T.reshape(16, 1, 4, 4)
+    maps = F.interpolate(f, size=(8, 8), mode="bilinear", align_corners=False).reshape(16, 64)
+    maps = (maps - maps.min(1, keepdim=True).values) / (
+        maps.max(1, keepdim=True).values - maps.min(1, keepdim=True).values
+    )
+    cos = (maps @ maps.T) / (maps.norm(dim=1)[:, None] * maps.norm(dim=1)[None])
+    lab = AgglomerativeClustering(n_clusters=None, distance_threshold=0.1, metric="precomputed", linkage="complete")
+    labels = lab.fit_predict((1 - cos).clamp_min(0).numpy())
+    summed = torch.stack([maps[torch.from_numpy(labels == c)].sum(0) for c in range(labels.max() + 1)])
+    want = (summed - summed.min(1, keepdim=True).values) / (
+        summed.max(1, keepdim=True).values - summed.min(1, keepdim=True).values
+    )
+    masks = B.vit_cx_masks(vit, X, 0.1)
+    torch.testing.assert_close(masks, want.reshape(-1, 8, 8))
+    assert 1 < len(masks) < 16
+    # causal score with its noise step: s_k = p(x M + e (1 - M)) - p(x + e (1 - M)) + p(x), S = sum s_k M_k / sum M / K
+    g = torch.Generator().manual_seed(5)
+    e = torch.randn(len(masks), 1, 8, 8, generator=g, dtype=torch.float64) * 0.2 * (1 - masks[:, None])
+    prob = lambda z: torch.softmax(vit(z), 1)[:, 2]  # noqa: E731
+    s = prob(X[0] * masks[:, None] + e) - prob(X[0] + e) + prob(X)
+    want_s = (s[:, None, None] * masks).sum(0) / masks.sum(0) / len(masks)
+    torch.testing.assert_close(B.causal_score(vit, X, masks, 2, noise_std=0.2, seed=5), want_s.detach())
+    torch.testing.assert_close(B.vit_cx(vit, X, 2, noise_std=0.2, seed=5), want_s.detach())
+    # no noise, one mask: the score is p(x ⊙ M) wherever the mask is non-zero
+    s1 = B.causal_score(vit, X, masks[:1], 2, noise_std=0.0)
+    torch.testing.assert_close(
+        s1[masks[0] > 0], prob(X[0] * masks[:1, None]).expand(int((masks[0] > 0).sum())).detach()
+    )
 
 
 def test_library_baselines_run(vit):

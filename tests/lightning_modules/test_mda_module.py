@@ -123,3 +123,28 @@ def test_benchmark_runs_at_the_end_of_trainer_test(tmp_path: Path):
     m = trainer.callback_metrics
     assert float(m["attr/n_images"]) == 2 and 0.0 <= float(m["attr/mda/rise_ins"]) <= 1.0
     assert float(m["attr/mda/forwards"]) > 16 and (tmp_path / "mda_examples.png").stat().st_size > 1000
+
+
+def test_binary_subject_metrics_take_one_score_per_image():
+    """num_classes=2 makes the suite's metrics torchmetrics' binary task: [B] scores, not [B, 2] logits."""
+    from lightning_modules.mda.module import metric_inputs
+
+    torch.manual_seed(0)
+    net = VisionTransformer(
+        img_size=8, patch_size=2, in_chans=1, num_classes=2, embed_dim=16, depth=1, num_heads=2, mlp_ratio=2.0
+    )
+    m = MdaLitModule(net, num_classes=2)
+    x, y = torch.rand(6, 1, 8, 8), torch.tensor([0, 1, 1, 0, 1, 0])
+    logits = m(x)
+    scores = metric_inputs(logits, 2)
+    assert scores.shape == (6,)
+    torch.testing.assert_close(scores, torch.softmax(logits, 1)[:, 1])
+    assert metric_inputs(logits.repeat(1, 5), 10).shape == (6, 10)  # multiclass: logits unchanged
+    with pytest.raises(ConfigError, match="num_classes=3"):
+        metric_inputs(logits, 3)
+    m.train_metrics.update(scores, y)
+    acc = float(m.train_metrics.compute()["train/acc"])
+    assert acc == pytest.approx(float((logits.argmax(1) == y).float().mean()))
+    m.val_metrics.reset()
+    m.validation_step((x, y), 0)  # the step itself updates the binary metrics without a shape error
+    assert float(m.val_metrics.compute()["val/acc"]) == pytest.approx(acc)

@@ -149,3 +149,33 @@ def test_official_prefix_quirk_by_hand():
     # phase 2 exit at global step 9 (step 1 of the shrinking phase): the cutoff lands at index 1, not 9
     res2 = A.SearchResult(order=list(range(10)), responses=[0.1] * 9 + [0.8], stopped_at=9, phase2_step=1)
     assert A._insertion_prefix(res2, 16, 8, 0.9, 0.0, 1.0, official_quirks=True) == [0, 1]
+
+
+def test_batched_search_matches_one_by_one_on_a_vit_with_irregular_segments():
+    """The fast path (one buffer, one indexed write, inference mode) on a float64 ViT, uneven segment sizes."""
+    from timm.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(
+        img_size=8, patch_size=2, in_chans=1, num_classes=3, embed_dim=16, depth=1, num_heads=2, mlp_ratio=2.0
+    ).double()
+    vit.eval()
+
+    def fn(x):
+        with torch.no_grad():
+            return torch.softmax(vit(x), 1)
+
+    seg = GRID.clone()
+    seg[0, :] = 3  # segment 3 grows, segments 0 and 1 shrink: sizes differ
+    blurred = A.calibrate_blur(fn, IMG, 1, 3, 2, 3, max_conf=1.0)[0]
+    for maximize, start in ((True, blurred), (False, torch.zeros_like(IMG))):
+        order = torch.randperm(16, generator=torch.Generator().manual_seed(3)).tolist()
+        fast, img_f = A.greedy_patch_order(fn, start, IMG, seg, order, 5, maximize, 1)
+        slow, img_s = A.greedy_patch_order_naive(fn, start, IMG, seg, order, 5, maximize, 1)
+        assert fast.order == slow.order
+        np.testing.assert_allclose(fast.responses, slow.responses, rtol=0, atol=1e-12)
+        torch.testing.assert_close(img_f, img_s, rtol=0, atol=0)
+        assert not img_f.is_inference()  # usable outside inference mode
+    pixels = A.segment_pixels(seg)
+    assert [len(p) for p in pixels] == torch.bincount(seg.reshape(-1)).tolist()
+    assert all(bool((seg.reshape(-1)[p] == i).all()) for i, p in enumerate(pixels))

@@ -80,7 +80,7 @@ def test_render_values_and_depth():
 
 
 def test_render_rays_opaque_wall_depth():
-    """An opaque slab at x in [2, 4] seen from the origin along +x: metric depth ~ 2 (trilinear blur of half a voxel)."""
+    """An opaque slab at x in [2, 4] seen from the origin along +x: depth ~ 2 (trilinear blur)."""
     vol = torch.full((1, 1 + 2 + 3, 16, 4, 4), -30.0)
     vol[:, 0, 12:] = 30.0
     o = torch.zeros(1, 1, 3)

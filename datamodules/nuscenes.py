@@ -156,6 +156,14 @@ class NuScenesDataModule(SuiteDataModule):
 
     # -- embedded ---------------------------------------------------------------------------------------------
     def load_embedded(self) -> dict:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # small tensors: one thread is faster than several on a shared machine
+        try:
+            return self._generate()
+        finally:
+            torch.set_num_threads(threads)
+
+    def _generate(self) -> dict:
         world = DrivingWorld(self.grid, self.pc_range, seed=self.seed)
         h, w = self.image_size
         intrins, cam2ego = camera_rig(self.n_cams, h, w)
@@ -204,7 +212,10 @@ class NuScenesDataModule(SuiteDataModule):
             from nuscenes.nuscenes import NuScenes
         except ImportError as err:
             raise MissingDataError(f"data.source=real needs {DEVKIT} ({err}); `make install` installs it") from None
-        nusc = NuScenes(version=self.version, dataroot=str(root), verbose=False)
+        try:
+            nusc = NuScenes(version=self.version, dataroot=str(root), verbose=False)
+        except Exception as err:  # noqa: BLE001 - name the table the devkit could not read
+            raise DataFormatError(_bad_table_message(root / self.version, err)) from None
         reader = _NuScenesReader(nusc, self, root)
         scenes, self.skipped_no_future = [], 0
         for scene in nusc.scene:
@@ -223,6 +234,20 @@ class NuScenesDataModule(SuiteDataModule):
                 f"({self.skipped_no_future} skipped); lower data.horizon"
             )
         return self._splits(scenes)
+
+
+def _bad_table_message(folder: Path, err: BaseException) -> str:
+    import json
+
+    for name in TABLES:
+        path = folder / f"{name}.json"
+        try:
+            with open(path, encoding="utf-8") as f:
+                json.load(f)
+        except (ValueError, OSError) as bad:
+            return f"{path}: not a nuScenes table ({type(bad).__name__}); expected the JSON tables {DEVKIT} reads"
+    reason = " ".join(str(err).split())[:160] or type(err).__name__
+    return f"{folder}: {DEVKIT} cannot load these tables ({type(err).__name__}: {reason})"
 
 
 def _obstacle_bev(occ: torch.Tensor, drivable: tuple[int, ...], empty: int) -> torch.Tensor:

@@ -24,6 +24,7 @@ REAL = {
     "lice": ["data.dataset=german"],
     "nforgot": ["data.name=yelp_clear"],
     "semdice_deep": ["data.filename=pointmaze.npz"],
+    "preworld": ["data.version=v1.0-mini"],  # the nuScenes tables, read through nuscenes-devkit
 }
 # Experiments whose data are produced online (an environment), with no real-format file to read.
 NO_FILES = {"semdice_finetune": "online DDPG in a gymnasium environment"}

@@ -34,11 +34,12 @@ class ImageEncoder(nn.Module):
 
     Args:
         backbone: ``cnn`` (3 conv blocks) or ``timm:<model name>`` (features_only, no pretrained weights are
-            downloaded: set ``pretrained`` only with local weights in the timm cache).
+            downloaded: set ``pretrained`` only with local weights in the timm cache); ``timm_index`` picks the
+            feature level (2: stride 8 for ResNets).
     """
 
     def __init__(self, depth_bins: int, context: int, width: int = 32, stride: int = 2, backbone: str = "cnn",
-                 pretrained: bool = False) -> None:  # fmt: skip
+                 pretrained: bool = False, timm_index: int = 2) -> None:  # fmt: skip
         super().__init__()
         self.depth_bins, self.context, self.stride = depth_bins, context, stride
         if backbone == "cnn":
@@ -52,7 +53,8 @@ class ImageEncoder(nn.Module):
         elif backbone.startswith("timm:"):
             import timm
 
-            self.body = timm.create_model(backbone[5:], pretrained=pretrained, features_only=True, out_indices=(0,))
+            self.body = timm.create_model(backbone[5:], pretrained=pretrained, features_only=True,
+                                          out_indices=(timm_index,))
             out = self.body.feature_info.channels()[0]
             self.stride = self.body.feature_info.reduction()[0]
         else:
@@ -70,10 +72,11 @@ class LiftSplat(nn.Module):
     """Images [B, N, 3, H, W] + intrinsics [B, N, 3, 3] + camera-to-ego [B, N, 4, 4] -> V [B, C, X, Y, Z]."""
 
     def __init__(self, grid, pc_range, depth_range=(1.0, 12.0), depth_bins: int = 16, context: int = 16,
-                 channels: int = 32, width: int = 32, stride: int = 2, backbone: str = "cnn") -> None:  # fmt: skip
+                 channels: int = 32, width: int = 32, stride: int = 2, backbone: str = "cnn",
+                 timm_index: int = 2) -> None:  # fmt: skip
         super().__init__()
         self.grid, self.pc_range = tuple(grid), tuple(pc_range)
-        self.encoder = ImageEncoder(depth_bins, context, width, stride, backbone)
+        self.encoder = ImageEncoder(depth_bins, context, width, stride, backbone, timm_index=timm_index)
         self.register_buffer("depths", torch.linspace(depth_range[0], depth_range[1], depth_bins), persistent=False)
         self.final_conv = nn.Sequential(
             nn.Conv3d(context, channels, 3, padding=1), nn.BatchNorm3d(channels), nn.ReLU(),

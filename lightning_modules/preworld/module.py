@@ -49,7 +49,8 @@ class PreWorldLitModule(SuiteLitModule):
         num_classes: Occupancy classes, the last one free.
         grid, pc_range: Voxel grid (X, Y, Z) and its metres (x0, y0, z0, x1, y1, z1); must match the data.
         channels: Voxel feature width (official 32).
-        context, depth_bins, depth_range, encoder_width, stride, backbone: image encoder / lift-splat.
+        context, depth_bins, depth_range, encoder_width, stride, backbone, timm_index: image encoder / lift-splat
+            (``backbone=timm:<name>`` for a timm backbone).
         horizon: Largest forecast step K; ``curriculum`` follows the stage's schedule up to it.
         n_rays: Rays per frame per item drawn (class-balanced, without replacement) for the rendering losses.
         n_inner, interval, center, radius, bg_len: ray sampling and raw2alpha (official: radius 39 of a 40 m
@@ -74,6 +75,7 @@ class PreWorldLitModule(SuiteLitModule):
         encoder_width: int = 32,
         stride: int = 2,
         backbone: str = "cnn",
+        timm_index: int = 2,
         state_dim: int = 21,
         horizon: int = 3,
         curriculum: bool = True,
@@ -113,7 +115,7 @@ class PreWorldLitModule(SuiteLitModule):
         self.stage, self.init_from = stage, init_from
         self.grid, self.pc_range, self.num_classes, self.horizon = tuple(grid), tuple(pc_range), num_classes, horizon
         self.lift = LiftSplat(grid, pc_range, depth_range, depth_bins, context, channels, encoder_width, stride,
-                              backbone)  # fmt: skip
+                              backbone, timm_index)  # fmt: skip
         self.attrs = AttributeHeads(channels, num_classes - 1)
         self.occ_head = OccHead(channels, num_classes)
         self.forecaster = Forecaster(channels, state_dim)

@@ -111,7 +111,14 @@ def _imagefolder(root: Path) -> None:
             Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(root / cls / f"{i}.png")
 
 
+def _nuscenes_occ3d(root: Path) -> None:
+    from tests.datamodules.test_nuscenes import write_nuscenes
+
+    write_nuscenes(root, n_samples=3, version="v1.0-trainval")
+
+
 FIXTURES = {
+    "nuscenes_occ3d": _nuscenes_occ3d,
     "imagefolder": _imagefolder,
     "text_shards": _text_shards,
     "plain_text": _plain_text,

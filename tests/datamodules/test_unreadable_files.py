@@ -27,6 +27,7 @@ REAL = {
     "addp": ["data.dataset=nyuv2"],  # its KITTI and RefCOCO readers: tests/datamodules/test_perception.py
     "bracketire": ["data.dataset=bracketire"],
     "tulip": ["data.dataset=sharegpt4v"],  # its ShareGPT4V annotation JSON (Urban-1k / Long-DCI: test_captions.py)
+    "preworld": ["data.version=v1.0-mini"],  # the nuScenes tables, read through nuscenes-devkit
 }
 # Experiments whose data are produced online (an environment), with no real-format file to read.
 NO_FILES = {"semdice_finetune": "online DDPG in a gymnasium environment"}

@@ -129,8 +129,15 @@ def _sharegpt4v(root: Path) -> None:
     write_sharegpt4v(root)
 
 
+def _nuscenes_occ3d(root: Path) -> None:
+    from tests.datamodules.test_nuscenes import write_nuscenes
+
+    write_nuscenes(root, n_samples=3, version="v1.0-trainval")
+
+
 FIXTURES = {
     "bracketire_npy": _bracketire_npy,
+    "nuscenes_occ3d": _nuscenes_occ3d,
     "imagefolder": _imagefolder,
     "nyuv2_mat": _nyuv2_mat,
     "text_shards": _text_shards,

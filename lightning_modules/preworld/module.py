@@ -1,0 +1,339 @@
+"""PreWorld (Li et al., ICLR 2025): a semi-supervised vision-centric 3D occupancy world model.
+
+Two stages (Sec. 3.4), one module selected by ``stage``:
+
+* ``pretrain``: self-supervised from 2D labels. The voxel volume of the current frame, and the forecast volume of
+  each step k, are rendered along the rays of frame k (Sec. 3.2): SILog depth + class-weighted CE on rendered
+  semantics + L1 colour (weight 1 each) + 0.01 background-transmittance entropy + 0.01 distortion, plus the
+  trajectory loss on the ego waypoints (Sec. 3.3).
+* ``finetune``: fully supervised with 3D occupancy labels on the OccHead outputs of the current and each forecast
+  step (class-weighted focal CE, sem_scal, geo_scal, Lovasz-softmax, each x1) plus the trajectory loss. It starts
+  from the pre-trained weights through ``init_from`` (a checkpoint of the pretrain run); without it, it is the
+  no-pre-training baseline.
+
+The forecast horizon follows the curriculum of each stage (:func:`ops.occupancy.schedule.horizon_schedule`).
+Where the official code differs from the paper, the paper is the default and the official behaviour is a flag:
+``official_depth`` (rendered depth ``39 sum w s`` with s = t/(1+t) against metric ground truth), ``roll_state=False``
+(the ego state is re-embedded from the current state at every step, never rolled forward) and
+``official_label_offset`` (forecast step k scored against frame k+1 at test, the +2 of ``simple_test``).
+
+Baselines at the same budget: ``init_from=null`` (no pre-training), ``ego_conditioning=false``; the copy-last-frame
+forecaster and the constant-velocity planner are scored in every evaluation beside the model (``*_copy_last``,
+``*_cv`` keys), on the same predictions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torchmetrics
+
+from layers.occupancy.preworld import AttributeHeads, Forecaster, LiftSplat, OccHead, forecast
+from lightning_modules._base import SuiteLitModule
+from lightning_modules.preworld.metrics import IGNORE, OccupancyIoU, collisions
+from ops.occupancy import losses as L
+from ops.occupancy.render import render_rays
+from ops.occupancy.schedule import horizon_schedule, ray_sampling_weights
+from suite.errors import CheckpointError, ConfigError, NonFiniteLossError
+
+STAGES = ("pretrain", "finetune")
+
+
+class PreWorldLitModule(SuiteLitModule):
+    """PreWorld and its baselines.
+
+    Args:
+        stage: ``pretrain`` (2D rendering + trajectory) or ``finetune`` (3D labels + trajectory).
+        init_from: Checkpoint whose network weights start this run (stage 2 reads stage 1's ``last.ckpt``).
+        num_classes: Occupancy classes, the last one free.
+        grid, pc_range: Voxel grid (X, Y, Z) and its metres (x0, y0, z0, x1, y1, z1); must match the data.
+        channels: Voxel feature width (official 32).
+        context, depth_bins, depth_range, encoder_width, stride, backbone, timm_index: image encoder / lift-splat
+            (``backbone=timm:<name>`` for a timm backbone).
+        horizon: Largest forecast step K; ``curriculum`` follows the stage's schedule up to it.
+        n_rays: Rays per frame per item drawn (class-balanced, without replacement) for the rendering losses.
+        n_inner, interval, center, radius, bg_len: ray sampling and raw2alpha (official: radius 39 of a 40 m
+            grid, centre z 2.2, interval 0.5).
+        w_*: loss weights. focal_gamma: focal CE exponent. camera_mask: 3D losses and metrics on camera-visible
+            voxels only (Occ3D's mask_camera).
+        density_threshold: pretrain-only prediction: occupied iff density > it (official 8.5).
+        ego_conditioning, roll_state, official_depth, official_label_offset: see the module docstring.
+    """
+
+    def __init__(
+        self,
+        stage: str = "pretrain",
+        init_from: str | None = None,
+        num_classes: int = 5,
+        grid: tuple[int, int, int] = (16, 16, 4),
+        pc_range: tuple[float, ...] = (-8.0, -8.0, -1.0, 8.0, 8.0, 3.0),
+        channels: int = 16,
+        context: int = 16,
+        depth_bins: int = 16,
+        depth_range: tuple[float, float] = (1.0, 12.0),
+        encoder_width: int = 32,
+        stride: int = 2,
+        backbone: str = "cnn",
+        timm_index: int = 2,
+        state_dim: int = 21,
+        horizon: int = 3,
+        curriculum: bool = True,
+        n_rays: int = 256,
+        n_inner: int = 32,
+        interval: float = 0.5,
+        center: tuple[float, float, float] = (0.0, 0.0, 1.0),
+        radius: float = 7.8,
+        bg_len: float = 0.2,
+        w_depth: float = 1.0,
+        w_sem: float = 1.0,
+        w_rgb: float = 1.0,
+        w_entropy: float = 0.01,
+        w_distortion: float = 0.01,
+        w_traj: float = 1.0,
+        w_focal: float = 1.0,
+        w_sem_scal: float = 1.0,
+        w_geo_scal: float = 1.0,
+        w_lovasz: float = 1.0,
+        focal_gamma: float = 2.0,
+        camera_mask: bool = True,
+        density_threshold: float = 8.5,
+        ego_conditioning: bool = True,
+        roll_state: bool = True,
+        official_depth: bool = False,
+        official_label_offset: bool = False,
+        optimizer=None,
+        scheduler=None,
+        scheduler_interval: str = "step",
+    ) -> None:
+        super().__init__(optimizer, scheduler, scheduler_interval, monitor="val/loss")
+        if stage not in STAGES:
+            raise ConfigError(f"model.stage={stage!r} must be one of {list(STAGES)}")
+        if horizon < 0 or n_rays < 1 or num_classes < 2:
+            raise ConfigError("model.horizon must be >= 0, model.n_rays >= 1 and model.num_classes >= 2")
+        self.save_hyperparameters(ignore=["optimizer", "scheduler"])
+        self.stage, self.init_from = stage, init_from
+        self.grid, self.pc_range, self.num_classes, self.horizon = tuple(grid), tuple(pc_range), num_classes, horizon
+        self.lift = LiftSplat(grid, pc_range, depth_range, depth_bins, context, channels, encoder_width, stride,
+                              backbone, timm_index)  # fmt: skip
+        self.attrs = AttributeHeads(channels, num_classes - 1)
+        self.occ_head = OccHead(channels, num_classes)
+        self.forecaster = Forecaster(channels, state_dim)
+        self.register_buffer("class_w", torch.ones(num_classes))
+        self.register_buffer("ray_class_w", torch.ones(num_classes - 1))
+        self.metrics = torch.nn.ModuleDict()
+        for split in ("val", "test"):
+            for k in range(horizon + 1):
+                self.metrics[f"{split}_occ_{k}"] = OccupancyIoU(num_classes)
+                if k:
+                    self.metrics[f"{split}_copy_{k}"] = OccupancyIoU(num_classes)
+                    for name in ("l2", "l2_cv", "col", "col_cv"):
+                        self.metrics[f"{split}_{name}_{k}"] = torchmetrics.MeanMetric()
+
+    # -- set-up ---------------------------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        train = getattr(dm, "datasets", {}).get("train") if dm is not None else None
+        if train is not None and len(train):
+            counts = torch.zeros(self.num_classes, dtype=torch.float64)
+            for it in list(train)[:200]:
+                counts += torch.bincount(it["occ"][0].reshape(-1), minlength=self.num_classes)[: self.num_classes]
+            self.class_w.copy_(L.class_weights(counts.clamp_min(1.0)).float())
+            self.ray_class_w.copy_(L.class_weights(counts[:-1].clamp_min(1.0)).float())
+        if self.init_from and stage == "fit":
+            self._load_init(self.init_from)
+
+    def _load_init(self, path: str) -> None:
+        p = Path(path)
+        if not p.is_file():
+            raise CheckpointError(f"model.init_from={path}: no such checkpoint (run the pretrain stage first)")
+        try:
+            state = torch.load(p, map_location="cpu", weights_only=True)["state_dict"]
+        except Exception as err:  # noqa: BLE001 - a truncated or foreign file becomes one line
+            msg = f"model.init_from={path}: cannot read the checkpoint ({type(err).__name__})"
+            raise CheckpointError(msg) from None
+        own = self.state_dict()
+        keep = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape and not k.startswith("metrics")}
+        if not any(k.startswith("lift.") for k in keep):
+            raise CheckpointError(f"model.init_from={path}: not a PreWorld checkpoint of this grid/width")
+        self.load_state_dict(keep, strict=False)
+
+    # -- forward --------------------------------------------------------------------------------------------
+    def steps(self) -> int:
+        if not self.hparams.curriculum:
+            return self.horizon
+        return horizon_schedule(self.current_epoch + 1, self.stage, self.horizon)
+
+    def volumes(self, batch: dict, steps: int):
+        v = self.lift(batch["img"], batch["intrins"], batch["cam2ego"])
+        vols, offsets = forecast(v, batch["ego_state"], self.forecaster, steps, self.hparams.roll_state,
+                                 self.hparams.ego_conditioning)  # fmt: skip
+        return [v, *vols], offsets
+
+    def _draw_rays(self, batch: dict, k: int) -> dict:
+        """``n_rays`` rays of frame k per item, class-balanced (official weighted sampling) among valid rays."""
+        valid, sem = batch["ray_valid"][:, k], batch["ray_sem"][:, k]
+        idx = []
+        for b in range(valid.shape[0]):
+            w = ray_sampling_weights(sem[b], torch.zeros_like(sem[b]), ()) * valid[b]
+            if w.sum() <= 0:
+                w = torch.ones_like(w)
+            n = min(self.hparams.n_rays, int((w > 0).sum()))
+            pick = torch.multinomial(w.float(), n, replacement=False)
+            idx.append(torch.cat([pick, pick[:1].expand(self.hparams.n_rays - n)]))
+        idx = torch.stack(idx)
+        take = lambda x: torch.gather(x[:, k], 1, idx.view(*idx.shape, *([1] * (x.dim() - 3))).expand(  # noqa: E731
+            *idx.shape, *x.shape[3:]))  # fmt: skip
+        return {key: take(batch[key]) for key in ("rays_o", "rays_d", "ray_depth", "ray_sem", "ray_rgb", "ray_valid")}
+
+    def render_loss(self, v: torch.Tensor, rays: dict) -> dict[str, torch.Tensor]:
+        """Sec. 3.2 losses of one frame's rays rendered from the volume V."""
+        h = self.hparams
+        out = render_rays(self.attrs(v), rays["rays_o"], rays["rays_d"], self.pc_range, tuple(h.center), h.radius,
+                          h.bg_len, h.n_inner, h.interval, 0.0, h.official_depth)  # fmt: skip
+        ok = rays["ray_valid"]
+        losses = {
+            "depth": L.silog(out["depth"][ok], rays["ray_depth"][ok]),
+            "sem": L.weighted_ce(out["semantic"][ok], rays["ray_sem"][ok], self.ray_class_w, IGNORE),
+            "rgb": L.l1_color(out["rgb"].flatten(0, 1), rays["ray_rgb"].flatten(0, 1)),
+            "entropy": L.background_entropy(out["t_last"]),
+        }
+        s = out["s"]
+        iv = torch.cat([s[1:] - s[:-1], s[-1:] - s[-2:-1]])
+        losses["distortion"] = L.distortion_loss(out["weights"].flatten(0, 1), (s + iv / 2)[None], iv)
+        return losses
+
+    def occ_loss(self, logits: torch.Tensor, occ: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Sec. 3.4 losses: logits [B, C, X, Y, Z] vs occ [B, X, Y, Z] (camera-visible voxels if camera_mask)."""
+        y = torch.where(mask, occ, torch.full_like(occ, IGNORE)) if self.hparams.camera_mask else occ
+        z, y = logits.permute(0, 2, 3, 4, 1).reshape(-1, self.num_classes), y.reshape(-1)
+        return {
+            "focal": L.focal_ce(z, y, self.class_w, self.hparams.focal_gamma, IGNORE),
+            "sem_scal": L.sem_scal(z, y, IGNORE),
+            "geo_scal": L.geo_scal(z, y, self.num_classes - 1, IGNORE),
+            "lovasz": L.lovasz_softmax(z, y, IGNORE),
+        }
+
+    def losses(self, batch: dict, steps: int) -> dict[str, torch.Tensor]:
+        h = self.hparams
+        steps = min(steps, batch["waypoints"].shape[1])
+        vols, offsets = self.volumes(batch, steps)
+        total, parts = 0.0, {}
+        for k, v in enumerate(vols):
+            if self.stage == "pretrain":
+                part = self.render_loss(v, self._draw_rays(batch, k))
+                wts = {"depth": h.w_depth, "sem": h.w_sem, "rgb": h.w_rgb, "entropy": h.w_entropy,
+                       "distortion": h.w_distortion}  # fmt: skip
+            else:
+                lab = batch["labelled"]
+                if not lab.any():
+                    continue
+                part = self.occ_loss(self.occ_head(v[lab]), batch["occ"][lab, k], batch["mask_camera"][lab, k])
+                wts = {"focal": h.w_focal, "sem_scal": h.w_sem_scal, "geo_scal": h.w_geo_scal, "lovasz": h.w_lovasz}
+            for name, val in part.items():
+                parts[name] = parts.get(name, 0.0) + val.detach()
+                total = total + wts[name] * val
+        if steps:
+            gt = batch["waypoints"][:, :steps]
+            gt_off = torch.cat([gt[:, :1], gt[:, 1:] - gt[:, :-1]], 1)
+            traj = L.trajectory_loss(offsets.reshape(-1, 2), gt_off.reshape(-1, 2))
+            parts["traj"] = traj.detach()
+            total = total + h.w_traj * traj
+        parts["loss"] = total if torch.is_tensor(total) else torch.zeros((), device=self.device, requires_grad=True)
+        return parts
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        parts = self.losses(batch, self.steps())
+        if not torch.isfinite(parts["loss"]):
+            raise NonFiniteLossError(f"preworld: training loss is {float(parts['loss'])} at step {self.global_step}")
+        bs = batch["img"].shape[0]
+        self.log("train/horizon", float(self.steps()), batch_size=bs)
+        for k, v in parts.items():
+            self.log(f"train/{k}", v, prog_bar=k == "loss", batch_size=bs)
+        return parts["loss"]
+
+    # -- evaluation -----------------------------------------------------------------------------------------
+    def predict_occ(self, v: torch.Tensor) -> torch.Tensor:
+        """Labels [B, X, Y, Z]: OccHead argmax after fine-tuning; after pre-training only, density > threshold
+        gives occupied voxels with the semantic head's class (official ``test_threshold``)."""
+        if self.stage == "finetune":
+            return self.occ_head(v).argmax(1)
+        a = self.attrs(v)
+        occupied = a[:, 0] > self.hparams.density_threshold
+        free = torch.full_like(occupied, self.num_classes - 1, dtype=torch.long)
+        return torch.where(occupied, a[:, 1:-3].argmax(1), free)
+
+    def _eval(self, batch: dict, split: str) -> None:
+        bs, kmax = batch["img"].shape[0], batch["waypoints"].shape[1]
+        with torch.no_grad():
+            parts = self.losses(batch, min(self.horizon, kmax))
+            vols, offsets = self.volumes(batch, min(self.horizon, kmax))
+        self.log(f"{split}/loss", parts["loss"], batch_size=bs, prog_bar=split == "val")
+        preds = [self.predict_occ(v) for v in vols]
+        mask = batch["mask_camera"] if self.hparams.camera_mask else None
+        shift = 1 if self.hparams.official_label_offset else 0
+        for k, p in enumerate(preds):
+            t = k + shift if k else 0
+            if t > kmax:
+                continue
+            m = None if mask is None else mask[:, t]
+            self.metrics[f"{split}_occ_{k}"].update(p, batch["occ"][:, t], m)
+            if k:
+                self.metrics[f"{split}_copy_{k}"].update(preds[0], batch["occ"][:, t], m)
+        if offsets.shape[1]:
+            wps = offsets.cumsum(1)
+            v_now = batch["ego_state"][:, :2]
+            cv = v_now[:, None] * torch.arange(1, wps.shape[1] + 1, device=wps.device, dtype=wps.dtype)[None, :, None]
+            gt = batch["waypoints"][:, : wps.shape[1]]
+            obst = batch["obstacles"][:, : wps.shape[1]]
+            col, col_cv = collisions(wps, obst, self.pc_range), collisions(cv, obst, self.pc_range)
+            for k in range(wps.shape[1]):
+                self.metrics[f"{split}_l2_{k + 1}"].update((wps[:, k] - gt[:, k]).norm(dim=-1))
+                self.metrics[f"{split}_l2_cv_{k + 1}"].update((cv[:, k] - gt[:, k]).norm(dim=-1))
+                self.metrics[f"{split}_col_{k + 1}"].update(col[:, k])
+                self.metrics[f"{split}_col_cv_{k + 1}"].update(col_cv[:, k])
+
+    def _log_epoch(self, split: str) -> None:
+        fore, copy = [], []
+        for k in range(self.horizon + 1):
+            m = self.metrics[f"{split}_occ_{k}"]
+            if not m.cm.update_called:
+                continue
+            res = m.compute()
+            if k == 0:
+                self.log(f"{split}/miou", res["miou"])
+                self.log(f"{split}/iou", res["iou"])
+            else:
+                c = self.metrics[f"{split}_copy_{k}"].compute()
+                self.log(f"{split}/miou_h{k}", res["miou"])
+                self.log(f"{split}/miou_copy_last_h{k}", c["miou"])
+                self.log(f"{split}/iou_h{k}", res["iou"])
+                fore.append(res["miou"])
+                copy.append(c["miou"])
+                for name in ("l2", "l2_cv", "col", "col_cv"):
+                    mm = self.metrics[f"{split}_{name}_{k}"]
+                    if mm.update_called:
+                        self.log(f"{split}/{name}_h{k}", mm.compute())
+                    mm.reset()
+                self.metrics[f"{split}_copy_{k}"].reset()
+            m.reset()
+        if fore:
+            self.log(f"{split}/miou_forecast", torch.stack(fore).mean())
+            self.log(f"{split}/miou_forecast_copy_last", torch.stack(copy).mean())
+        for name in ("l2", "l2_cv", "col", "col_cv"):
+            vals = [self.trainer.callback_metrics.get(f"{split}/{name}_h{k}") for k in range(1, self.horizon + 1)]
+            vals = [v for v in vals if v is not None]
+            if vals:
+                self.log(f"{split}/{name}", torch.stack([torch.as_tensor(v) for v in vals]).mean())
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval(batch, "val")
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval(batch, "test")
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_epoch("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_epoch("test")

@@ -234,7 +234,7 @@ class DeepSemdiceLitModule(SuiteLitModule):
         dm = self.trainer.datamodule
         env = dm.make_env()
         try:
-            behaviour = dm.behaviour_policy(env, seed=10_000) if self.eval_policy == "behaviour" else None
+            behaviour = dm.behaviour_policy(env, seed=10_000 + dm.seed) if self.eval_policy == "behaviour" else None
             cov = self.coverage(env, self.eval_episodes, self.eval_steps, seed=10_000, behaviour=behaviour)
         finally:
             env.close()

@@ -71,7 +71,8 @@ def test_plugins_carry_gradients_unless_detached_as_released(tmp_path, discrepan
     trainer.fit(model, datamodule=dm)
     assert model.finished == 2 and model.prototypes.shape == (4, 16)
     value, grad = plugin_grad(model, dm)
-    assert value > 0 and grad > 0
+    # the linear-time MMD^2 estimate is unbiased, so it can be negative on a batch: only its gradient must be > 0
+    assert math.isfinite(value) and value != 0.0 and grad > 0
     model.hparams.detach_plugins = True
     value_rel, grad_rel = plugin_grad(model, dm)
     assert value_rel == pytest.approx(value, rel=1e-5) and grad_rel == 0.0  # logged, but trains nothing

@@ -188,11 +188,20 @@ class RoPETextTower(nn.Module):
         self.context_length, self.theta = int(context_length), float(theta)
         self.angles = rope_angles(self.context_length, self.head_dim, theta).to(self.angles.device)
 
-    def expand(self, context_length: int, old_length: int, scaling_factor: float | None = 8.0) -> float:
+    def expand(
+        self,
+        context_length: int,
+        old_length: int,
+        scaling_factor: float | None = 8.0,
+        ntk_lengths: tuple[int, int] | list[int] | None = None,
+    ) -> float:
         """Relative-position expansion (Sec. 3.3): NTK-aware base ``theta'`` (:func:`ops.rope.ntk_theta`) for the
-        extended context; ``scaling_factor=None`` keeps ``theta`` (the no-NTK ablation). Returns the new base."""
+        extended context; ``scaling_factor=None`` keeps ``theta`` (the no-NTK ablation). ``ntk_lengths=(new, old)``
+        overrides the lengths in the NTK ratio (the official defaults are ``(231, 248)``); by default they are
+        ``(context_length, old_length)``. Returns the new base."""
+        new, old = ntk_lengths if ntk_lengths is not None else (context_length, old_length)
         theta = self.theta if scaling_factor is None else ntk_theta(
-            self.theta, scaling_factor, context_length, old_length, self.head_dim
+            self.theta, scaling_factor, int(new), int(old), self.head_dim
         )  # fmt: skip
         self.set_rope(context_length, theta)
         return theta

@@ -83,6 +83,8 @@ class TulipLitModule(SuiteLitModule):
         stage_steps: Optimiser steps per stage.
         text_tower: ``rope`` | ``absolute`` | ``longclip`` (see above).
         ntk_scaling_factor: ``s`` of the NTK base (8); ``null``: keep ``theta`` (no-NTK ablation).
+        ntk_lengths: ``[L_new, L_old]`` of the NTK ratio; ``null`` (the paper): ``[long_context, L]``. The official
+            code's defaults are ``[231, 248]`` (its ratio ``8 * 231 / 248 - 7 < 1`` shrinks the base).
         theta: RoPE base of the student.
         distill_loss: ``cosine`` | ``mse`` | ``l2``.
         clip_lr: Peak learning rate of the ``clip`` stage.
@@ -108,6 +110,7 @@ class TulipLitModule(SuiteLitModule):
         stage_steps: dict | None = None,
         text_tower: str = "rope",
         ntk_scaling_factor: float | None = 8.0,
+        ntk_lengths: list[int] | None = None,
         theta: float = 10000.0,
         distill_loss: str = "cosine",
         clip_lr: float = 1e-3,
@@ -140,6 +143,9 @@ class TulipLitModule(SuiteLitModule):
         self.L, self.E = int(net.positional_embedding.shape[0]), int(long_context)
         check(self.L < self.E, f"model.long_context={long_context} must exceed net.context_length={self.L}")
         self.lrs = {"clip": clip_lr, "distill": distill_lr, "expand": expand_lr}
+        check(ntk_lengths is None or (len(ntk_lengths) == 2 and all(int(n) > 0 for n in ntk_lengths)),
+              f"model.ntk_lengths={ntk_lengths} must be null or [L_new, L_old] with positive lengths")  # fmt: skip
+        self.ntk_lengths = None if ntk_lengths is None else [int(n) for n in ntk_lengths]
         self.ntk_scaling_factor, self.theta, self.distill_kind = ntk_scaling_factor, theta, distill_loss
         self.weight_decay, self.warmup_steps, self.short_weight = weight_decay, warmup_steps, short_weight
         self.lock_image, self.length_bins, self.grad_clip = lock_image, list(length_bins), grad_clip
@@ -220,7 +226,7 @@ class TulipLitModule(SuiteLitModule):
             return
         if int(self.phase) >= 2 and self.student.context_length != self.E:
             self.student.set_rope(self.L, self.theta)
-            self.student.expand(self.E, self.L, self.ntk_scaling_factor)
+            self.student.expand(self.E, self.L, self.ntk_scaling_factor, self.ntk_lengths)
         elif int(self.phase) < 2 and self.student.context_length != self.L:
             self.student.set_rope(self.L, self.theta)
 

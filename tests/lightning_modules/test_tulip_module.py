@@ -99,6 +99,13 @@ def test_stage_entry_copies_expands_and_stretches():
     no_ntk = TulipLitModule(build_open_clip(**NET), long_context=36, ntk_scaling_factor=None)
     no_ntk._enter("expand")
     assert no_ntk.student.theta == 10000.0 and no_ntk.student.context_length == 36
+    official = TulipLitModule(build_open_clip(**NET), long_context=36, ntk_lengths=[231, 248])  # the official flags
+    official._enter("expand")
+    assert official.student.context_length == 36
+    assert official.student.theta == pytest.approx(ntk_theta(10000.0, 8.0, 231, 248, 8))
+    assert official.student.theta < 10000.0  # the official ratio 8 * 231 / 248 - 7 < 1 shrinks the base
+    with pytest.raises(ConfigError, match="model.ntk_lengths"):
+        TulipLitModule(build_open_clip(**NET), long_context=36, ntk_lengths=[231])
     lc = TulipLitModule(build_open_clip(**NET), long_context=36, text_tower="longclip", longclip_keep=4,
                         stages=["clip", "expand"])  # fmt: skip
     lc._enter("expand")

@@ -7,7 +7,6 @@ is not the trajectory count for every entry).
 
 from __future__ import annotations
 
-import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,11 @@ from suite.report import (
     UNDERFIT,
     Verdict,
     compare,
+    curve_table,
     entry_curves,
     mean_sd,
     plateau,
+    std_error,
     values,
     verdict_table,
 )
@@ -38,10 +39,6 @@ def trajectory_curves(records: list[Any], name: str) -> list[dict[int, float]]:
     """Per seed of entry ``name``: ``{trajectories: normalised entropy}`` (the two curves zipped in log order)."""
     xs, ys = entry_curves(records, name, X), entry_curves(records, name, METRIC)
     return [{int(x): y for (_, x), (_, y) in zip(cx, cy)} for cx, cy in zip(xs, ys)]
-
-
-def _se(vals: list[float]) -> float:
-    return statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) > 1 else 0.0
 
 
 def _auc(curve: dict[int, float], points: list[int]) -> float:
@@ -66,7 +63,7 @@ def _plot(curves: dict[str, list[dict[int, float]]], out_dir: Path) -> str | Non
         if not xs:
             continue
         mean = [statistics.fmean(c[x] for c in per_seed) for x in xs]
-        se = [_se([c[x] for c in per_seed]) for x in xs]
+        se = [std_error([c[x] for c in per_seed]) for x in xs]
         ax.plot(xs, mean, label=name)
         ax.fill_between(xs, [m - s for m, s in zip(mean, se)], [m + s for m, s in zip(mean, se)], alpha=0.2)
     ax.axhline(1.0, color="k", lw=0.8, ls="--", label="MaxEnt optimum")
@@ -93,15 +90,8 @@ def claim_report(records: list[Any], out_dir: Path) -> str:
         "",
         "0 = the uniform policy, 1 = the MaxEnt-optimal policy of the true MDP (convex program, Clarabel).",
         "",
-        "| entry | " + " | ".join(str(p) for p in points) + " |",
-        "|---|" + "---|" * len(points),
+        *curve_table(curves, names, points, digits=3),
     ]
-    for n in names:
-        cells = []
-        for p in points:
-            vals = [c[p] for c in curves[n]]
-            cells.append(f"{statistics.fmean(vals):.3f} ± {_se(vals):.3f}")
-        lines.append(f"| {n} | " + " | ".join(cells) + " |")
     plot = _plot(curves, out_dir)
     if plot:
         lines += ["", f"![normalised entropy vs trajectories]({plot})"]

@@ -9,12 +9,21 @@ reaches (the paper's URLB metric: the return after a fixed fine-tuning budget).
 
 from __future__ import annotations
 
-import math
 import statistics
 from pathlib import Path
 from typing import Any
 
-from suite.report import Verdict, compare, entry_curves, mean_sd, plateau, values, verdict_table
+from suite.report import (
+    Verdict,
+    compare,
+    curve_table,
+    entry_curves,
+    mean_sd,
+    plateau,
+    std_error,
+    values,
+    verdict_table,
+)
 
 METRIC = "val/return"
 X = "val/env_steps"
@@ -28,10 +37,6 @@ def return_curves(records: list[Any], name: str) -> list[dict[int, float]]:
     """Per seed of entry ``name``: ``{environment steps: deterministic return}`` (the two curves zipped)."""
     xs, ys = entry_curves(records, name, X), entry_curves(records, name, METRIC)
     return [{int(x): y for (_, x), (_, y) in zip(cx, cy)} for cx, cy in zip(xs, ys)]
-
-
-def _se(vals: list[float]) -> float:
-    return statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) > 1 else 0.0
 
 
 def _plot(curves: dict[str, list[dict[int, float]]], out_dir: Path) -> str | None:
@@ -51,7 +56,7 @@ def _plot(curves: dict[str, list[dict[int, float]]], out_dir: Path) -> str | Non
         if not xs:
             continue
         mean = [statistics.fmean(c[x] for c in per_seed) for x in xs]
-        se = [_se([c[x] for c in per_seed]) for x in xs]
+        se = [std_error([c[x] for c in per_seed]) for x in xs]
         ax.plot(xs, mean, marker=".", label=f"{name} ({len(per_seed)} seeds)")
         ax.fill_between(xs, [m - s for m, s in zip(mean, se)], [m + s for m, s in zip(mean, se)], alpha=0.2)
         drawn = True
@@ -79,15 +84,8 @@ def claim_report(records: list[Any], out_dir: Path) -> str:
     lines = [
         "## Return of the deterministic actor vs environment steps of fine-tuning (mean ± s.e. over seeds)",
         "",
-        "| entry | " + " | ".join(str(p) for p in shown) + " |",
-        "|---|" + "---|" * len(shown),
+        *curve_table(curves, names, shown, digits=1),
     ]
-    for n in names:
-        cells = []
-        for p in shown:
-            vals = [c[p] for c in curves[n]]
-            cells.append(f"{statistics.fmean(vals):.1f} ± {_se(vals):.1f}")
-        lines.append(f"| {n} | " + " | ".join(cells) + " |")
     plot = _plot(curves, out_dir)
     if plot:
         lines += ["", f"![return curves]({plot})"]

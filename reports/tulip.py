@@ -18,6 +18,7 @@ from suite.report import (
     mean_sd,
     sizing,
     sizing_spec,
+    std_error,
     values,
     verdict_table,
 )
@@ -28,10 +29,6 @@ BINS = (("lt80", "< 80"), ("80_100", "80-99"), ("100_120", "100-119"), ("ge120",
 # Below this long-caption R@1 gap between the truncated CLIP and chance x family size there is nothing to recover:
 # members of a family share their first L tokens, so a model reading L tokens is capped near 1/group_size of them.
 MIN_HEADROOM = 5.0
-
-
-def _se(vals: list[float]) -> float:
-    return statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) > 1 else 0.0
 
 
 def _plot(records: list[Any], names: list[str], out_dir: Path) -> str | None:
@@ -49,7 +46,7 @@ def _plot(records: list[Any], names: list[str], out_dir: Path) -> str | None:
         if not all(per_bin):
             continue
         mean = [statistics.fmean(v) for v in per_bin]
-        se = [_se(v) for v in per_bin]
+        se = [std_error(v) for v in per_bin]
         ax.errorbar(xs, mean, yerr=se, marker="o", capsize=3, label=n)
     ax.set_xticks(xs, [label for _, label in BINS])
     ax.set_xlabel("long-caption length (BPE tokens)")
@@ -77,7 +74,7 @@ def _kept(ours: list[float], ref: list[float]) -> str:
     if not ours or not ref:
         return UNDERFIT
     diff = statistics.fmean(ours) - statistics.fmean(ref)
-    se = math.sqrt(_se(ours) ** 2 + _se(ref) ** 2)
+    se = math.sqrt(std_error(ours) ** 2 + std_error(ref) ** 2)
     return NOT_REPRODUCED if diff < -2 * se and abs(diff) > 1e-9 else REPRODUCED
 
 

@@ -229,6 +229,27 @@ def mean_sd(vals: Sequence[float]) -> str:
     return f"{statistics.fmean(vals):.4g} ± {statistics.stdev(vals):.2g} (n={len(vals)})"
 
 
+def std_error(vals: Sequence[float]) -> float:
+    """Standard error of the mean over seeds (0 for a single value)."""
+    vals = list(vals)
+    return statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) > 1 else 0.0
+
+
+def curve_table(
+    curves: dict[str, list[dict[int, float]]], names: Sequence[str], points: Sequence[int], digits: int = 3
+) -> list[str]:
+    """Markdown rows (header, rule, one row per entry) of ``mean ± s.e.`` over seeds at each of ``points``;
+    ``curves[name]`` holds one ``{point: value}`` dict per seed."""
+    lines = ["| entry | " + " | ".join(str(p) for p in points) + " |", "|---|" + "---|" * len(points)]
+    for n in names:
+        cells = []
+        for p in points:
+            vals = [c[p] for c in curves[n]]
+            cells.append(f"{statistics.fmean(vals):.{digits}f} ± {std_error(vals):.{digits}f}")
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def sizing_spec(spec_or_slug: dict | str | None) -> tuple[str | None, bool]:
     """``(sizing_metric, sizing_higher_is_better)`` of a claim spec (a dict, or a slug read from ``conf/claim``)."""
     spec = spec_or_slug

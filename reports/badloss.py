@@ -157,6 +157,18 @@ def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
         out.append(rep.Verdict(
             f"BaDLoss's clean-accuracy cost is modest (< {100 * MODEST:.0f} points vs no defence, paired by seed)",
             word, f"cost {100 * m:+.2f} ± {100 * se:.2f} points (s.e., {len(cost)} seeds)"))  # fmt: skip
+    if not bad:  # the method's entry has not run: the claims are untested, never "not reproduced"
+        missing = "the `badloss` entry has no finished run"
+        unfit = [n for n in names if not judged.get(n, (False, ""))[0]]
+        ev = missing + (f"; finished entries not plateaued: {', '.join(unfit)}" if unfit else "")
+        cost_claim = (
+            f"BaDLoss's clean-accuracy cost is modest (< {100 * MODEST:.0f} points vs no defence, paired by seed)"
+        )
+        for claim in (
+            "With simultaneous attacks, BaDLoss leaves a lower mean ASR than every other defence",
+            cost_claim,
+        ):
+            out.append(rep.Verdict(claim, rep.UNDERFIT, ev))
     return out
 
 

@@ -117,13 +117,17 @@ def test_simulate_bracket_matches_its_naive_twin():
 
 def test_static_unsaturated_bracket_is_consistent_after_normalisation():
     frames, m, r, b, shot, read, eps = _bracket_args()
-    static = (torch.rand(1, 3, 8, 8, dtype=D) * 0.05 + 0.01).expand(341, -1, -1, -1)  # dark: nothing saturates
+    # dark enough that no pixel of the longest exposure (16x the middle one) clips, for any draw: radiance up to 0.06
+    # clipped a mosaic pixel of frame 4 in about 7% of unseeded draws and made this test flaky
+    g = torch.Generator().manual_seed(1)
+    static = (torch.rand(1, 3, 8, 8, generator=g, dtype=D) * 0.02 + 0.005).expand(341, -1, -1, -1)
     raws = simulate_bracket(static, m, r, b, shot * 0, read * 0, eps, bits=30)
+    assert float(raws.amax()) < 0.999  # the premise: nothing saturates
     norm = exposure_normalize(raws)
     assert torch.allclose(norm, norm[2:3].expand_as(norm), rtol=1e-6, atol=1e-8)
     gt = hdr_ground_truth(static[0], m, r, b)
     assert torch.allclose(norm[2], gt, atol=1e-7)
-    bright = static[0] * 40  # above the middle exposure's clip: the ground truth keeps the HDR values
+    bright = static[0] * 100  # above the middle exposure's clip: the ground truth keeps the HDR values
     assert float(hdr_ground_truth(bright, m, r, b).amax()) > 1.0
 
 

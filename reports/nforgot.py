@@ -7,7 +7,7 @@ import math
 import statistics
 from typing import Any
 
-from suite.report import ABSENT, UNDERFIT, Verdict, compare, entry_curves, plateau, verdict_table
+from suite.report import ABSENT, UNDERFIT, Verdict, compare, entry_curves, plateau, sizing_spec, verdict_table
 
 DATASETS = {"school": "SocioPatterns primary school (5 tasks x 2 classes, multi-head)",
             "school_ci": "SocioPatterns primary school (5 tasks x 2 classes, single-head: class-incremental)",
@@ -31,12 +31,18 @@ def _ms(v: list[float]) -> str:
 
 
 def _converged(records: list[Any], *names: str) -> tuple[bool, str]:
+    """Plateau rule on the spec's sizing metric, ``val/acc`` (the current task's validation accuracy, higher is
+    better). Not ``val/loss``: a one-class task's validation set (PubMed) has a loss that decays geometrically to 0
+    for as long as training runs (the only class's margin keeps growing), so the loss never plateaus there while the
+    accuracy is 1 from the first epochs."""
+    metric, hib = sizing_spec("nforgot")
+    metric = metric or "val/acc"
     notes, ok = [], True
     for n in names:
-        curves = entry_curves(records, n, "val/loss")
+        curves = entry_curves(records, n, metric)
         if not curves:
-            return False, f"{n}: no val/loss curve"
-        flat, why = plateau(curves, higher_is_better=False)
+            return False, f"{n}: no {metric} curve"
+        flat, why = plateau(curves, higher_is_better=hib)
         ok &= flat
         if not flat:
             notes.append(f"{n}: {why}")

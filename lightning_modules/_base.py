@@ -74,7 +74,8 @@ class SuiteLitModule(LightningModule):
 
 
 def classification_metrics(num_classes: int, stage: str) -> torchmetrics.MetricCollection:
-    """Accuracy and macro-F1 with keys ``<stage>/acc`` and ``<stage>/f1``."""
+    """Accuracy and macro-F1 with keys ``<stage>/acc`` and ``<stage>/f1`` (torchmetrics' binary task for 2 classes:
+    feed logits through :func:`metric_inputs`, or pass predicted labels)."""
     task = "binary" if num_classes == 2 else "multiclass"
     return torchmetrics.MetricCollection(
         {
@@ -83,6 +84,14 @@ def classification_metrics(num_classes: int, stage: str) -> torchmetrics.MetricC
         },
         prefix=f"{stage}/",
     )
+
+
+def metric_inputs(logits: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """What the suite's classification metrics take: logits ``[B, K]``, or for ``K = 2`` (torchmetrics' *binary*
+    task, which wants one score per image) the positive class's probability ``[B]``, so ``p > 0.5`` is the argmax."""
+    if logits.dim() != 2 or logits.shape[1] != num_classes:
+        raise ConfigError(f"logits of shape {list(logits.shape)} do not have num_classes={num_classes} columns")
+    return torch.softmax(logits, 1)[:, 1] if num_classes == 2 else logits
 
 
 def regression_metrics(stage: str) -> torchmetrics.MetricCollection:

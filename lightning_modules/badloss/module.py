@@ -40,7 +40,13 @@ import torch.nn.functional as F
 import torchmetrics
 
 from callbacks.loss_dynamics import LossDynamics
-from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule, classification_metrics
+from lightning_modules._base import (
+    OptimizerFactory,
+    SchedulerFactory,
+    SuiteLitModule,
+    classification_metrics,
+    metric_inputs,
+)
 from lightning_modules.badloss import baselines, scoring
 from lightning_modules.badloss.nets import build_net, reset_parameters
 from suite.debug import smoke_test
@@ -200,14 +206,14 @@ class BadlossLitModule(SuiteLitModule):
         x, y = batch[0], batch[1]
         logits = self(x)
         self.log("val/loss", F.cross_entropy(logits, y), prog_bar=True)
-        self.val_metrics.update(logits, y)
+        self.val_metrics.update(metric_inputs(logits, self.num_classes), y)
         self.log_dict(self.val_metrics)
 
     def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         x, y = batch[0], batch[1]
         logits = self(x)
         metric = self.test_metrics[dataloader_idx]
-        metric.update(logits, y)
+        metric.update(metric_inputs(logits, self.num_classes), y)
         name = "test/acc" if dataloader_idx == 0 else f"test/asr_{self.test_names[dataloader_idx]}"
         self.log(name, metric, add_dataloader_idx=False)
         if dataloader_idx == 0:

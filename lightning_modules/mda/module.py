@@ -23,7 +23,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule, classification_metrics
+from lightning_modules._base import (
+    OptimizerFactory,
+    SchedulerFactory,
+    SuiteLitModule,
+    classification_metrics,
+    metric_inputs,
+)
 from lightning_modules.mda.baselines import get_baseline
 from suite.errors import CheckpointError, ConfigError
 
@@ -48,14 +54,6 @@ def load_subject(net: nn.Module, path: str) -> None:
     except RuntimeError as err:
         first = str(err).splitlines()[0] if str(err) else "shape/key mismatch"
         raise CheckpointError(f"model.subject_ckpt={path} does not fit model.net: {first}") from None
-
-
-def metric_inputs(logits: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """What the suite's classification metrics take: logits ``[B, K]``, or for ``K = 2`` (torchmetrics' *binary*
-    task, which wants one score per image) the positive class's probability ``[B]``, so ``p > 0.5`` is the argmax."""
-    if logits.dim() != 2 or logits.shape[1] != num_classes:
-        raise ConfigError(f"logits of shape {list(logits.shape)} do not have num_classes={num_classes} columns")
-    return torch.softmax(logits, 1)[:, 1] if num_classes == 2 else logits
 
 
 class MdaLitModule(SuiteLitModule):

@@ -162,3 +162,16 @@ def test_badloss_detects_a_strongly_detectable_attack(tmp_path):
 
     assert roc_auc_score(poison, saved["scores"][:n][visited]) == pytest.approx(m["detect/auc"], abs=1e-6)
     assert roc_auc_score(poison, -saved["scores"][:n][visited]) < 0.1  # the inverted detector fails the AUC bound
+
+
+def test_two_class_metrics_take_logits():
+    """num_classes=2 makes the suite's metrics torchmetrics' binary task; the module feeds them through
+    metric_inputs (before, [B, 2] logits raised a shape error from inside torchmetrics)."""
+    torch.manual_seed(0)
+    model = BadlossLitModule(width=4, num_classes=2, defence="none")
+    x, y = torch.rand(8, 1, 8, 8), torch.tensor([0, 1, 1, 0, 1, 0, 0, 1])
+    model.log = lambda *a, **k: None  # outside a Trainer
+    model.log_dict = lambda *a, **k: None
+    model.validation_step((x, y), 0)
+    acc = float(model.val_metrics.compute()["val/acc"])
+    assert acc == float((model(x).argmax(1) == y).float().mean())

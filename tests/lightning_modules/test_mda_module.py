@@ -127,7 +127,7 @@ def test_benchmark_runs_at_the_end_of_trainer_test(tmp_path: Path):
 
 def test_binary_subject_metrics_take_one_score_per_image():
     """num_classes=2 makes the suite's metrics torchmetrics' binary task: [B] scores, not [B, 2] logits."""
-    from lightning_modules.mda.module import metric_inputs
+    from lightning_modules._base import metric_inputs
 
     torch.manual_seed(0)
     net = VisionTransformer(

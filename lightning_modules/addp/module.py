@@ -164,6 +164,9 @@ class AddpLitModule(SuiteLitModule):
             {s: DepthMetrics(s) if task == "depth" else MaskMetrics(s) for s in ("val", "test")}
         )
         self.round_metrics = nn.ModuleList([MaskMetrics("test") for _ in range(correction_rounds)])
+        # control of the correction rounds: the same restarts with the original expression and no negative, so that
+        # round r can be compared with what the re-noise + re-denoise alone does (test/iou_restart{r})
+        self.restart_metrics = nn.ModuleList([MaskMetrics("test") for _ in range(correction_rounds - 1)])
 
     # -- data ------------------------------------------------------------------------------------------------------
     def encode(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
@@ -335,7 +338,8 @@ class AddpLitModule(SuiteLitModule):
             self._curve_sum, self._curve_n = None, 0
             return
         self.refresh_p_t(self._curve_sum / self._curve_n)
-        self.log("train/p_t_mass_late_half", float(self.p_t[self.hparams.T // 2 :].sum()))
+        # mass of p_t on the noisier half of t (T/2..T-1): the early denoising steps
+        self.log("train/p_t_mass_noisy_half", float(self.p_t[self.hparams.T // 2 :].sum()))
         self._curve_sum, self._curve_n = None, 0
 
     def refresh_p_t(self, quality: Tensor) -> None:
@@ -363,7 +367,7 @@ class AddpLitModule(SuiteLitModule):
         """Correction rounds: 1 = the expression; 2 = + a negative naming the wrong object the mask covers most;
         3+ = the refined expression + that negative, each re-noised to ``restart_step`` (see the module docstring)."""
         h, target = self.hparams, batch["target"] > 0.5
-        neg, w_neg = None, 0.0
+        neg, w_neg, first, c0 = None, 0.0, pred, c
         for r, metric in enumerate(self.round_metrics):
             if r > 0 and h.mode == "diffusion":
                 if r == 1:
@@ -374,6 +378,13 @@ class AddpLitModule(SuiteLitModule):
                 pred, _ = self.predict(c, x_start=pred.clamp(-1, 1), start=h.restart_step, neg=neg, w_neg=w_neg)
             metric.update(self.decode(pred), target)
             self.log(f"test/iou_round{r + 1}", metric.iou, on_epoch=True, batch_size=pred.shape[0])
+        if h.mode != "diffusion":
+            return
+        ctrl = first
+        for r, metric in enumerate(self.restart_metrics, start=2):
+            ctrl, _ = self.predict(c0, x_start=ctrl.clamp(-1, 1), start=h.restart_step)
+            metric.update(self.decode(ctrl), target)
+            self.log(f"test/iou_restart{r}", metric.iou, on_epoch=True, batch_size=ctrl.shape[0])
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._evaluate(self._small(batch), "test")

@@ -143,3 +143,29 @@ def test_bad_inputs():
     for kw in [{"task": "pose"}, {"augment": "morph"}, {"timestep_dist": "gauss"}, {"restart_step": 9}]:
         with pytest.raises(ConfigError):
             _module(kw.pop("task", "depth"), **kw)
+
+
+def test_correction_rounds_have_a_restart_control_with_the_original_expression():
+    """Rounds 2+ re-noise the previous mask and denoise again with a correction; the control (test/iou_restart{r})
+    does the same restarts with the original expression and no negative, so that the correction's own effect can
+    be separated from the resampling's."""
+    m, batch = _module("refseg"), _batch("refseg")
+    batch = {**batch, "refined": torch.randn_like(batch["cond"].float())}
+    logged, calls = {}, []
+    m.log = lambda k, v, **kw: logged.__setitem__(k, v)
+    inner = m.predict
+
+    def spy(c, **kw):
+        calls.append((c["cond"].clone(), kw.get("neg"), kw.get("start", 0)))
+        return inner(c, **kw)
+
+    m.predict = spy
+    m._evaluate(batch, "test")
+    assert {f"test/iou_round{r}" for r in (1, 2, 3)} | {"test/iou_restart2", "test/iou_restart3"} <= set(logged)
+    assert len(calls) == 1 + 2 + 2  # sample, two correction rounds, two control restarts
+    (c1, n1, s1), (c2, n2, s2), (c3, _, _), (k2, kn2, ks2), (k3, kn3, _) = calls
+    assert s1 == 0 and s2 == ks2 == m.hparams.restart_step
+    assert torch.equal(c3, batch["refined"].float())  # round 3 uses the refined expression
+    assert kn2 is None and kn3 is None  # the control never adds a negative ...
+    assert torch.equal(k2, batch["cond"].float()) and torch.equal(k3, batch["cond"].float())  # ... or refines
+    assert all(float(m.restart_metrics[i].iou.compute()) >= 0 for i in range(2))

@@ -185,6 +185,9 @@ def augment(sample: dict[str, Any], g: torch.Generator) -> dict[str, Any]:
     return out
 
 
+EVAL_SEED = 10_000  # validation / test brackets: independent of the run's seed
+
+
 class SimulatedBrackets(Dataset):
     """``n`` brackets, each simulated on first access from ``photos[i % len(photos)]`` (names of bundled photos) with
     a generator seeded by ``(seed, i)`` and then cached, so a sample never depends on the access order and a debug
@@ -382,7 +385,10 @@ class BracketDataModule(SuiteDataModule):
         sizes = {"train": self.n_train, "val": self.n_val, "test": self.n_test}
         for k, (split, names) in enumerate(PHOTOS.items()):
             labelled = not (split == "train" and self.domain == "shifted")
-            seed = self.seed * 10 + k + (5 if self.domain == "shifted" else 0)
+            # training brackets follow the run's seed; validation and test brackets are the same for every seed
+            # (EVAL_SEED), so that seeds differ only in training and comparisons are paired on the same brackets
+            base = self.seed * 10 if split == "train" else EVAL_SEED
+            seed = base + k + (5 if self.domain == "shifted" else 0)
             out[split] = SimulatedBrackets(
                 names, sizes[split], 2 * self.patch_size, self.plus, dom, seed, labelled, train=split == "train"
             )

@@ -15,6 +15,8 @@ ROWS = {
     "shared": "shared-branch-only recurrence",
     "single": "single-frame network (frame 0)",
     "early": "early-fusion burst network",
+    "single_wide": "single-frame network, as many parameters as TMRNet (30 body blocks)",
+    "early_wide": "early-fusion burst network, as many parameters as TMRNet (30 body blocks)",
     "average": "exposure-normalised frame averaging",
     "tmrnet_alpha1": "TMRNet, alpha fixed to 1 (no modulation)",
     "tmrnet_f3": "TMRNet on the 3 shortest frames",
@@ -27,19 +29,21 @@ ROWS = {
     "early_long": "sizing check: early fusion at 4800 steps (seed 0)",
     "single_long": "sizing check: single frame at 4800 steps (seed 0)",
 }
-KEYS = ("test/psnr", "test/ssim", "test/alpha_abs")
+KEYS = ("test/psnr", "test/ssim", "test/alpha_abs", "test/params")
 # mean |alpha| of the trained TMRNet below this: the frame-specific branches never switched on (alpha starts at 0),
 # so TMRNet is the shared-only recurrence in effect and "frame-specific blocks help" cannot be tested
 MIN_ALPHA = 0.05
-# the sizing check (`<entry>_long`, one seed at 4x the steps): a test-PSNR gain beyond two seed standard deviations
-# of the main entry (and beyond this many dB) means the main runs had not converged, plateau or not
+# the sizing check (`<entry>_long`, seed 0 at 4x the steps): a test-PSNR gain over the same seed's main run beyond
+# this many dB means the main runs had not converged, plateau or not (the cosine schedule flattens every curve)
 LONG_GAIN = 0.2
 
 
 def _table(records: list[Any]) -> list[str]:
-    lines = ["| entry | what | PSNR (dB) | SSIM | mean abs(alpha) |", "|---|---|---|---|---|"]
+    lines = ["| entry | what | PSNR (dB) | SSIM | mean abs(alpha) | parameters |", "|---|---|---|---|---|---|"]
     for name, what in ROWS.items():
-        cells = [mean_sd(values(records, name, k)) if values(records, name, k) else "—" for k in KEYS]
+        cells = [mean_sd(values(records, name, k)) if values(records, name, k) else "—" for k in KEYS[:-1]]
+        params = values(records, name, "test/params")
+        cells.append(f"{int(params[0]):,}" if params else "—")
         if cells[0] != "—":
             lines.append(f"| {name} | {what} | " + " | ".join(cells) + " |")
     return lines
@@ -55,11 +59,31 @@ def claim_report(records: list[Any], out_dir: Any, spec: dict | None = None) -> 
     """
     flat = dict(sizing(records, "val/psnr", higher_is_better=True))
     for base in ("tmrnet", "early", "single"):  # the 4x-steps sizing check overrides a plateau seen in the main entries
-        long, short = values(records, f"{base}_long", "test/psnr"), values(records, base, "test/psnr")
-        if long and len(short) > 1:
-            gain, spread = long[0] - statistics.fmean(short), 2 * statistics.stdev(short)
-            if gain > max(spread, LONG_GAIN):
-                flat[base] = (False, f"not converged: 4x the steps gains {gain:+.2f} dB test PSNR (> {spread:.2f})")
+        long = values(records, f"{base}_long", "test/psnr")
+        short0 = [float(r.metrics["test/psnr"]) for r in records if r.name == base and r.seed == 0
+                  and "test/psnr" in r.metrics]  # fmt: skip
+        if long and short0:  # the same seed (seed 0) at 1x and 4x the steps
+            gain = long[0] - short0[0]
+            if gain > LONG_GAIN:
+                flat[base] = (False, f"not converged: 4x the steps gains {gain:+.2f} dB test PSNR on seed 0 "
+                                     f"(> {LONG_GAIN})")  # fmt: skip
+    if not flat.get("tmrnet", (True,))[0] and "4x the steps" in flat["tmrnet"][1]:
+        # same schedule (cosine to 0, which flattens every curve by construction): the entries without their own 4x
+        # check inherit TMRNet's, so a verdict on them is not drawn from runs that the check says had not converged
+        inherit = (
+            "tmrnet_plus",
+            "single_plus",
+            "adapt_full",
+            "adapt_noself",
+            "tmrnet_alpha1",
+            "tmrnet_f3",
+            "shared",
+            "single_wide",
+            "early_wide",
+        )
+        for n in inherit:
+            if n in flat:
+                flat[n] = (False, f"TMRNet's 4x check: {flat['tmrnet'][1]}")
 
     def tested(*names: str) -> bool:  # entries evaluated without training (train=false) have no curve to judge
         return all(flat.get(n, (False, ""))[0] for n in names if n not in ("average", "adapt_none"))
@@ -85,6 +109,8 @@ def claim_report(records: list[Any], out_dir: Any, spec: dict | None = None) -> 
         ("TMRNet beats the single-frame network (BracketIRE)", "tmrnet", "single"),
         ("TMRNet beats the shared-only recurrence (frame-specific blocks help)", "tmrnet", "shared"),
         ("TMRNet beats the early-fusion burst network", "tmrnet", "early"),
+        ("TMRNet beats a single-frame network with as many parameters", "tmrnet", "single_wide"),
+        ("TMRNet beats an early-fusion burst network with as many parameters", "tmrnet", "early_wide"),
         ("TMRNet beats exposure-normalised frame averaging", "tmrnet", "average"),
         (
             "temporal modulation (alpha from 0) beats frame-specific blocks always on (alpha = 1)",

@@ -34,3 +34,17 @@ def test_verdicts_follow_the_numbers(tmp_path: Path):
     rising = claim_report(_records(tmp_path, alpha=0.3, flat=False), tmp_path)
     assert "| TMRNet beats the single-frame network (BracketIRE) | **inconclusive: underfit** |" in rising
     assert "| tmrnet | TMRNet (alpha learnable, init 0) | 20.1 ± 0.1 (n=3) |" in page
+
+
+def test_the_4x_check_pairs_seed_0_and_its_flag_reaches_the_other_entries(tmp_path: Path):
+    recs = _records(tmp_path, alpha=0.3)
+    recs += [RunRecord(tmp_path, n, s, {"test/psnr": p + 0.1 * s}, {"val/psnr": [(i * 10, p) for i in range(5)]})
+             for n, p in (("tmrnet_plus", 19.0), ("single_plus", 16.0)) for s in range(3)]  # fmt: skip
+    # seed 0 of tmrnet scored 20.0: a 4x run at 20.1 is within LONG_GAIN, one at 21.0 is not
+    same = claim_report([*recs, RunRecord(tmp_path, "tmrnet_long", 0, {"test/psnr": 20.1})], tmp_path)
+    assert "| TMRNet beats the single-frame network on BracketIRE+ (x4 SR) | **reproduced** |" in same
+    more = claim_report([*recs, RunRecord(tmp_path, "tmrnet_long", 0, {"test/psnr": 21.0})], tmp_path)
+    assert "| TMRNet beats the single-frame network (BracketIRE) | **inconclusive: underfit** |" in more
+    # BracketIRE+ has no 4x check of its own: it inherits TMRNet's (same schedule)
+    assert "| TMRNet beats the single-frame network on BracketIRE+ (x4 SR) | **inconclusive: underfit** |" in more
+    assert "on seed 0" in more

@@ -15,7 +15,7 @@ ROWS = {
     "shared": "shared-branch-only recurrence",
     "single": "single-frame network (frame 0)",
     "early": "early-fusion burst network",
-    "single_wide": "single-frame network, as many parameters as TMRNet (30 body blocks)",
+    "single_wide": "single-frame network, as many parameters as TMRNet (31 body blocks)",
     "early_wide": "early-fusion burst network, as many parameters as TMRNet (30 body blocks)",
     "average": "exposure-normalised frame averaging",
     "tmrnet_alpha1": "TMRNet, alpha fixed to 1 (no modulation)",

@@ -23,6 +23,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 from suite.debug import smoke_test
 from suite.errors import ConfigError
+from suite.rng import fixed_draws
 
 LOWER_IS_BETTER = ("absrel", "rmse", "mse_to_final")
 
@@ -62,7 +63,8 @@ class X0QualityCurve(Callback):
             return
         if smoke_test(trainer) and isinstance(batch, dict):  # debug modes: 8 items (a curve is K sampler calls)
             batch = {k: v[:8] for k, v in batch.items()}
-        with torch.inference_mode(False), torch.no_grad():
+        # seeded draws (restored afterwards): every run's curve is measured from the same sampler noise
+        with torch.inference_mode(False), torch.no_grad(), fixed_draws(batch_idx, getattr(pl_module, "device", None)):
             curve = pl_module.x0_quality_curve(batch)
         for k, v in curve.items():
             self.sums[k] = self.sums.get(k, 0) + v.double().cpu()

@@ -48,6 +48,7 @@ from ops.samplers import SAMPLERS, recording, rx_sample, sample
 from ops.samplers.rx import RX_SOLVERS
 from suite.debug import smoke_test
 from suite.errors import ConfigError, NonFiniteLossError
+from suite.rng import fixed_draws
 
 TASKS = ("depth", "refseg")
 MODES = ("diffusion", "discriminative")
@@ -322,7 +323,11 @@ class AddpLitModule(SuiteLitModule):
         return batch
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        batch = self._small(batch)
+        # timesteps and noise of the loss and the samples: the same draws at every validation and in every run
+        with fixed_draws(batch_idx, self.device):
+            self._validate(self._small(batch), batch_idx)
+
+    def _validate(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         diff = self.hparams.mode == "diffusion"
         loss = self.diffusion_loss(batch, train=False) if diff else self.discriminative_loss(batch)
         self.log("val/loss", loss, prog_bar=True, batch_size=batch["image"].shape[0])
@@ -387,4 +392,5 @@ class AddpLitModule(SuiteLitModule):
             self.log(f"test/iou_restart{r}", metric.iou, on_epoch=True, batch_size=ctrl.shape[0])
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._evaluate(self._small(batch), "test")
+        with fixed_draws(batch_idx, self.device):  # paired across runs: every run samples from the same noise
+            self._evaluate(self._small(batch), "test")

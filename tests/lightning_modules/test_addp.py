@@ -169,3 +169,22 @@ def test_correction_rounds_have_a_restart_control_with_the_original_expression()
     assert kn2 is None and kn3 is None  # the control never adds a negative ...
     assert torch.equal(k2, batch["cond"].float()) and torch.equal(k3, batch["cond"].float())  # ... or refines
     assert all(float(m.restart_metrics[i].iou.compute()) >= 0 for i in range(2))
+
+
+def test_validation_draws_are_fixed_and_leave_the_training_stream_alone():
+    """val/loss and the validation samples use seeded draws (suite.rng.fixed_draws): the same value at every
+    validation of the same weights, whatever the training stream's state, and the training stream continues as
+    if no validation had run (a noisy validation curve cannot pass for a trend; runs are scored on the same noise)."""
+    m, batch = _module("refseg"), _batch("refseg")
+    logged: dict[str, list[float]] = {}
+    m.log = lambda k, v, **kw: logged.setdefault(k, []).append(float(v) if torch.is_tensor(v) else v)
+    torch.manual_seed(1)
+    m.validation_step(batch, 0)
+    after_val = torch.rand(3)
+    torch.manual_seed(1)
+    assert torch.equal(torch.rand(3), after_val)  # the training stream did not move
+    torch.manual_seed(2)  # another state of the training stream: the same draws
+    m.validation_step(batch, 0)
+    assert logged["val/loss"][0] == logged["val/loss"][1]
+    m.validation_step(batch, 1)  # another batch index draws differently
+    assert logged["val/loss"][2] != logged["val/loss"][0]

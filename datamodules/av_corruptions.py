@@ -5,11 +5,16 @@ The embedded default of :mod:`datamodules.multimodal` pairs each real Fashion-MN
 
 * the **pitch** (fundamental frequency bin, with harmonics) encodes the class *pair* ``c // 2`` (5 pitches), so
   audio separates T-shirt / Pullover / Coat / Shirt, which the images confuse;
-* the **pitch contour** encodes ``c % 2`` (steady vs. rising chirp) only weakly (a small slope, jittered), so
-  audio alone cannot separate the two classes of a pair, which the images separate easily.
+* the **pitch contour** encodes ``c % 2`` (steady vs. rising chirp, slope ``contour`` in units of ``F / 16`` bins,
+  jittered by N(0, 0.6)): ``contour = 0`` leaves audio blind to the pair's two classes, which the images separate
+  easily; at the datamodule's default 2.0 audio alone separates them too, less reliably than the pitch.
 
-Part of the evidence is unimodal and part shared, so fusion beats either modality, as in audio-visual action
-recognition. Per sample the onset, duration, gain, pitch and a background noise floor are random.
+So both modalities carry class information of their own and part of it is shared: fusion beats either modality, as
+in audio-visual action recognition, and a sample can be confidently classified by each modality alone (SuMi's
+unimodal assistance selects on exactly that). A linear probe on the audio features alone reaches 0.71 / 0.86 /
+0.95 ten-class accuracy at ``contour`` 1.2 / 2.0 / 3.0 (96% on the pitch pairs at each): tested in
+tests/datamodules/test_multimodal.py. Per sample the onset, duration, gain, pitch and a background noise floor are
+random.
 
 Corruptions follow READ's Kinetics50-C / VGGSound-C: ImageNet-C-style video corruptions (a subset of the 15) and
 the 6 audio corruptions (gaussian_noise, traffic, crowd, rain, thunder, wind), each at severities 1-5. Audio noise
@@ -39,13 +44,16 @@ def _harmonics(t_len: int, f_len: int, f0: np.ndarray, slope: np.ndarray, width:
     return out
 
 
-def synth_spectrograms(labels: np.ndarray, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
+def synth_spectrograms(
+    labels: np.ndarray, shape: tuple[int, int], rng: np.random.Generator, contour: float = 2.0
+) -> np.ndarray:
     """Class-conditional power spectrograms.
 
     Args:
         labels: ``[N]`` classes in ``0..9``.
         shape: ``(T, F)``.
         rng: Numpy generator (sample randomness).
+        contour: Chirp slope of the odd classes (``F / 16`` bins over the clip): the audio's cue for ``c % 2``.
 
     Returns:
         ``[N, T, F]`` float32 power (non-negative).
@@ -53,7 +61,7 @@ def synth_spectrograms(labels: np.ndarray, shape: tuple[int, int], rng: np.rando
     t_len, f_len = shape
     n = len(labels)
     f0 = 1.2 + 1.0 * (labels // 2) * (f_len / 16) + rng.uniform(-0.35, 0.35, n)
-    slope = np.where(labels % 2 == 1, 1.2, 0.0) * (f_len / 16) + rng.normal(0.0, 0.6, n)
+    slope = np.where(labels % 2 == 1, contour, 0.0) * (f_len / 16) + rng.normal(0.0, 0.6, n)
     tone = _harmonics(t_len, f_len, f0, slope)
     onset = rng.uniform(0.0, 0.3, n)
     dur = rng.uniform(0.5, 0.7, n)

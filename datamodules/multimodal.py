@@ -221,6 +221,8 @@ class MultimodalDataModule(SuiteDataModule):
         n_train, n_val, n_test: Embedded split sizes (drawn from Fashion-MNIST's 10,000 test images, which load in
             a fraction of a second; the 60,000 train images take much longer to decompress).
         audio_shape: ``(T, F)`` of the synthesised spectrograms.
+        audio_contour: Strength of the audio's cue for the second class of each pitch pair
+            (:func:`datamodules.av_corruptions.synth_spectrograms`; 0: audio only knows the pair).
         stream: Test stream, one of ``clean``, ``video``, ``audio``, ``both``, ``missing_audio``,
             ``missing_video``, ``wild``.
         video_corruptions, audio_corruptions: Corruption types drawn from (``null``: all).
@@ -244,6 +246,7 @@ class MultimodalDataModule(SuiteDataModule):
         n_val: int = 1000,
         n_test: int = 3000,
         audio_shape: Sequence[int] = (32, 16),
+        audio_contour: float = 2.0,
         stream: str = "wild",
         video_corruptions: Sequence[str] | None = None,
         audio_corruptions: Sequence[str] | None = None,
@@ -278,11 +281,14 @@ class MultimodalDataModule(SuiteDataModule):
             raise ConfigError(f"data.severities={list(severities)} must be a non-empty list of values in 1..5")
         if not 0.0 <= missing_rate <= 1.0:
             raise ConfigError(f"data.missing_rate={missing_rate} must be in [0, 1]")
+        if not 0.0 <= audio_contour <= 8.0:
+            raise ConfigError(f"data.audio_contour={audio_contour} must be in [0, 8] (chirp slope in F/16 bins)")
         if len(audio_shape) != 2 or min(audio_shape) < 1:
             raise ConfigError(f"data.audio_shape={list(audio_shape)} must be [T, F] with positive sizes")
         self.test_batch_size, self.image_source = test_batch_size, image_source
         self.n_train, self.n_val, self.n_test = n_train, n_val, n_test
         self.audio_shape = (int(audio_shape[0]), int(audio_shape[1]))
+        self.audio_contour = float(audio_contour)
         self.stream, self.severities, self.missing_rate = stream, [int(s) for s in severities], missing_rate
         self.train_json, self.test_json, self.label_csv = train_json, test_json, label_csv
         self.target_length, self.num_mel_bins, self.image_size = target_length, num_mel_bins, image_size
@@ -313,7 +319,7 @@ class MultimodalDataModule(SuiteDataModule):
         for split in ("train", "val", "test"):
             ii = idx[split]
             video = images[ii].float().div(255.0).unsqueeze(1)  # [N, 1, H, W] in [0, 1]
-            power = synth_spectrograms(labels[ii].numpy(), self.audio_shape, rng)
+            power = synth_spectrograms(labels[ii].numpy(), self.audio_shape, rng, self.audio_contour)
             meta = ["clean"] * len(ii)
             if split == "test":
                 power, video, meta = self._corrupt_stream(power, video, rng)

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import torchmetrics
 
 from layers.multimodal import AudioVisualTransformer
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule, classification_metrics
@@ -64,6 +65,11 @@ class SumiLitModule(SuiteLitModule):
         self.train_metrics = classification_metrics(num_classes, "train")
         self.val_metrics = classification_metrics(num_classes, "val")
         self.test_metrics = classification_metrics(num_classes, "test")
+        # per-modality source accuracy on clean validation pairs (the unimodal passes SuMi's entropies come from)
+        task = "binary" if num_classes == 2 else "multiclass"
+        self.val_uni = torch.nn.ModuleDict(
+            {m: torchmetrics.Accuracy(task=task, num_classes=num_classes) for m in ("audio", "video")}
+        )
 
     # -- inference -------------------------------------------------------------------------------------------------
     def forward(self, x: tuple[torch.Tensor | None, torch.Tensor | None]) -> torch.Tensor:
@@ -118,11 +124,15 @@ class SumiLitModule(SuiteLitModule):
         return loss
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        x, y = batch
-        logits = self(x)
+        (a, v), y = batch
+        tok_a, tok_v = self.net.encode_audio(a), self.net.encode_video(v)
+        logits = self.net.fuse(tok_a, tok_v, "multimodal")
         self.val_metrics(logits.argmax(-1), y)
         self.log("val/loss", F.cross_entropy(logits, y), prog_bar=True, batch_size=len(y))
         self.log_dict(self.val_metrics, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(y))
+        for m, z in (("audio", self.net.fuse(tok_a, None, "audioonly")), ("video", self.net.fuse(None, tok_v, "videoonly"))):
+            self.val_uni[m](z.argmax(-1), y)
+            self.log(f"val/acc_{m}", self.val_uni[m], on_step=False, on_epoch=True, batch_size=len(y))
 
     def test_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor]:
         """Predict after the TTA callback (if any) adapted on this batch; returns the predictions for the callback."""

@@ -46,6 +46,31 @@ def test_audio_carries_class_pitch() -> None:
     assert peaks == sorted(peaks) and len(set(peaks)) == 5
 
 
+def _audio_probe(contour: float) -> tuple[float, float]:
+    """Held-out ten-class and pitch-pair accuracy of a linear probe on the audio features alone."""
+    from sklearn.linear_model import LogisticRegression
+
+    from datamodules.av_corruptions import audio_features
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 10, 2400)
+    x = audio_features(synth_spectrograms(y, (32, 16), rng, contour)).reshape(len(y), -1)
+    pred = LogisticRegression(max_iter=500).fit(x[:1800], y[:1800]).predict(x[1800:])
+    return float((pred == y[1800:]).mean()), float((pred // 2 == y[1800:] // 2).mean())
+
+
+def test_audio_alone_carries_the_class_so_unimodal_confidence_can_differ() -> None:
+    """The generator's guarantee (SuMi issue): audio alone, without the image, identifies the class (pitch -> pair,
+    contour -> which of the pair), so a sample can be confident in each modality by itself; with ``contour = 0``
+    it knows only the pair (at most about half of the ten-class accuracy)."""
+    acc, pair = _audio_probe(2.0)
+    assert pair > 0.9 and acc > 0.78
+    blind, pair0 = _audio_probe(0.0)
+    assert pair0 > 0.9 and blind < 0.6
+    with pytest.raises(ConfigError, match="audio_contour"):
+        make(audio_contour=-1.0)
+
+
 def test_streams_corrupt_the_right_modality() -> None:
     clean, video, audio = make(stream="clean"), make(stream="video"), make(stream="audio")
     assert torch.equal(clean.datasets["test"].audio, video.datasets["test"].audio)

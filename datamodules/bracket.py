@@ -56,6 +56,7 @@ from ops.isp.simulate import (
     subframe_counts,
 )
 from suite.errors import ConfigError, DataFormatError
+from suite.rng import EVAL_SEED
 
 DATASETS = ("bracketire", "bracketire_plus")
 DOMAINS = ("synthetic", "shifted")
@@ -185,7 +186,7 @@ def augment(sample: dict[str, Any], g: torch.Generator) -> dict[str, Any]:
     return out
 
 
-EVAL_SEED = 10_000  # validation / test brackets: independent of the run's seed
+# validation / test brackets are drawn from suite.rng.EVAL_SEED: independent of the run's seed
 
 
 class SimulatedBrackets(Dataset):

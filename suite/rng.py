@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import torch
 
-EVAL_SEED = 10_000  # evaluation draws, independent of the run's seed (as datamodules.bracket.EVAL_SEED)
+EVAL_SEED = 10_000  # evaluation draws, independent of the run's seed (also datamodules.bracket's eval brackets)
 
 
 @contextmanager

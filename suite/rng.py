@@ -25,7 +25,11 @@ def fixed_draws(offset: int = 0, device: torch.device | None = None, seed: int =
         device: The module's device; a CUDA device's generator is forked too.
         seed: Base seed.
     """
-    devices = [device] if device is not None and device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices, device_type="cuda"):
-        torch.manual_seed(seed + offset)
+    cuda = device is not None and device.type == "cuda"
+    with torch.random.fork_rng(devices=[device] if cuda else [], device_type="cuda"):
+        # seed only the generators that are restored (torch.manual_seed would also reseed every other CUDA device)
+        torch.default_generator.manual_seed(seed + offset)
+        if cuda:
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed + offset)
         yield

@@ -25,9 +25,9 @@ ROWS = {
     "adapt_none": "shifted domain: synthetic TMRNet, no adaptation",
     "adapt_full": "shifted domain: EMA teacher + temporally unbalanced loss",
     "adapt_noself": "shifted domain: EMA teacher only (w_self = 0)",
-    "tmrnet_long": "sizing check: TMRNet at 4800 steps (seed 0)",
-    "early_long": "sizing check: early fusion at 4800 steps (seed 0)",
-    "single_long": "sizing check: single frame at 4800 steps (seed 0)",
+    "tmrnet_long": "sizing check: TMRNet at 4x the steps (seed 0)",
+    "early_long": "sizing check: early fusion at 4x the steps (seed 0)",
+    "single_long": "sizing check: single frame at 4x the steps (seed 0)",
 }
 KEYS = ("test/psnr", "test/ssim", "test/alpha_abs", "test/params")
 # mean |alpha| of the trained TMRNet below this: the frame-specific branches never switched on (alpha starts at 0),

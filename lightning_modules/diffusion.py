@@ -53,6 +53,7 @@ from ops.samplers.solvers import steps_for_nfe
 from ops.scores.gmm import gmm_denoiser, gmm_hessian, gmm_score
 from ops.scores.lipschitz import score_jacobian, spectral_norm_sym
 from suite.errors import ConfigError
+from suite.rng import fixed_draws
 
 GRIDS = ("edm", "vp_uniform", "vp_logsnr")
 
@@ -237,7 +238,11 @@ class DiffusionLitModule(SuiteLitModule):
         return None if self.hparams.analytic else loss
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self.val_loss.update(self.edm_loss(self._prep(batch)))
+        # seeded noise levels and noise (suite.rng): a smooth sizing curve, runs scored on the same draws, and the
+        # training stream continues as if no validation had run
+        with fixed_draws(batch_idx, self.device):
+            loss = self.edm_loss(self._prep(batch))
+        self.val_loss.update(loss)
         self.log("val/loss", self.val_loss, on_epoch=True, prog_bar=True)
 
     def configure_optimizers(self) -> Any:

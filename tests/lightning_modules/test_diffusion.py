@@ -116,6 +116,27 @@ def test_training_reduces_loss_and_measures_lipschitz():
     assert out["test/lip_exact_0"] > out["test/lip_exact_1"]  # exact constant decreases with noise level
 
 
+def test_validation_loss_uses_fixed_draws_and_leaves_the_training_stream_alone():
+    """val/loss is a fixed function of the weights and the batch index (suite.rng.fixed_draws), whatever the state
+    of the training stream, and validating does not move that stream."""
+    model = DiffusionLitModule(MLPDenoiser(2, hidden=16, depth=1), n_eval_samples=8, ref_steps=0)
+    x = torch.randn(64, 2)
+
+    def val(state: int, batch_idx: int = 0) -> float:
+        torch.manual_seed(state)
+        model.val_loss.reset()
+        model.validation_step(x, batch_idx)
+        return float(model.val_loss.compute())
+
+    model.log = lambda *a, **kw: None
+    first = val(1)
+    after = torch.rand(3)
+    torch.manual_seed(1)
+    assert torch.equal(torch.rand(3), after)  # the training stream did not move
+    assert val(2) == first  # another training-stream state: the same draws
+    assert val(1, batch_idx=1) != first  # another batch draws differently
+
+
 class _Digits(SuiteDataModule):
     """sklearn digits padded to 8x8 single-channel images in [0, 1], labels kept (for the FID feature net)."""
 

@@ -68,7 +68,11 @@ def _metrics(stage: str, kernel: int) -> torchmetrics.MetricCollection:
             # per-image PSNR averaged over the split, as the official evaluation (pooling the squared error over
             # the split would let a few bad brackets dominate)
             "psnr": torchmetrics.image.PeakSignalNoiseRatio(data_range=1.0, dim=(1, 2, 3)),
-            "ssim": torchmetrics.image.StructuralSimilarityIndexMeasure(data_range=1.0, kernel_size=kernel),
+            # torchmetrics sizes a Gaussian window from sigma alone (kernel_size is ignored): sigma = 1.5 k / 11 gives
+            # a k x k window with the standard 11 / 1.5 shape (Wang et al. 2004) for every odd k
+            "ssim": torchmetrics.image.StructuralSimilarityIndexMeasure(
+                data_range=1.0, kernel_size=kernel, sigma=1.5 * kernel / 11
+            ),
         },
         prefix=f"{stage}/",
     )
@@ -223,6 +227,13 @@ class BracketIRELitModule(SuiteLitModule):
         pred, target = tonemapped_srgb(out, batch["meta"]), tonemapped_srgb(gt, batch["meta"])
         if c:
             pred, target = pred[..., c:-c, c:-c], target[..., c:-c, c:-c]
+        k = self.hparams.ssim_kernel
+        if min(pred.shape[-2:]) < k:  # SSIM's reflect padding needs the scored area at least one window wide
+            raise ConfigError(
+                f"the scored area {tuple(pred.shape[-2:])} (output {tuple(out.shape[-2:])} less model.crop={c} per "
+                f"border) is smaller than model.ssim_kernel={k}: raise data.patch_size or lower model.crop / "
+                "model.ssim_kernel"
+            )
         metrics = self.val_metrics if stage == "val" else self.test_metrics
         metrics.update(pred, target)
         self.log_dict(metrics, batch_size=gt.shape[0])

@@ -72,7 +72,7 @@ def test_adaptation_uses_no_ground_truth_and_the_teacher_follows(tmp_path: Path)
 def test_metrics_score_tonemapped_srgb_with_a_border_crop():
     m = BracketIRELitModule(arch="average", crop=1, **TINY)
     m.log, m.log_dict = (lambda *a, **k: None), (lambda *a, **k: None)
-    batch = _batch()
+    batch = _batch(hw=10)  # 10 x 10 less a 1-pixel border: 8 x 8, at least SSIM's 7 x 7 window
     m._score(batch, "test")
     psnr = float(m.test_metrics["psnr"].compute())
     assert 10 < psnr < 60  # averaging clipped frames is imperfect but close
@@ -107,3 +107,33 @@ def test_bad_input_and_configuration_are_one_line(tmp_path: Path):
         BracketIRELitModule(init_ckpt=str(tmp_path / "junk.ckpt"), **TINY)
     with pytest.raises(ConfigError, match="ground truth: the shifted"):
         m.training_step(_batch(gt=False), 0)
+    small = BracketIRELitModule(crop=3, **TINY)  # 8x8 output less 3 per border: 2x2 < SSIM's 7x7 window
+    with pytest.raises(ConfigError, match=r"scored area \(2, 2\).*model.ssim_kernel=7"):
+        small.validation_step(_batch(), 0)
+
+
+@pytest.mark.parametrize("kernel", [3, 7, 11])
+def test_ssim_window_is_model_ssim_kernel(kernel):
+    """``ssim_kernel`` sets SSIM's Gaussian window (torchmetrics ignores kernel_size unless sigma matches it): the
+    score equals a direct k x k Gaussian SSIM with sigma 1.5 k / 11, and 7 and 11 give different scores."""
+    from torchmetrics.functional.image import structural_similarity_index_measure as ssim
+
+    g = torch.Generator().manual_seed(1)
+    a = torch.rand(2, 3, 16, 16, generator=g, dtype=torch.float64)
+    b = (a + 0.2 * torch.rand(2, 3, 16, 16, generator=g, dtype=torch.float64)).clamp(0, 1)
+    metric = BracketIRELitModule(ssim_kernel=kernel, **TINY).test_metrics["ssim"]
+    metric.update(b, a)
+    got = float(metric.compute())
+    x = torch.arange(kernel, dtype=torch.float64) - kernel // 2
+    gauss = torch.exp(-(x**2) / (2 * (1.5 * kernel / 11) ** 2))
+    w = (gauss[:, None] * gauss[None]) / gauss.sum() ** 2  # the normalised k x k Gaussian window
+    pad = kernel // 2
+    ap, bp = (torch.nn.functional.pad(x, (pad,) * 4, mode="reflect") for x in (a, b))
+    conv = lambda x: torch.nn.functional.conv2d(x, w.expand(3, 1, kernel, kernel), groups=3)  # noqa: E731
+    mu_a, mu_b = conv(ap), conv(bp)
+    s_aa, s_bb, s_ab = conv(ap * ap) - mu_a**2, conv(bp * bp) - mu_b**2, conv(ap * bp) - mu_a * mu_b
+    c1, c2 = 0.01**2, 0.03**2
+    ref = ((2 * mu_a * mu_b + c1) * (2 * s_ab + c2)) / ((mu_a**2 + mu_b**2 + c1) * (s_aa + s_bb + c2))
+    assert got == pytest.approx(float(ref.mean()), abs=1e-6)  # the metric's state is float32
+    if kernel == 7:
+        assert abs(got - float(ssim(b, a, data_range=1.0))) > 1e-3  # the 11-window default differs

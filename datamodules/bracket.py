@@ -32,7 +32,7 @@ import io
 import math
 import os
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -345,6 +345,8 @@ class BracketDataModule(SuiteDataModule):
         n_train, n_val, n_test: simulated brackets per split (real data: ``n_train`` random crops per epoch,
             ``n_val`` test frames for validation, every test frame for test).
         eval_patch: packed input side of the real val/test crops (``None``: whole frames).
+        motion_scale: multiplies the domain's camera drift, shake and light travel (embedded data only; 1 = the
+            domain's settings, 0 = a static scene: milder degradations for a task a small network can saturate).
         batch_size, num_workers, seed: see :class:`SuiteDataModule`.
     """
 
@@ -362,6 +364,7 @@ class BracketDataModule(SuiteDataModule):
         n_val: int = 16,
         n_test: int = 32,
         eval_patch: int | None = None,
+        motion_scale: float = 1.0,
     ) -> None:
         super().__init__(source, data_dir, batch_size, num_workers, seed)
         if dataset not in DATASETS:
@@ -376,12 +379,18 @@ class BracketDataModule(SuiteDataModule):
             )
         if min(n_train, n_val, n_test) < 1:
             raise ConfigError("data.n_train, data.n_val and data.n_test must be >= 1")
+        if not (math.isfinite(motion_scale) and motion_scale >= 0):
+            raise ConfigError(f"data.motion_scale={motion_scale} must be a finite number >= 0")
+        self.motion_scale = float(motion_scale)
         self.dataset, self.domain, self.patch_size = dataset, domain, patch_size
         self.n_train, self.n_val, self.n_test, self.eval_patch = n_train, n_val, n_test, eval_patch
         self.scale = 4 if self.plus else 1
 
     def load_embedded(self) -> dict[str, Any]:
         dom = DOMAIN_SETTINGS[self.domain]
+        if self.motion_scale != 1.0:
+            m = self.motion_scale
+            dom = replace(dom, camera_shift=dom.camera_shift * m, shake=dom.shake * m, light_shift=dom.light_shift * m)
         out = {}
         sizes = {"train": self.n_train, "val": self.n_val, "test": self.n_test}
         for k, (split, names) in enumerate(PHOTOS.items()):

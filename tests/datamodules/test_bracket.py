@@ -64,7 +64,19 @@ def test_the_shifted_domain_is_noisier():
     assert err(noisy) > 1.5 * err(dark)
 
 
+def test_motion_scale_scales_the_camera_motion_and_zero_is_static():
+    def flow(m):
+        dm = BracketDataModule(motion_scale=m, patch_size=8, n_train=2, n_val=1, n_test=1)
+        return dm.load_embedded()["train"].sample(1)["flow"]
+
+    full, half, none = flow(1.0), flow(0.5), flow(0.0)
+    assert float(full.abs().max()) > 0.1 and torch.equal(none, torch.zeros_like(none))
+    assert torch.allclose(2 * half, full, atol=1e-6)  # the same draws, the camera path scaled
+
+
 def test_bad_configuration_and_small_photo():
+    with pytest.raises(ConfigError, match="data.motion_scale"):
+        BracketDataModule(motion_scale=float("nan"))
     with pytest.raises(ConfigError, match="data.dataset"):
         BracketDataModule(dataset="hdr")
     with pytest.raises(ConfigError, match="divisible by 4"):

@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from suite.report import ABSENT, UNDERFIT, Verdict, compare, mean_sd, sizing, values, verdict_table
+from suite.report import ABSENT, UNDERFIT, Verdict, compare, longer_run_check, mean_sd, sizing, values, verdict_table
 
 ROWS = {
     "tmrnet": "TMRNet (alpha learnable, init 0)",
@@ -59,14 +59,9 @@ def claim_report(records: list[Any], out_dir: Any, spec: dict | None = None) -> 
     """
     flat = dict(sizing(records, "val/psnr", higher_is_better=True))
     for base in ("tmrnet", "early", "single"):  # the 4x-steps sizing check overrides a plateau seen in the main entries
-        long = values(records, f"{base}_long", "test/psnr")
-        short0 = [float(r.metrics["test/psnr"]) for r in records if r.name == base and r.seed == 0
-                  and "test/psnr" in r.metrics]  # fmt: skip
-        if long and short0:  # the same seed (seed 0) at 1x and 4x the steps
-            gain = long[0] - short0[0]
-            if gain > LONG_GAIN:
-                flat[base] = (False, f"not converged: 4x the steps gains {gain:+.2f} dB test PSNR on seed 0 "
-                                     f"(> {LONG_GAIN})")  # fmt: skip
+        check = longer_run_check(records, base, "test/psnr", higher_is_better=True, tol=LONG_GAIN, unit=" dB")
+        if check is not None and not check[0]:
+            flat[base] = (False, check[1].replace("the longer run", "4x the steps"))
     if not flat.get("tmrnet", (True,))[0] and "4x the steps" in flat["tmrnet"][1]:
         # same schedule (cosine to 0, which flattens every curve by construction): the entries without their own 4x
         # check inherit TMRNet's, so a verdict on them is not drawn from runs that the check says had not converged

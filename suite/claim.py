@@ -17,7 +17,8 @@
 Each entry becomes ``python -m train -m experiment=<slug> <overrides> seed=0,1,2``; a failing entry is reported on
 the page, not hidden. ``--report-only`` rebuilds the page from the runs already on disk. A hand-written reading of
 the results lives in ``docs/results/<slug>_notes.md`` and is appended to the page on every (re)build.
-``--only a,b`` (re)runs just those entries and reuses the others (e.g. to split a claim over parallel processes).
+``--only a,b`` (re)runs just those entries, in that order, and reuses the others (e.g. to split a claim over
+parallel processes).
 
 ``--profile paper`` (``make claim METHOD=<slug> PROFILE=paper``) reads ``conf/claim/paper/<slug>.yaml`` instead: the
 paper's own experiment (model size, schedule, real dataset, ``trainer=gpu``/``ddp``) with the same keys plus
@@ -352,6 +353,19 @@ def plot_sizing(records: list[RunRecord], metric: str, judged: dict, out: Path) 
     return out
 
 
+def select_entries(slug: str, spec: dict, only: str | None) -> list[dict]:
+    """The spec's entries that ``--only`` names, in the order given there (so a queue split over processes can put
+    its slow entries first); every entry, in the spec's order, without ``--only``. An unknown name is a ConfigError."""
+    by_name = {e["name"]: e for e in spec["runs"]}
+    if only is None:
+        return list(spec["runs"])
+    wanted = list(dict.fromkeys(n.strip() for n in only.split(",") if n.strip()))
+    unknown = sorted(set(wanted) - set(by_name))
+    if unknown:
+        raise ConfigError(f"--only names {unknown} are not runs of {slug} (runs: {', '.join(by_name)})")
+    return [by_name[n] for n in wanted]
+
+
 def main(argv: list[str] | None = None) -> None:
     from suite.cli import fail
 
@@ -378,13 +392,8 @@ def main(argv: list[str] | None = None) -> None:
         out = Path(args.out or default_out).resolve()
         status_file = out / "claim_status.json"  # exit code + wall time per run, kept for --report-only
         status = load_status(status_file)
-        names = [e["name"] for e in spec["runs"]]
-        only = names if args.only is None else [n.strip() for n in args.only.split(",") if n.strip()]
-        unknown = sorted(set(only) - set(names))
-        if unknown:
-            raise ConfigError(f"--only names {unknown} are not runs of {args.slug} (runs: {', '.join(names)})")
+        todo = select_entries(args.slug, spec, args.only)
         ran = []
-        todo = [e for e in spec["runs"] if e["name"] in only]
         if not args.report_only and uses_slurm([*shlex.split(spec.get("overrides", "")), *args.overrides]):
             results = run_entries_at_once(args.slug, todo, spec, out, args.overrides)
             ran = list(results)

@@ -209,6 +209,57 @@ def sizing(
     return {n: plateau(entry_curves(records, n, metric), frac=frac, higher_is_better=higher_is_better) for n in names}
 
 
+def longer_run_check(
+    records: list[Any],
+    base: str,
+    key: str,
+    *,
+    higher_is_better: bool,
+    tol: float | None = None,
+    unit: str = "",
+    suffix: str = "_long",
+    seed: int = 0,
+) -> tuple[bool, str] | None:
+    """The longer-budget sizing check: entry ``<base><suffix>`` is ``base`` trained longer (e.g. 4x the steps) on one
+    seed; it counts as converged when the longer run improves ``key`` (a test metric) over the same seed of ``base``
+    by at most ``tol``. A decaying schedule (cosine, one-cycle) flattens every validation curve by construction, so
+    :func:`plateau` alone cannot tell a converged run from a cooled one; this check can.
+
+    Args:
+        records: the claim's ``RunRecord``s.
+        base: the main entry's name.
+        key: the metric compared (final value).
+        higher_is_better: the metric's direction.
+        tol: the largest improvement still counted as converged; ``None`` = the seed spread (standard deviation
+            over seeds) of ``base``'s ``key``, the plateau rule's own yardstick (1% of the value with one seed).
+        unit: appended to the numbers in the reading (e.g. ``" dB"``).
+        suffix: the longer entry's name suffix.
+        seed: the seed both runs share.
+
+    Returns:
+        ``None`` when either run is missing, else ``(converged, one-line reading)``.
+    """
+    longer = [float(r.metrics[key]) for r in records if r.name == base + suffix and r.seed == seed
+              and key in r.metrics]  # fmt: skip
+    main = [float(r.metrics[key]) for r in records if r.name == base and r.seed == seed and key in r.metrics]
+    if not longer or not main or not (math.isfinite(longer[0]) and math.isfinite(main[0])):
+        return None
+    if tol is None:
+        spread = values(records, base, key)
+        tol = statistics.stdev(spread) if len(spread) > 1 else 0.0
+        tol = tol if tol > 0 else REL_TOL * max(abs(main[0]), 1e-12)
+        what = f"the seed spread {tol:.3g}{unit}"
+    else:
+        what = f"{tol:g}{unit}"
+    gain = (longer[0] - main[0]) * (1.0 if higher_is_better else -1.0)
+    ok = gain <= tol
+    return ok, (
+        f"{'converged' if ok else 'not converged'}: the longer run ({base}{suffix}) "
+        f"{'gains' if gain >= 0 else 'changes'} {gain:+.3g}{unit} {key} on seed {seed} ({main[0]:.4g} -> "
+        f"{longer[0]:.4g}) vs {what}"
+    )
+
+
 def values(records: list[Any], name: str, key: str) -> list[float]:
     """Final ``key`` of every seed of entry ``name`` (missing / non-finite dropped)."""
     out = []

@@ -150,6 +150,30 @@ def test_claim_report_verdicts():
     assert "No finished GRASS run" in claim_report([rec("gine", 0.6)], None)
 
 
+def test_claim_report_4x_check_overrides_a_plateau_and_reaches_the_ablations():
+    from types import SimpleNamespace
+
+    from reports.grass import claim_report
+
+    def rec(name: str, mae: float, seed: int) -> SimpleNamespace:  # flat validation curves: every entry plateaued
+        return SimpleNamespace(
+            name=name, seed=seed, metrics={"test/mae": mae}, curves={"val/mae": [(0, mae), (5, mae)]}
+        )
+
+    recs = [rec("grass", m, s) for s, m in enumerate((0.30, 0.31, 0.32))]  # seed spread 0.01
+    recs += [rec("gine", m, s) for s, m in enumerate((0.40, 0.41, 0.42))]
+    recs += [rec("grass_no_rrwp", m, s) for s, m in enumerate((0.50, 0.51, 0.52))]
+    claim = "| GRASS has a lower test MAE than the best baseline (GINE, GraphGPS) at equal parameters |"
+    rrwp = "| The RRWP encoding lowers GRASS's test MAE (vs no encoding) |"
+    converged = claim_report([*recs, rec("grass_long", 0.295, 0), rec("gine_long", 0.41, 0)], None)
+    assert f"{claim} **reproduced**" in converged and f"{rrwp} **reproduced**" in converged
+    assert "`grass`: converged: the longer run (grass_long) gains +0.005 test/mae on seed 0" in converged
+    assert "`gine`: converged: the longer run (gine_long) changes -0.01" in converged
+    cooled = claim_report([*recs, rec("grass_long", 0.25, 0)], None)  # 4x the epochs gains 0.05 > 0.01
+    assert f"{claim} **inconclusive: underfit**" in cooled
+    assert f"{rrwp} **inconclusive: underfit**" in cooled and "GRASS's 4x check: not converged" in cooled
+
+
 def test_claim_report_significance_and_parameter_counts():
     from types import SimpleNamespace
 

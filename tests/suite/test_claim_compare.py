@@ -81,6 +81,18 @@ def test_claim_only_unknown_name_is_one_line(tmp_path):
     assert not (tmp_path / "sgd_lr005").exists()  # nothing ran
 
 
+def test_claim_only_runs_the_entries_in_the_order_given():
+    from suite.claim import select_entries
+    from suite.errors import ConfigError
+
+    spec = {"runs": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}
+    assert [e["name"] for e in select_entries("x", spec, None)] == ["a", "b", "c"]
+    # a queue split puts its slow entries first: the order of --only, not the spec's; repeats run once
+    assert [e["name"] for e in select_entries("x", spec, " c, a,c ")] == ["c", "a"]
+    with pytest.raises(ConfigError, match=r"--only names \['z'\] are not runs of x \(runs: a, b, c\)"):
+        select_entries("x", spec, "a,z")
+
+
 def test_compare_no_runs_is_one_line(tmp_path):
     proc = run_cli(["suite.compare", "--method", "leaderbot", "--logs", str(tmp_path)])
     assert proc.returncode == 2

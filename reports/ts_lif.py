@@ -139,6 +139,12 @@ def _fmt(m: tuple[float, float, int], digits: int = 4) -> str:
     return "—" if not math.isfinite(m[0]) else f"{m[0]:.{digits}f} ± {m[1]:.{max(digits - 1, 1)}f}"
 
 
+def _drops(records: list[Any], name: str, key: str) -> list[float]:
+    """Per seed of entry ``name``: test R^2 minus ``key`` (the R^2 lost when more inputs are zeroed)."""
+    return [r.metrics["test/r2"] - r.metrics[key] for r in records if r.name == name and key in r.metrics
+            and "test/r2" in r.metrics]  # fmt: skip
+
+
 def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
     """The paper's claims as verdicts: TS-LIF beats LIF / TC-LIF on test R^2 (per horizon), the gap grows with the
     horizon, and TS-LIF loses less R^2 with missing inputs. A comparison is tested only when both entries plateaued on
@@ -189,6 +195,32 @@ def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
                 word = rep.compare(da, db, higher_is_better=False, converged=ok)
                 ev = f"R^2 lost at {top}% missing inputs: {rep.mean_sd(da)} vs {rep.mean_sd(db)}; {why}"
                 out.append(rep.Verdict(f"TS-LIF degrades less than {label} with missing inputs (h{h})", word, ev))
+
+    def versus(claim: str, a: str, b: str, da: list[float], db: list[float], what: str, hib: bool = True) -> None:
+        if da and db:
+            ok, why = tested(a, b)
+            word = rep.compare(da, db, higher_is_better=hib, converged=ok)
+            out.append(rep.Verdict(claim, word, f"{what}: {rep.mean_sd(da)} vs {rep.mean_sd(db)}; {why}"))
+
+    h = max(horizons) if horizons else None
+    for abl, part in (("ts_lif_no_soma", "somatic injection"), ("ts_lif_no_dspike", "the dendritic spike")):
+        a, b = f"ts_lif_h{h}", f"{abl}_h{h}"
+        claim = f"Ablation: {part} raises TS-LIF's R^2 (h{h})"
+        versus(claim, a, b, rep.values(records, a, "test/r2"), rep.values(records, b, "test/r2"), "test R^2")
+    # trained (and tested) with m% of the inputs zeroed, as the official missing-data mode: `<neuron>_h<h>_m<m>`
+    trained_missing = sorted(
+        {(int(m.group(1)), int(m.group(2))) for r in records if (m := re.fullmatch(r"ts_lif_h(\d+)_m(\d+)", r.name))}
+    )
+    for hm, miss in trained_missing:
+        for base, label in SPIKING.items():
+            a, b = f"ts_lif_h{hm}_m{miss}", f"{base}_h{hm}_m{miss}"
+            claim = f"Trained with {miss}% missing inputs, TS-LIF forecasts better than {label} (h{hm})"
+            what = f"test R^2 at {miss}% missing"
+            versus(claim, a, b, rep.values(records, a, "test/r2"), rep.values(records, b, "test/r2"), what)
+            if top and top > miss:
+                da, db = (_drops(records, n, f"test/r2_miss{top}") for n in (a, b))
+                claim = f"Trained with {miss}% missing inputs, TS-LIF loses less R^2 than {label} at {top}% (h{hm})"
+                versus(claim, a, b, da, db, f"R^2 lost from {miss}% to {top}% missing", hib=False)
     return out
 
 

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from reports.ts_lif import claim_report, compare
+from reports.ts_lif import claim_report, compare, verdicts
+from suite.report import verdict_table
 
 
 @dataclass
@@ -19,6 +20,24 @@ class _Rec:
 def _neuron(d0=0.8):
     return {"neuron/d0": d0, "neuron/d1": 0.2, "neuron/d2": 0.3, "neuron/d3": 0.7, "neuron/kappa": 0.8,
             "neuron/gamma_ds": 0.1, "neuron/spectral_radius": 0.9}  # fmt: skip
+
+
+def test_verdicts_cover_the_ablations_and_the_missing_data_runs():
+    flat = {"val/r2": [(0, 0.2), (100, 0.3), (500, 0.3)]}  # plateaued
+
+    def rec(name, r2, miss50, dr2=0.0):
+        return [_Rec(name, {"test/r2": r2 + d, "test/r2_miss50": miss50 + d}, flat) for d in (-0.01 - dr2, 0.01 + dr2)]
+
+    recs = rec("ts_lif_h24", 0.30, 0.25) + rec("lif_h24", 0.20, 0.10)
+    recs += rec("ts_lif_no_soma_h24", 0.25, 0.20) + rec("ts_lif_no_dspike_h24", 0.30, 0.25, dr2=0.02)
+    recs += rec("ts_lif_h24_m30", 0.27, 0.25) + rec("lif_h24_m30", 0.20, 0.10) + rec("tc_lif_h24_m30", 0.27, 0.20)
+    md = verdict_table(verdicts(recs, {"sizing_metric": "val/r2", "sizing_higher_is_better": True}))
+    assert "| Ablation: somatic injection raises TS-LIF's R^2 (h24) | **reproduced** | test R^2: 0.3 ± 0.014" in md
+    assert "| Ablation: the dendritic spike raises TS-LIF's R^2 (h24) | **inconclusive: within noise** |" in md
+    assert "| Trained with 30% missing inputs, TS-LIF forecasts better than LIF (h24) | **reproduced** |" in md
+    assert "| Trained with 30% missing inputs, TS-LIF forecasts better than TC-LIF (h24) | **inconclusive: within" in md
+    # R^2 lost from 30% to 50% missing: TS-LIF 0.02, TC-LIF 0.07 (lower is better)
+    assert "TS-LIF loses less R^2 than TC-LIF at 50% (h24) | **reproduced** | R^2 lost from 30% to 50% missing" in md
 
 
 def test_compare_needs_two_standard_errors():
@@ -54,6 +73,9 @@ def test_claim_report(tmp_path):
     assert "| TS-LIF forecasts better than LIF (R^2, horizon 24) | **reproduced** | test R^2 0.3 (1 seed) vs 0.2" in md
     assert "| TS-LIF's R^2 gain over LIF grows with the horizon | **inconclusive: underfit** |" in md
     assert "| TS-LIF degrades less than LIF with missing inputs (h24) | **reproduced** |" in md
+    # the missing-data runs get verdicts of their own: R^2 at the training ratio, and the loss from 30% to 50%
+    m30 = "| Trained with 30% missing inputs, TS-LIF forecasts better than LIF (h24) | **inconclusive: underfit** |"
+    assert m30 in md  # neither m30 run logged a validation curve
     assert "| init (TS-LIF) | 0.800 | 0.200 | 0.300 | 0.700 | 0.800 | 0.100 | 0.919 | 1.167, " in md
     assert (tmp_path / "ts_lif_freq.png").stat().st_size > 1000
     assert (tmp_path / "ts_lif_val_r2.png").stat().st_size > 1000

@@ -141,8 +141,9 @@ def _fmt(m: tuple[float, float, int], digits: int = 4) -> str:
 
 def _drops(records: list[Any], name: str, key: str) -> list[float]:
     """Per seed of entry ``name``: test R^2 minus ``key`` (the R^2 lost when more inputs are zeroed)."""
-    return [r.metrics["test/r2"] - r.metrics[key] for r in records if r.name == name and key in r.metrics
-            and "test/r2" in r.metrics]  # fmt: skip
+    out = [r.metrics["test/r2"] - r.metrics[key] for r in records if r.name == name and key in r.metrics
+           and "test/r2" in r.metrics]  # fmt: skip
+    return [v for v in out if math.isfinite(v)]  # a diverged seed is dropped, as suite.report.values does
 
 
 def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
@@ -186,10 +187,7 @@ def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
         if top:
             h = max(horizons) if horizons else None
             a, b = f"ts_lif_h{h}", f"{base}_h{h}"
-            da = [r.metrics["test/r2"] - r.metrics[f"test/r2_miss{top}"] for r in records if r.name == a
-                  and f"test/r2_miss{top}" in r.metrics and "test/r2" in r.metrics]  # fmt: skip
-            db = [r.metrics["test/r2"] - r.metrics[f"test/r2_miss{top}"] for r in records if r.name == b
-                  and f"test/r2_miss{top}" in r.metrics and "test/r2" in r.metrics]  # fmt: skip
+            da, db = _drops(records, a, f"test/r2_miss{top}"), _drops(records, b, f"test/r2_miss{top}")
             if da and db:
                 ok, why = tested(a, b)
                 word = rep.compare(da, db, higher_is_better=False, converged=ok)

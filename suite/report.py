@@ -237,26 +237,32 @@ def longer_run_check(
         seed: the seed both runs share.
 
     Returns:
-        ``None`` when either run is missing, else ``(converged, one-line reading)``.
+        ``None`` when either run is missing, else ``(converged, one-line reading)``; a non-finite value on either
+        side is not converged (nothing shows that the longer budget would not have helped).
     """
     longer = [float(r.metrics[key]) for r in records if r.name == base + suffix and r.seed == seed
               and key in r.metrics]  # fmt: skip
     main = [float(r.metrics[key]) for r in records if r.name == base and r.seed == seed and key in r.metrics]
-    if not longer or not main or not (math.isfinite(longer[0]) and math.isfinite(main[0])):
+    if not longer or not main:
         return None
+    if not (math.isfinite(longer[0]) and math.isfinite(main[0])):
+        return False, f"not shown converged: {key} of {base}{suffix} or {base} (seed {seed}) is not finite"
     if tol is None:
         spread = values(records, base, key)
-        tol = statistics.stdev(spread) if len(spread) > 1 else 0.0
-        tol = tol if tol > 0 else REL_TOL * max(abs(main[0]), 1e-12)
-        what = f"the seed spread {tol:.3g}{unit}"
+        sd = statistics.stdev(spread) if len(spread) > 1 else 0.0
+        if sd > 0:
+            tol, what = sd, f"the seed spread {sd:.3g}{unit}"
+        else:  # one seed, or seeds that agree exactly: the plateau rule's relative fallback
+            tol = REL_TOL * max(abs(main[0]), 1e-12)
+            what = f"1% of the value, {tol:.3g}{unit}"
     else:
         what = f"{tol:g}{unit}"
     gain = (longer[0] - main[0]) * (1.0 if higher_is_better else -1.0)
     ok = gain <= tol
+    moved = f"improves {key} by {gain:.3g}{unit}" if gain >= 0 else f"worsens {key} by {-gain:.3g}{unit}"
     return ok, (
-        f"{'converged' if ok else 'not converged'}: the longer run ({base}{suffix}) "
-        f"{'gains' if gain >= 0 else 'changes'} {gain:+.3g}{unit} {key} on seed {seed} ({main[0]:.4g} -> "
-        f"{longer[0]:.4g}) vs {what}"
+        f"{'converged' if ok else 'not converged'}: the longer run ({base}{suffix}) {moved} on seed {seed} "
+        f"({main[0]:.4g} -> {longer[0]:.4g}; allowed: {what})"
     )
 
 

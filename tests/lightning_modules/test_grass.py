@@ -167,8 +167,9 @@ def test_claim_report_4x_check_overrides_a_plateau_and_reaches_the_ablations():
     rrwp = "| The RRWP encoding lowers GRASS's test MAE (vs no encoding) |"
     converged = claim_report([*recs, rec("grass_long", 0.295, 0), rec("gine_long", 0.41, 0)], None)
     assert f"{claim} **reproduced**" in converged and f"{rrwp} **reproduced**" in converged
-    assert "`grass`: converged: the longer run (grass_long) gains +0.005 test/mae on seed 0" in converged
-    assert "`gine`: converged: the longer run (gine_long) changes -0.01" in converged
+    assert "`grass`: converged: the longer run (grass_long) improves test/mae by 0.005 on seed 0" in converged
+    assert "`gine`: converged: the longer run (gine_long) worsens test/mae by 0.01" in converged
+    assert "both converged" in converged
     cooled = claim_report([*recs, rec("grass_long", 0.25, 0)], None)  # 4x the epochs gains 0.05 > 0.01
     assert f"{claim} **inconclusive: underfit**" in cooled
     assert f"{rrwp} **inconclusive: underfit**" in cooled and "GRASS's 4x check: not converged" in cooled

@@ -83,7 +83,7 @@ def verdicts(records: list[Any], spec: dict | None = None) -> list[Verdict]:
                 claim,
                 word,
                 f"test MAE {a} {mean_sd(mae[a])} vs {b} {mean_sd(mae[b])}; "
-                + ("not converged: " + "; ".join(why) if why else "both converged"),
+                + ("not tested: " + "; ".join(why) if why else "both converged"),
             )
         )
 

@@ -287,6 +287,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
         if Path(ckpt).resolve().parents[1] == output_dir.resolve() and trainer.is_global_zero:
             truncate_csv(output_dir / "csv" / "metrics.csv", step)  # the curve continues from the checkpoint
         log.info("resuming from %s (global step %d) in %s", shown(ckpt), step, shown(output_dir))
+    elif trainer.is_global_zero:
+        # a fresh run in a reused folder (a claim entry rerun with `--only`, a requeued job that never checkpointed):
+        # the folder's old curve is not this run's, and ResumableCSVLogger would otherwise append to it
+        truncate_csv(output_dir / "csv" / "metrics.csv", -1)
     metrics: dict[str, float] = {}
     if cfg.get("train", True):
         try:

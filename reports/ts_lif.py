@@ -160,6 +160,13 @@ def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
         still = [n for n in names if not judged.get(n, (False, ""))[0]]
         return not still, (f"not plateaued: {', '.join(still)}" if still else "all plateaued")
 
+    def versus(claim: str, a: str, b: str, da: list[float], db: list[float], what: str, hib: bool = True) -> None:
+        """One verdict on per-seed values ``da`` (entry ``a``) vs ``db`` (entry ``b``), tested when both plateaued."""
+        if da and db:
+            ok, why = tested(a, b)
+            word = rep.compare(da, db, higher_is_better=hib, converged=ok)
+            out.append(rep.Verdict(claim, word, f"{what}: {rep.mean_sd(da)} vs {rep.mean_sd(db)}; {why}"))
+
     horizons = sorted({int(m.group(1)) for r in records if (m := re.fullmatch(r"ts_lif_h(\d+)", r.name))})
     gaps: dict[str, dict[int, tuple[float, float, bool]]] = {}
     for base, label in SPIKING.items():
@@ -188,17 +195,8 @@ def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
             h = max(horizons) if horizons else None
             a, b = f"ts_lif_h{h}", f"{base}_h{h}"
             da, db = _drops(records, a, f"test/r2_miss{top}"), _drops(records, b, f"test/r2_miss{top}")
-            if da and db:
-                ok, why = tested(a, b)
-                word = rep.compare(da, db, higher_is_better=False, converged=ok)
-                ev = f"R^2 lost at {top}% missing inputs: {rep.mean_sd(da)} vs {rep.mean_sd(db)}; {why}"
-                out.append(rep.Verdict(f"TS-LIF degrades less than {label} with missing inputs (h{h})", word, ev))
-
-    def versus(claim: str, a: str, b: str, da: list[float], db: list[float], what: str, hib: bool = True) -> None:
-        if da and db:
-            ok, why = tested(a, b)
-            word = rep.compare(da, db, higher_is_better=hib, converged=ok)
-            out.append(rep.Verdict(claim, word, f"{what}: {rep.mean_sd(da)} vs {rep.mean_sd(db)}; {why}"))
+            claim = f"TS-LIF degrades less than {label} with missing inputs (h{h})"
+            versus(claim, a, b, da, db, f"R^2 lost at {top}% missing inputs", hib=False)
 
     h = max(horizons) if horizons else None
     for abl, part in (("ts_lif_no_soma", "somatic injection"), ("ts_lif_no_dspike", "the dendritic spike")):

@@ -29,8 +29,10 @@ from suite.report import (
     NOT_REPRODUCED,
     UNDERFIT,
     Verdict,
+    apply_longer_checks,
     compare,
     entry_curves,
+    longer_run_check,
     mean_sd,
     plateau,
     values,
@@ -56,15 +58,48 @@ def _curve(records: list[Any], name: str, key: str) -> list[list[float]]:
     return out
 
 
-def _converged(records: list[Any], names: list[str], key: str, hib: bool) -> tuple[bool, str]:
+def longer_checks(records: list[Any]) -> dict[str, tuple[bool, str]]:
+    """The 4x sizing check of every entry that has a ``<entry>_long`` run (seed 0, the task's test metric)."""
+    out = {}
+    for task, cfg in TASKS.items():
+        for var in ("vanilla", *VARIANTS, "disc"):
+            check = longer_run_check(records, f"{task}_{var}", cfg["metric"], higher_is_better=cfg["hib"])
+            if check is not None:
+                out[f"{task}_{var}"] = check
+    return out
+
+
+def judge(records: list[Any]) -> dict[str, tuple[bool, str]]:
+    """Whether each entry converged: the plateau rule on the task's validation metric, and, where a 4x run exists
+    (or is inherited), that check too: the cosine decay flattens every validation curve, converged or not."""
+    judged, inherit = {}, {}
+    checks = longer_checks(records)
+    for task, cfg in TASKS.items():
+        for var in ("vanilla", *VARIANTS, "disc"):
+            name = f"{task}_{var}"
+            curves = entry_curves(records, name, cfg["val"])
+            if not curves:
+                judged[name] = (False, f"no {cfg['val']} curve")
+                continue
+            flat, why = plateau(curves, higher_is_better=cfg["hib"])
+            judged[name] = (flat, "plateaued" if flat else why)
+            if flat and name in checks and checks[name][0]:
+                judged[name] = (True, f"plateaued; 4x check {checks[name][1]}")
+            if var in VARIANTS and name not in checks:
+                # no 4x run of its own: the checks of vanilla and both (same network and schedule) stand for it
+                inherit[name] = [f"{task}_{v}" for v in ("vanilla", "both") if v != var]
+                passed = [n for n in inherit[name] if n in checks and checks[n][0]]
+                if flat and passed:
+                    judged[name] = (True, f"plateaued; inherits the passed 4x check of {', '.join(passed)}")
+    return apply_longer_checks(judged, checks, inherit)
+
+
+def _converged(judged: dict[str, tuple[bool, str]], names: list[str]) -> tuple[bool, str]:
     ok, notes = True, []
     for n in names:
-        curves = entry_curves(records, n, key)
-        if not curves:
-            return False, f"{n}: no {key} curve"
-        flat, why = plateau(curves, higher_is_better=hib)
+        flat, why = judged.get(n, (False, "no curve"))
         ok &= flat
-        notes.append(f"{n}: {'plateaued' if flat else why}")
+        notes.append(f"{n}: {why}")
     return ok, "; ".join(notes)
 
 
@@ -73,14 +108,14 @@ def _paired(diffs: list[float], converged: bool) -> str:
     return compare(diffs, [0.0] * len(diffs), higher_is_better=True, converged=converged)
 
 
-def _curve_claims(records: list[Any], task: str, cfg: dict) -> list[Verdict]:
+def _curve_claims(records: list[Any], task: str, cfg: dict, judged: dict) -> list[Verdict]:
     name = f"{task}_vanilla"
     curves = _curve(records, name, cfg["curve"])
     if not curves:
         return []
     sign = 1 if cfg["hib"] else -1
     k = len(curves[0]) - 1
-    conv, why = _converged(records, [name], cfg["val"], cfg["hib"])
+    conv, why = _converged(judged, [name])
     early = [sign * (c[k // 2] - c[0]) for c in curves]
     late = [sign * (c[k] - c[k // 2]) for c in curves]
     out = []
@@ -112,14 +147,14 @@ def _curve_claims(records: list[Any], task: str, cfg: dict) -> list[Verdict]:
     return out
 
 
-def _ablation_claims(records: list[Any], task: str, cfg: dict) -> list[Verdict]:
+def _ablation_claims(records: list[Any], task: str, cfg: dict, judged: dict) -> list[Verdict]:
     out = []
     base = values(records, f"{task}_vanilla", cfg["metric"])
     for var, what in VARIANTS.items():
         ours = values(records, f"{task}_{var}", cfg["metric"])
         if not ours or not base:
             continue
-        conv, why = _converged(records, [f"{task}_{var}", f"{task}_vanilla"], cfg["val"], cfg["hib"])
+        conv, why = _converged(judged, [f"{task}_{var}", f"{task}_vanilla"])
         out.append(Verdict(
             f"{task}: {what} beats vanilla uniform-t diffusion ({cfg['metric']})",
             compare(ours, base, higher_is_better=cfg["hib"], converged=conv),
@@ -128,7 +163,7 @@ def _ablation_claims(records: list[Any], task: str, cfg: dict) -> list[Verdict]:
     disc = values(records, f"{task}_disc", cfg["metric"])
     best = values(records, f"{task}_both", cfg["metric"])
     if disc and best:
-        conv, why = _converged(records, [f"{task}_both", f"{task}_disc"], cfg["val"], cfg["hib"])
+        conv, why = _converged(judged, [f"{task}_both", f"{task}_disc"])
         out.append(Verdict(
             f"{task}: aligned diffusion (both insights) beats the discriminative one-step network of the same size",
             compare(best, disc, higher_is_better=cfg["hib"], converged=conv),
@@ -137,13 +172,13 @@ def _ablation_claims(records: list[Any], task: str, cfg: dict) -> list[Verdict]:
     return out
 
 
-def _rounds(records: list[Any]) -> list[Verdict]:
+def _rounds(records: list[Any], judged: dict) -> list[Verdict]:
     out = []
     for name in ("ref_vanilla", "ref_both"):
         runs = [r for r in records if r.name == name and "test/iou_round1" in r.metrics]
         if not runs:
             continue
-        conv, why = _converged(records, [name], "val/iou", True)
+        conv, why = _converged(judged, [name])
         for r, what in ((2, "a negative expression naming the wrong object"), (3, "+ the refined expression")):
             pairs = [(float(x.metrics[f"test/iou_round{r}"]), float(x.metrics[f"test/iou_restart{r}"])) for x in runs
                      if f"test/iou_round{r}" in x.metrics and f"test/iou_restart{r}" in x.metrics]  # fmt: skip
@@ -178,7 +213,8 @@ def _plot_curves(records: list[Any], out_dir: Path) -> str:
         ax.set_xlabel("DDIM step (0: x0 = 0)")
         ax.set_ylabel(f"x0 {cfg['label']}")
         ax.set_title(task)
-        ax.legend(fontsize=7)
+        if ax.lines:
+            ax.legend(fontsize=7)
     fig.tight_layout()
     if not drawn:
         plt.close(fig)
@@ -207,13 +243,22 @@ def _curve_table(records: list[Any]) -> str:
 
 
 def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
+    judged = judge(records)
     verdicts: list[Verdict] = []
     for task, cfg in TASKS.items():
-        verdicts += _curve_claims(records, task, cfg)
+        verdicts += _curve_claims(records, task, cfg, judged)
     for task, cfg in TASKS.items():
-        verdicts += _ablation_claims(records, task, cfg)
-    verdicts += _rounds(records)
+        verdicts += _ablation_claims(records, task, cfg, judged)
+    verdicts += _rounds(records, judged)
     parts = ["## Verdicts (computed by reports/addp.py; every component is our interpretation)", ""]
     parts.append(verdict_table(verdicts) if verdicts else "No finished runs yet.")
+    checks = longer_checks(records)
+    if checks:
+        head = (
+            "4x sizing checks (seed 0 at 4x the steps against the same seed's main run, test metric; a variant "
+            "without a 4x run of its own inherits those of vanilla and both):"
+        )
+        parts += ["", head, ""]
+        parts += [f"* `{base}`: {why}." for base, (_ok, why) in checks.items()]
     parts += ["", _curve_table(records), _plot_curves(records, out_dir)]
     return "\n".join(parts)

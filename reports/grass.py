@@ -6,7 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from suite.compare import relative_change
-from suite.report import Verdict, compare, longer_run_check, mean_sd, sizing, sizing_spec, values, verdict_table
+from suite.report import (
+    Verdict,
+    apply_longer_checks,
+    compare,
+    longer_run_check,
+    mean_sd,
+    sizing,
+    sizing_spec,
+    values,
+    verdict_table,
+)
 
 ABLATIONS = (
     ("grass_no_rewiring", "Random regular rewiring lowers GRASS's test MAE (vs no added edges)"),
@@ -54,15 +64,8 @@ def judge(records: list[Any], spec: dict | None = None) -> dict[str, tuple[bool,
     """Whether each entry converged: the plateau rule on the sizing metric, overridden by a failed 4x check (the
     one-cycle schedule anneals to 1e-7, which flattens every validation curve whether or not the model converged)."""
     metric, hib = sizing_spec(spec or "grass")
-    judged = dict(sizing(records, metric or "val/mae", higher_is_better=hib))
-    for base, (ok, why) in longer_checks(records).items():
-        if not ok:
-            judged[base] = (False, why)
-            if base == "grass":
-                for n in INHERIT:
-                    if n in judged:
-                        judged[n] = (False, f"GRASS's 4x check: {why}")
-    return judged
+    judged = sizing(records, metric or "val/mae", higher_is_better=hib)
+    return apply_longer_checks(judged, longer_checks(records), {n: ("grass",) for n in INHERIT})
 
 
 def verdicts(records: list[Any], spec: dict | None = None) -> list[Verdict]:

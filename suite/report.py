@@ -266,6 +266,28 @@ def longer_run_check(
     )
 
 
+def apply_longer_checks(
+    judged: dict[str, tuple[bool, str]],
+    checks: dict[str, tuple[bool, str]],
+    inherit: dict[str, Sequence[str]] | None = None,
+) -> dict[str, tuple[bool, str]]:
+    """Per-entry convergence after the longer-budget checks: the plateau rule's ``judged`` (entry -> ``(ok, why)``),
+    overridden by every failed :func:`longer_run_check` in ``checks`` (entry -> its result). An entry listed in
+    ``inherit`` has no longer run of its own and takes the first failed check among the entries named for it (the
+    same network and schedule with one component changed), so it is never counted converged on a cheaper check
+    than those entries. A passed check leaves the plateau rule's answer as it is: both must hold."""
+    out = dict(judged)
+    for name, (ok, why) in checks.items():
+        if not ok and name in out:
+            out[name] = (False, why)
+    for name, sources in (inherit or {}).items():
+        failed = [(s, checks[s][1]) for s in sources if s in checks and not checks[s][0]]
+        if name in out and failed:
+            src, why = failed[0]
+            out[name] = (False, f"{src}'s 4x check: {why}")
+    return out
+
+
 def values(records: list[Any], name: str, key: str) -> list[float]:
     """Final ``key`` of every seed of entry ``name`` (missing / non-finite dropped)."""
     out = []

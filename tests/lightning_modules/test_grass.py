@@ -172,7 +172,7 @@ def test_claim_report_4x_check_overrides_a_plateau_and_reaches_the_ablations():
     assert "both converged" in converged
     cooled = claim_report([*recs, rec("grass_long", 0.25, 0)], None)  # 4x the epochs gains 0.05 > 0.01
     assert f"{claim} **inconclusive: underfit**" in cooled
-    assert f"{rrwp} **inconclusive: underfit**" in cooled and "GRASS's 4x check: not converged" in cooled
+    assert f"{rrwp} **inconclusive: underfit**" in cooled and "grass's 4x check: not converged" in cooled
 
 
 def test_claim_report_significance_and_parameter_counts():

@@ -53,3 +53,38 @@ def test_paired_seeds_and_a_curve_best_at_the_last_step(tmp_path: Path):
         page = claim_report(recs, tmp_path)
         row = next(line for line in page.splitlines() if "drops at the late" in line)
         assert row.split("|")[2].strip() == want, row
+
+
+def test_a_failed_4x_check_makes_the_comparisons_underfit_and_is_inherited(tmp_path: Path):
+    """The cosine decay flattens every validation curve: an entry whose 4x run (seed 0) still gains more than its
+    seed spread is underfit although its curve plateaued, and so is a variant without a 4x run of its own; a 4x run
+    within the spread leaves the verdicts as the plateau rule gave them."""
+    flat = [0.3, 0.5, 0.6, 0.6, 0.6, 0.6]
+
+    def records(long_gain: float) -> list[RunRecord]:
+        recs = []
+        for s in range(3):
+            e = 0.01 * s  # seed spread of test/iou: 0.01
+            recs.append(_rec("ref_vanilla", s, {"test/iou": 0.50 + e}, flat, "val/iou"))
+            recs.append(_rec("ref_both", s, {"test/iou": 0.70 + e}, flat, "val/iou"))
+            recs.append(_rec("ref_contrib", s, {"test/iou": 0.65 + e}, flat, "val/iou"))
+        recs.append(_rec("ref_vanilla_long", 0, {"test/iou": 0.50 + long_gain}, flat, "val/iou"))
+        recs.append(_rec("ref_both_long", 0, {"test/iou": 0.70}, flat, "val/iou"))
+        return recs
+
+    def rows(page: str) -> dict[str, str]:
+        return {ln.split("|")[1].strip(): ln.split("|")[2].strip() + ln.split("|")[3] for ln in page.splitlines()
+                if ln.startswith("| ref: ")}  # fmt: skip
+
+    cooled = rows(claim_report(records(0.05), tmp_path))
+    both = next(v for k, v in cooled.items() if k.startswith("ref: both beats"))
+    contrib = next(v for k, v in cooled.items() if k.startswith("ref: contribution-aware"))
+    assert both.startswith("**inconclusive: underfit**") and "ref_vanilla: not converged" in both
+    assert contrib.startswith("**inconclusive: underfit**")
+    assert "ref_contrib: ref_vanilla's 4x check: not converged" in contrib  # inherited, though its curve is flat
+    done = claim_report(records(0.005), tmp_path)
+    assert "* `ref_vanilla`: converged: the longer run (ref_vanilla_long) improves test/iou by 0.005" in done
+    both = next(v for k, v in rows(done).items() if k.startswith("ref: both beats"))
+    contrib = next(v for k, v in rows(done).items() if k.startswith("ref: contribution-aware"))
+    assert both.startswith("**reproduced**") and "ref_both: plateaued; 4x check converged" in both
+    assert contrib.startswith("**reproduced**") and "inherits the passed 4x check of ref_vanilla, ref_both" in contrib

@@ -14,6 +14,7 @@ from suite.report import (
     REPRODUCED,
     UNDERFIT,
     Verdict,
+    apply_longer_checks,
     budget_table,
     compare,
     longer_run_check,
@@ -168,3 +169,15 @@ def test_write_page_has_budget_sizing_and_the_hooks_verdicts(tmp_path):
         in write_page("demo", spec, one, {}, tmp_path, [], tmp_path / "c.md").read_text()
     )
     assert "No `sizing_metric`" in write_page("demo", spec, one, {}, tmp_path, [], tmp_path / "two.md").read_text()
+
+
+def test_apply_longer_checks_overrides_only_failures_and_passes_them_to_inheritors():
+    judged = {"a": (True, "plateaued"), "b": (True, "plateaued"), "c": (False, "still improving"), "d": (True, "p")}
+    checks = {"a": (False, "not converged: +0.05"), "b": (True, "converged: +0.001"), "c": (True, "converged: 0")}
+    out = apply_longer_checks(judged, checks, {"d": ("b", "a"), "zz": ("a",)})
+    assert out["a"] == (False, "not converged: +0.05")  # plateaued, but the 4x run still gains
+    assert out["b"] == (True, "plateaued")  # a passed check keeps the plateau answer
+    assert out["c"] == (False, "still improving")  # and cannot rescue a curve that is still rising
+    assert out["d"] == (False, "a's 4x check: not converged: +0.05")  # the first failed source, not the passed one
+    assert "zz" not in out and judged["a"] == (True, "plateaued")  # no entry invented, the input left alone
+    assert apply_longer_checks(judged, {}, {"d": ("a",)}) == judged

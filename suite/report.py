@@ -275,16 +275,21 @@ def apply_longer_checks(
     overridden by every failed :func:`longer_run_check` in ``checks`` (entry -> its result). An entry listed in
     ``inherit`` has no longer run of its own and takes the first failed check among the entries named for it (the
     same network and schedule with one component changed), so it is never counted converged on a cheaper check
-    than those entries. A passed check leaves the plateau rule's answer as it is: both must hold."""
+    than those entries. A passed check leaves the plateau rule's answer as it is: both must hold (a failed check on a
+    curve still rising is appended to the plateau rule's reading)."""
     out = dict(judged)
+
+    def fail(name: str, why: str) -> None:  # a curve still rising keeps its own reading in front
+        out[name] = (False, why if judged[name][0] else f"{judged[name][1]}; and {why}")
+
     for name, (ok, why) in checks.items():
         if not ok and name in out:
-            out[name] = (False, why)
+            fail(name, why)
     for name, sources in (inherit or {}).items():
         failed = [(s, checks[s][1]) for s in sources if s in checks and not checks[s][0]]
         if name in out and failed:
             src, why = failed[0]
-            out[name] = (False, f"{src}'s 4x check: {why}")
+            fail(name, f"{src}'s 4x check: {why}")
     return out
 
 

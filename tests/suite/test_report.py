@@ -178,6 +178,8 @@ def test_apply_longer_checks_overrides_only_failures_and_passes_them_to_inherito
     assert out["a"] == (False, "not converged: +0.05")  # plateaued, but the 4x run still gains
     assert out["b"] == (True, "plateaued")  # a passed check keeps the plateau answer
     assert out["c"] == (False, "still improving")  # and cannot rescue a curve that is still rising
+    rising = apply_longer_checks({"e": (False, "still improving")}, {"e": (False, "not converged: +0.1")})
+    assert rising["e"] == (False, "still improving; and not converged: +0.1")  # both reasons kept
     assert out["d"] == (False, "a's 4x check: not converged: +0.05")  # the first failed source, not the passed one
     assert "zz" not in out and judged["a"] == (True, "plateaued")  # no entry invented, the input left alone
     assert apply_longer_checks(judged, {}, {"d": ("a",)}) == judged

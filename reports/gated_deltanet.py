@@ -5,7 +5,9 @@ task at one size, e.g. ``mqar8`` or ``overwrite16``). Per setting the hook tabul
 computes, with :func:`suite.report.compare` on the seeds' test accuracy at the training length, whether GDN beats
 each of its components (DeltaNet: delta rule without the gate; Mamba2-style: gate without the delta rule). A
 comparison counts as tested only when both of its entries plateaued on the sizing metric (validation recall
-accuracy, :func:`suite.report.plateau`); otherwise it is ``inconclusive: underfit``.
+accuracy, :func:`suite.report.plateau`) and, where the entry has a ``<entry>_long`` run (seed 0, 4x the steps),
+passed the 4x check (:func:`suite.report.longer_run_check`): a model that stalls at chance has a flat curve, and only
+a longer run shows whether it would have taken off later; otherwise it is ``inconclusive: underfit``.
 """
 
 from __future__ import annotations
@@ -14,16 +16,37 @@ from pathlib import Path
 from typing import Any
 
 from reports._common import seed_mean, seed_std, seed_values
-from suite.report import Verdict, compare, mean_sd, sizing, sizing_spec, values, verdict_table
+from suite.report import (
+    Verdict,
+    apply_longer_checks,
+    compare,
+    longer_run_check,
+    mean_sd,
+    sizing,
+    sizing_spec,
+    values,
+    verdict_table,
+)
 
 CHANCE_RECALL = 1 / 31  # 31 value tokens in the recall tasks' default vocabulary
 MIXERS = ("gdn", "deltanet", "mamba2", "softmax")
 LABEL = {"gdn": "GDN", "deltanet": "DeltaNet", "mamba2": "Mamba2-style", "softmax": "softmax"}
 KEY = "test/acc_len64"
+LONG = "_long"
+
+
+def longer_checks(records: list[Any]) -> dict[str, tuple[bool, str]]:
+    """The 4x check (test recall at T=64, seed 0) of every entry that has a ``<entry>_long`` run."""
+    names = dict.fromkeys(r.name for r in records)
+    out = {}
+    for name in names:
+        if name + LONG in names and (check := longer_run_check(records, name, KEY, higher_is_better=True)):
+            out[name] = check
+    return out
 
 
 def _settings(records: list[Any]) -> list[str]:
-    names = dict.fromkeys(r.name for r in records)
+    names = dict.fromkeys(r.name for r in records if not r.name.endswith(LONG))
     return list(dict.fromkeys(n.split("_", 1)[1] for n in names if "_" in n and n.split("_", 1)[0] in MIXERS))
 
 
@@ -42,7 +65,10 @@ def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) ->
     """Per-seed recall table per setting and the verdict table (GDN vs DeltaNet, GDN vs Mamba2-style)."""
     metric, hib = sizing_spec(spec or "gated_deltanet")
     metric = metric or "val/acc"
-    judged = sizing(records, metric, higher_is_better=hib if spec or metric else True)
+    main = [r for r in records if not r.name.endswith(LONG)]
+    judged = sizing(main, metric, higher_is_better=hib if spec or metric else True)
+    checks = longer_checks(records)
+    judged = apply_longer_checks(judged, checks)
     lengths = sorted({int(k.rsplit("len", 1)[1]) for r in records for k in r.metrics if k.startswith("test/acc_len")})
     lines = [f"## Per-seed recall accuracy (chance {CHANCE_RECALL:.3f})", ""]
     lines += ["| setting | mixer | seeds | per seed (T=64) | " + " | ".join(f"T={t}" for t in lengths) + " |"]
@@ -67,7 +93,8 @@ def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) ->
             if not gdn or not base:
                 continue
             plateaued = [judged.get(f"{m}_{setting}", (False, ""))[0] for m in ("gdn", other)]
-            still = [LABEL[m] for m, ok in zip(("gdn", other), plateaued, strict=True) if not ok]
+            still = [LABEL[m] + (" (4x check failed)" if not checks.get(f"{m}_{setting}", (True,))[0] else "")
+                     for m, ok in zip(("gdn", other), plateaued, strict=True) if not ok]  # fmt: skip
             word = compare(gdn, base, higher_is_better=True, converged=all(plateaued))
             verdicts.append(
                 Verdict(
@@ -77,6 +104,9 @@ def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) ->
                     + (f"; still improving at the stop: {', '.join(still)}" if still else "; both plateaued"),
                 )
             )
+    if checks:
+        lines += ["", "## 4x check (seed 0 trained 4x the steps)", ""]
+        lines += [f"- **{name}**: {why}." for name, (_, why) in checks.items()]
     lines += ["", "## Verdicts (computed from the runs above)", ""]
     if verdicts:
         lines += [
@@ -84,7 +114,8 @@ def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) ->
             "",
             "Rule: `reproduced` / `not reproduced` when GDN's mean test recall is above / below the component's by "
             "more than two standard errors of the difference over seeds, `inconclusive: within noise` otherwise; "
-            f"`inconclusive: underfit` when either entry had not plateaued on `{metric}` (see the sizing section).",
+            f"`inconclusive: underfit` when either entry had not plateaued on `{metric}` (see the sizing section) "
+            "or failed its 4x check.",
         ]
     else:
         lines.append("Not enough runs for a verdict.")

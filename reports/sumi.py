@@ -18,6 +18,38 @@ KEYS = ("acc", "acc_q1", "acc_q2", "acc_q3", "acc_q4", "selected")
 # unimodal assistance is only tested when its mask excludes samples: below this gap in the selected fraction
 # (SuMi vs without unimodal assistance, mean over seeds) the two variants adapt on the same samples
 MASK_MIN_GAP = 0.01
+# the 4x check: ``<entry>_long`` is seed 0's source model trained 4x longer on the same cosine shape (the decay
+# flattens the validation curve by construction); the source model counts as converged only when neither its clean
+# validation accuracy nor its accuracy on the wild stream before adaptation gains more than the seed spread
+LONG = "_long"
+CHECK_KEYS = ("val/acc", "test/acc")
+
+
+def main_records(records: list[Any]) -> list[Any]:
+    """The claim's entries without their 4x runs (which enter only the check and their own table)."""
+    return [r for r in records if not r.name.endswith(LONG)]
+
+
+def longer_checks(records: list[Any]) -> dict[str, tuple[bool, str]]:
+    """Per main entry with a ``<entry>_long`` run: the 4x check on each of :data:`CHECK_KEYS`, folded into one
+    ``(converged, reading)`` (converged only when every key passes)."""
+    out = {}
+    for base in dict.fromkeys(r.name for r in main_records(records)):
+        checks = [c for k in CHECK_KEYS
+                  if (c := rep.longer_run_check(records, base, k, higher_is_better=True)) is not None]  # fmt: skip
+        if checks:  # a failed check reads only the keys that failed
+            ok = all(c[0] for c in checks)
+            out[base] = (ok, "; ".join(why for passed, why in checks if passed == ok))
+    return out
+
+
+def judge(records: list[Any], spec: dict | None = None) -> dict[str, tuple[bool, str]]:
+    """Whether each main entry's source model converged: the plateau rule on the sizing metric, overridden by a
+    failed 4x check (:func:`suite.report.apply_longer_checks`)."""
+    metric, hib = rep.sizing_spec(spec or "sumi")
+    main = main_records(records)
+    judged = rep.sizing(main, metric or "val/acc", higher_is_better=hib if metric else True)
+    return rep.apply_longer_checks(judged, longer_checks(records))
 
 
 def _fmt(values: list[float]) -> str:
@@ -104,11 +136,17 @@ def verdict(order: list[str], table: dict[str, dict[str, list[float]]], method: 
 def verdicts(records: list[Any], spec: dict | None = None, method: str = "sumi") -> list[rep.Verdict]:
     """SuMi vs Tent / EATA / SAR and vs its ablations on online accuracy, paired by seed (every variant adapts the
     same source model on the same stream: :func:`suite.report.compare` on the per-seed differences against 0);
-    ``inconclusive: underfit`` when the source model's validation curve had not plateaued."""
-    metric, hib = rep.sizing_spec(spec or "sumi")
-    judged = rep.sizing(records, metric or "val/acc", higher_is_better=hib if metric else True)
+    ``inconclusive: underfit`` when the source model had not converged (:func:`judge`: the plateau rule and, where
+    it ran, the 4x check). The 4x runs themselves are not among the pairs."""
+    judged = judge(records, spec)
     ok = bool(judged) and all(p for p, _ in judged.values())
-    why = "; ".join(f"source model {n}: {w.split(':')[0]}" for n, (_, w) in judged.items()) or "no source curve"
+    metric, hib = rep.sizing_spec(spec or "sumi")
+    plateau = rep.sizing(main_records(records), metric or "val/acc", higher_is_better=hib if metric else True)
+    checked = longer_checks(records)
+    four = {n: f", 4x check {'passed' if c[0] else 'failed'} (see its section)" for n, c in checked.items()}
+    why = "; ".join(f"source model {n}: {w.split(':')[0]}{four.get(n, '')}"
+                    for n, (_, w) in plateau.items()) or "no source curve"  # fmt: skip
+    records = main_records(records)
     acc: dict[str, dict[Any, float]] = defaultdict(dict)
     for i, r in enumerate(records):
         for k, v in r.metrics.items():
@@ -156,13 +194,60 @@ def source_table(records: list[Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _tta_acc(record: Any) -> dict[str, float]:
+    return {k.split("/")[1]: float(v) for k, v in record.metrics.items() if k.startswith("tta/") and k.endswith("/acc")}
+
+
+def longer_table(records: list[Any]) -> list[str]:
+    """Every entry that has a 4x run, at both budgets, over the seeds that have both: each variant's online accuracy
+    and its gap to SuMi (mean, ± std over those seeds; a reading, not a verdict), with the 4x check's outcome (on
+    seed 0)."""
+    checks = longer_checks(records)
+    if not checks:
+        return []
+    lines = ["## 4x check: the source model trained 4x longer", "",
+             "Converged when neither the clean validation accuracy nor the accuracy on the wild stream before "
+             "adaptation (`test/acc`) of seed 0 gains more than the entry's seed spread "
+             "(`suite.report.longer_run_check`).", ""]  # fmt: skip
+    for base, (_, why) in checks.items():
+        lines.append(f"- **{base}**: {why}.")
+    lines += ["", "The table pairs every seed that has a 4x run (percent; mean ± std over those seeds).", "",
+              "| entry | seeds | variant | online acc (1x) | online acc (4x) | variant - SuMi (1x) | variant - SuMi (4x) |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for base in checks:
+        by_seed = [{r.seed: _tta_acc(r) for r in records if r.name == n} for n in (base, base + LONG)]
+        seeds = sorted(set(by_seed[0]) & set(by_seed[1]), key=str)
+        if not seeds:
+            continue
+        for v in by_seed[1][seeds[0]]:
+            cells = []
+            for gap in (False, True):
+                for runs in by_seed:
+                    vals = [runs[s][v] - (runs[s].get("sumi", float("nan")) if gap else 0.0) for s in seeds
+                            if v in runs[s]]  # fmt: skip
+                    cells.append(_pct(vals, signed=gap))
+            lines.append(f"| {base} | {', '.join(map(str, seeds))} | {v} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _pct(vals: list[float], signed: bool) -> str:
+    if not vals:
+        return "-"
+    m = 100 * statistics.fmean(vals)
+    text = f"{m:+.1f}" if signed else f"{m:.1f}"
+    return text + (f" ± {100 * statistics.stdev(vals):.1f}" if len(vals) > 1 else "")
+
+
 def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
-    """Markdown: per-variant online accuracy, per-quarter accuracy (collapse), selected fraction; and a plot."""
+    """Markdown: per-variant online accuracy, per-quarter accuracy (collapse), selected fraction; and a plot. The
+    4x runs (``<entry>_long``) enter only the 4x-check section and the verdicts' convergence."""
+    every = records
+    records = main_records(records)
     order, table = variant_table(records)
     if not order:
         return "No TTA comparison metrics found (was `callbacks.tta_compare.enabled=true`?)."
     lines = [
-        *source_table(records),
+        *source_table(every),
         "## Test-time adaptation on the stream (mean ± std over seeds, %)",
         "",
         "| variant | online acc | Q1 | Q2 | Q3 | Q4 | Q4 - Q1 | selected |",
@@ -176,8 +261,8 @@ def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) ->
             _fmt(t["selected"]),
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", *verdict(order, table)]
-    lines += ["", "## Verdicts (computed)", "", rep.verdict_table(verdicts(records, spec))]
+    lines += ["", *verdict(order, table), "", *longer_table(every)]
+    lines += ["## Verdicts (computed)", "", rep.verdict_table(verdicts(every, spec))]
     plot = _curves(records, Path(out_dir))
     if plot is not None:
         lines += ["", f"![accuracy over the stream]({plot.name})"]

@@ -35,6 +35,20 @@ def test_gated_deltanet_verdicts_follow_margin_noise_and_plateau(tmp_path):
     assert "than DeltaNet (mqar: 8 bindings, T=64) | **inconclusive: within noise** |" in page
 
 
+def test_gated_deltanet_4x_check_catches_a_late_take_off(tmp_path):
+    """A model stalled at chance has a flat curve (the plateau rule passes it); its 4x run decides."""
+    stalled = [(0, 0.03), (100, 0.05), (200, 0.05), (300, 0.05)]
+    recs = [_rec("gdn_mqar16", s, 0.05 + 0.001 * s, stalled) for s in range(3)]
+    recs += [_rec("deltanet_mqar16", s, 0.98 + 0.001 * s, FLAT) for s in range(3)]
+    page = gated_deltanet.claim_report([*recs, _rec("gdn_mqar16_long", 0, 0.0505, stalled)], tmp_path, spec=SPEC)
+    assert "| GDN recalls better than DeltaNet (mqar: 8 bindings, T=64) | **not reproduced** |" in page
+    assert "- **gdn_mqar16**: converged: the longer run (gdn_mqar16_long) improves test/acc_len64 by 0.0005" in page
+    assert "mqar16_long" not in page.split("## Per-seed")[1].split("## 4x check")[0]  # not a setting of its own
+    page = gated_deltanet.claim_report([*recs, _rec("gdn_mqar16_long", 0, 0.9, stalled)], tmp_path, spec=SPEC)
+    assert "| GDN recalls better than DeltaNet (mqar: 8 bindings, T=64) | **inconclusive: underfit** |" in page
+    assert "still improving at the stop: GDN (4x check failed)" in page
+
+
 def test_stickbreaking_verdicts(tmp_path):
     loss = [(0, 3.0), (100, 2.1), (200, 2.0), (300, 2.0)]
     recs = []

@@ -212,7 +212,8 @@ def longer_table(records: list[Any]) -> list[str]:
     for base, (_, why) in checks.items():
         lines.append(f"- **{base}**: {why}.")
     lines += ["", "The table pairs every seed that has a 4x run (percent; mean ± std over those seeds).", "",
-              "| entry | seeds | variant | online acc (1x) | online acc (4x) | variant - SuMi (1x) | variant - SuMi (4x) |",
+              "| entry | seeds | variant | online acc (1x) | online acc (4x) | variant - SuMi (1x) "
+              "| variant - SuMi (4x) |",
               "|---|---|---|---|---|---|---|"]  # fmt: skip
     for base in checks:
         by_seed = [{r.seed: _tta_acc(r) for r in records if r.name == n} for n in (base, base + LONG)]

@@ -44,8 +44,8 @@ the sweep (NFE 18-50), which on the EDM grid still include the pre-asymptotic re
 
 RX_CAVEATS = """## Caveats
 
-* One seed, and the sweep uses one fixed set of starting noises for every cell (paired comparison); differences of
-  a few percent in FID are within noise of a 384-sample FID.
+* Three seeds; within a seed the sweep uses one fixed set of starting noises for every cell (paired comparison);
+  differences of a few percent in FID are within noise of a 384-sample FID.
 * The image model is small and briefly trained on CPU (see its paragraph); the FID features come from a CNN
   classifier trained in the suite, not Inception, so values are comparable only within this page.
 * "Not better" at the lowest NFE on the EDM grid (sigma 80 -> 0.002) means the first coarse intervals span a huge

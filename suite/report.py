@@ -218,12 +218,13 @@ def longer_run_check(
     tol: float | None = None,
     unit: str = "",
     suffix: str = "_long",
-    seed: int = 0,
+    seed: int | None = None,
 ) -> tuple[bool, str] | None:
-    """The longer-budget sizing check: entry ``<base><suffix>`` is ``base`` trained longer (e.g. 4x the steps) on one
-    seed; it counts as converged when the longer run improves ``key`` (a test metric) over the same seed of ``base``
-    by at most ``tol``. A decaying schedule (cosine, one-cycle) flattens every validation curve by construction, so
-    :func:`plateau` alone cannot tell a converged run from a cooled one; this check can.
+    """The longer-budget sizing check: entry ``<base><suffix>`` is ``base`` trained longer (e.g. 4x the steps), on one
+    seed or more; it counts as converged when the longer runs improve ``key`` (a test metric) over the same seeds of
+    ``base`` by at most ``tol``, on average over the seeds both entries ran (the mean of the paired gains). A
+    decaying schedule (cosine, one-cycle) flattens every validation curve by construction, so :func:`plateau` alone
+    cannot tell a converged run from a cooled one; this check can.
 
     Args:
         records: the claim's ``RunRecord``s.
@@ -234,35 +235,49 @@ def longer_run_check(
             over seeds) of ``base``'s ``key``, the plateau rule's own yardstick (1% of the value with one seed).
         unit: appended to the numbers in the reading (e.g. ``" dB"``).
         suffix: the longer entry's name suffix.
-        seed: the seed both runs share.
+        seed: pair only this seed; ``None`` = every seed that both entries ran.
 
     Returns:
-        ``None`` when either run is missing, else ``(converged, one-line reading)``; a non-finite value on either
+        ``None`` when no seed has both runs, else ``(converged, one-line reading)``; a non-finite value on either
         side is not converged (nothing shows that the longer budget would not have helped).
     """
-    longer = [float(r.metrics[key]) for r in records if r.name == base + suffix and r.seed == seed
-              and key in r.metrics]  # fmt: skip
-    main = [float(r.metrics[key]) for r in records if r.name == base and r.seed == seed and key in r.metrics]
-    if not longer or not main:
+
+    def by_seed(name: str) -> dict[Any, float]:
+        return {r.seed: float(r.metrics[key]) for r in records
+                if r.name == name and key in r.metrics and (seed is None or r.seed == seed)}  # fmt: skip
+
+    longer, main = by_seed(base + suffix), by_seed(base)
+    seeds = sorted(set(longer) & set(main), key=str)
+    if not seeds:
         return None
-    if not (math.isfinite(longer[0]) and math.isfinite(main[0])):
-        return False, f"not shown converged: {key} of {base}{suffix} or {base} (seed {seed}) is not finite"
+    which = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
+    if not all(math.isfinite(longer[s]) and math.isfinite(main[s]) for s in seeds):
+        return False, f"not shown converged: {key} of {base}{suffix} or {base} ({which}) is not finite"
     if tol is None:
         spread = values(records, base, key)
         sd = statistics.stdev(spread) if len(spread) > 1 else 0.0
         if sd > 0:
             tol, what = sd, f"the seed spread {sd:.3g}{unit}"
         else:  # one seed, or seeds that agree exactly: the plateau rule's relative fallback
-            tol = REL_TOL * max(abs(main[0]), 1e-12)
+            tol = REL_TOL * max(statistics.fmean(abs(main[s]) for s in seeds), 1e-12)
             what = f"1% of the value, {tol:.3g}{unit}"
     else:
         what = f"{tol:g}{unit}"
-    gain = (longer[0] - main[0]) * (1.0 if higher_is_better else -1.0)
+    sign = 1.0 if higher_is_better else -1.0
+    gains = [(longer[s] - main[s]) * sign for s in seeds]
+    gain = statistics.fmean(gains)
     ok = gain <= tol
     moved = f"improves {key} by {gain:.3g}{unit}" if gain >= 0 else f"worsens {key} by {-gain:.3g}{unit}"
+    if len(seeds) == 1:
+        values_read = f"{main[seeds[0]]:.4g} -> {longer[seeds[0]]:.4g}"
+    else:
+        mean = statistics.fmean
+        values_read = (f"mean {mean(main[s] for s in seeds):.4g} -> {mean(longer[s] for s in seeds):.4g}; per seed "
+                       + ", ".join(f"{g * sign:+.3g}" for g in gains))  # fmt: skip
+        moved += " on average"
     return ok, (
-        f"{'converged' if ok else 'not converged'}: the longer run ({base}{suffix}) {moved} on seed {seed} "
-        f"({main[0]:.4g} -> {longer[0]:.4g}; allowed: {what})"
+        f"{'converged' if ok else 'not converged'}: the longer run ({base}{suffix}) {moved} on {which} "
+        f"({values_read}; allowed: {what})"
     )
 
 

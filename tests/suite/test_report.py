@@ -99,6 +99,25 @@ def test_longer_run_check_pairs_one_seed_and_measures_against_the_seed_spread(tm
     assert not ok and "not finite" in why
 
 
+def test_longer_run_check_averages_the_paired_gains_of_every_seed_with_a_longer_run(tmp_path):
+    main = [RunRecord(tmp_path, "s", i, {"acc": v}) for i, v in ((0, 0.66), (1, 0.70), (2, 0.74))]  # sd 0.04
+    longer = [RunRecord(tmp_path, "s_long", i, {"acc": v}) for i, v in ((0, 0.695), (1, 0.75), (2, 0.79))]
+    ok, why = longer_run_check([*main, *longer], "s", "acc", higher_is_better=True)
+    # seed 0 alone gains 0.035 (< 0.04: converged); the mean of the three paired gains is 0.045
+    assert not ok and why == (
+        "not converged: the longer run (s_long) improves acc by 0.045 on average on seeds 0, 1, 2 (mean 0.7 -> 0.745; "
+        "per seed +0.035, +0.05, +0.05; allowed: the seed spread 0.04)"
+    )
+    assert longer_run_check([*main, *longer], "s", "acc", higher_is_better=True, seed=0)[0] is True
+    # a seed without its main run is not paired
+    ok, why = longer_run_check([*main[:1], *longer], "s", "acc", higher_is_better=True)
+    assert "on seed 0 (0.66 -> 0.695" in why
+    # one diverged longer run among several: not shown converged
+    bad = [*main, *longer[:2], RunRecord(tmp_path, "s_long", 2, {"acc": float("nan")})]
+    ok, why = longer_run_check(bad, "s", "acc", higher_is_better=True)
+    assert not ok and "(seeds 0, 1, 2) is not finite" in why
+
+
 def test_budget_table_rows_are_the_union_of_keys():
     table = budget_table(
         {"paper": {"model": "1.3B", "steps": "100B tokens"}, "here": {"model": "96k params", "data": "1000 seq"}}

@@ -17,6 +17,7 @@ Sizes follow the NVlabs layer: keys 0.75 d, values 1.5 d (``head_dim = 0.75 d / 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +48,10 @@ class GatedDeltaNet(nn.Module):
         conv_size: Their kernel size.
         use_output_gate: ``RMSNorm(o) * SiLU(W_g x)`` (else ``RMSNorm(o)``).
         allow_neg_eigval: ``beta = 2 sigmoid`` (range ``[0, 2)``, fla option).
+        a_init_range: ``A ~ U(lo, hi)`` at init (Mamba2's ``A_init_range``; fla / the paper's code: ``(0, 16)``).
+        dt_init_range: ``dt`` log-uniform in ``[lo, hi]`` at init (Mamba2's ``dt_min`` / ``dt_max``; default
+            ``(1e-3, 0.1)``). With the defaults the initial decay ``exp(-A dt)`` forgets within tens of tokens;
+            a smaller range starts the gate near 1 (a diagnostic, not the paper's init).
         chunk_size: ``C`` of the chunked algorithm (power of two).
         backend: ``auto`` (fla on CUDA if installed, else chunked), ``chunk``, ``recurrent`` or ``fla``.
         norm_eps: RMSNorm epsilon.
@@ -64,6 +69,8 @@ class GatedDeltaNet(nn.Module):
         conv_size: int = 4,
         use_output_gate: bool = True,
         allow_neg_eigval: bool = False,
+        a_init_range: Sequence[float] = (0.0, 16.0),
+        dt_init_range: Sequence[float] = (1e-3, 0.1),
         chunk_size: int = 64,
         backend: str = "auto",
         norm_eps: float = 1e-5,
@@ -82,6 +89,12 @@ class GatedDeltaNet(nn.Module):
             raise ConfigError(f"gated_deltanet.backend={backend!r} must be one of {list(BACKENDS)}")
         if expand_v <= 0 or (expand_v * head_dim) % 1:
             raise ConfigError(f"gated_deltanet.expand_v={expand_v} must make expand_v * head_dim a positive integer")
+        a_lo, a_hi = (float(v) for v in a_init_range)
+        dt_lo, dt_hi = (float(v) for v in dt_init_range)
+        if not 0 <= a_lo <= a_hi:
+            raise ConfigError(f"gated_deltanet.a_init_range={list(a_init_range)} must be [lo, hi] with 0 <= lo <= hi")
+        if not 0 < dt_lo <= dt_hi:
+            raise ConfigError(f"gated_deltanet.dt_init_range={list(dt_init_range)} must be [lo, hi] with 0 < lo <= hi")
         self.num_heads, self.head_dim, self.v_dim = num_heads, head_dim, int(expand_v * head_dim)
         self.use_gate, self.use_delta, self.use_output_gate = use_gate, use_delta, use_output_gate
         self.allow_neg_eigval, self.chunk_size, self.backend = allow_neg_eigval, chunk_size, backend
@@ -93,9 +106,10 @@ class GatedDeltaNet(nn.Module):
         if use_gate:
             self.a_proj = nn.Linear(d_model, num_heads, bias=False)
             # Mamba2 init: A ~ U(0, 16), dt log-uniform in [1e-3, 0.1] (floor 1e-4), dt_bias = softplus^-1(dt)
-            a = torch.empty(num_heads).uniform_(0, 16).clamp_min(1e-4)
+            a = torch.empty(num_heads).uniform_(a_lo, a_hi).clamp_min(1e-4)
             self.A_log = no_weight_decay(nn.Parameter(a.log()))
-            dt = torch.exp(torch.rand(num_heads) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp_min(1e-4)
+            dt = torch.exp(torch.rand(num_heads) * (math.log(dt_hi) - math.log(dt_lo)) + math.log(dt_lo))
+            dt = dt.clamp_min(min(1e-4, dt_lo))
             self.dt_bias = no_weight_decay(nn.Parameter(dt + torch.log(-torch.expm1(-dt))))
         self.convs = nn.ModuleList(
             [ShortConvolution(n, conv_size) for n in (key_dim, key_dim, value_dim)] if use_short_conv else []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import pytest
 import torch
@@ -57,6 +58,28 @@ def test_gdn_default_sizes_follow_paper():
     assert layer.head_dim == 24 and layer.v_dim == 48  # keys 0.75 d, values 1.5 d
     assert layer.A_log._no_weight_decay and layer.dt_bias._no_weight_decay
     assert (layer.A_log.exp() <= 16).all()
+
+
+def test_gdn_gate_init_ranges():
+    """The default init is Mamba2's / the paper's (A in [0, 16], dt in [1e-3, 0.1]) and draws the same numbers as
+    before the ranges were exposed; a narrower dt range starts the gate near 1; bad ranges are config errors."""
+    torch.manual_seed(3)
+    default = GatedDeltaNet(64, num_heads=8)
+    torch.manual_seed(3)  # the projections created before the gate draw from the same generator
+    key, value = default.num_heads * default.head_dim, default.num_heads * default.v_dim
+    for out, bias in ((key, False), (key, False), (value, False), (8, True), (8, False)):  # q, k, v, b, a
+        torch.nn.Linear(64, out, bias=bias)
+    a = torch.empty(8).uniform_(0, 16).clamp_min(1e-4)
+    dt = torch.exp(torch.rand(8) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp_min(1e-4)
+    torch.testing.assert_close(default.A_log.exp(), a)
+    torch.testing.assert_close(torch.nn.functional.softplus(default.dt_bias), dt)
+    slow = GatedDeltaNet(64, num_heads=8, a_init_range=(1, 2), dt_init_range=(1e-4, 1e-3))
+    dt = torch.nn.functional.softplus(slow.dt_bias)
+    assert ((slow.A_log.exp() >= 1) & (slow.A_log.exp() <= 2)).all() and ((dt >= 9.9e-5) & (dt <= 1.01e-3)).all()
+    with pytest.raises(ConfigError, match="a_init_range"):
+        GatedDeltaNet(64, a_init_range=(2, 1))
+    with pytest.raises(ConfigError, match="dt_init_range"):
+        GatedDeltaNet(64, dt_init_range=(0, 0.1))
 
 
 def test_stickbreaking_backends_agree():

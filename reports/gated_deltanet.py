@@ -5,9 +5,9 @@ task at one size, e.g. ``mqar8`` or ``overwrite16``). Per setting the hook tabul
 computes, with :func:`suite.report.compare` on the seeds' test accuracy at the training length, whether GDN beats
 each of its components (DeltaNet: delta rule without the gate; Mamba2-style: gate without the delta rule). A
 comparison counts as tested only when both of its entries plateaued on the sizing metric (validation recall
-accuracy, :func:`suite.report.plateau`) and, where the entry has a ``<entry>_long`` run (seed 0, 4x the steps),
-passed the 4x check (:func:`suite.report.longer_run_check`): a model that stalls at chance has a flat curve, and only
-a longer run shows whether it would have taken off later; otherwise it is ``inconclusive: underfit``.
+accuracy, :func:`suite.report.plateau`) and, where the entry has a ``<entry>_long`` run (4x the steps, on the seeds
+it lists), passed the 4x check (:func:`suite.report.longer_run_check`): a model that stalls at chance has a flat
+curve, and only a longer run shows whether it would have taken off later; otherwise it is ``inconclusive: underfit``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ LONG = "_long"
 
 
 def longer_checks(records: list[Any]) -> dict[str, tuple[bool, str]]:
-    """The 4x check (test recall at T=64, seed 0) of every entry that has a ``<entry>_long`` run."""
+    """The 4x check (test recall at T=64, over the seeds both runs have) of every entry with a ``<entry>_long`` run."""
     names = dict.fromkeys(r.name for r in records)
     out = {}
     for name in names:
@@ -105,7 +105,7 @@ def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) ->
                 )
             )
     if checks:
-        lines += ["", "## 4x check (seed 0 trained 4x the steps)", ""]
+        lines += ["", "## 4x check (the same entry trained 4x the steps)", ""]
         lines += [f"- **{name}**: {why}." for name, (_, why) in checks.items()]
     lines += ["", "## Verdicts (computed from the runs above)", ""]
     if verdicts:

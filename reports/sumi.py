@@ -19,10 +19,14 @@ KEYS = ("acc", "acc_q1", "acc_q2", "acc_q3", "acc_q4", "selected")
 # (SuMi vs without unimodal assistance, mean over seeds) the two variants adapt on the same samples
 MASK_MIN_GAP = 0.01
 # the 4x check: ``<entry>_long`` is the source model trained 4x longer on the same cosine shape (the decay
-# flattens the validation curve by construction); the source model counts as converged only when neither its clean
-# validation accuracy nor its accuracy on the wild stream before adaptation gains more than the seed spread
+# flattens the validation curve by construction). The source model counts as converged when its own held-out metric,
+# the clean validation accuracy, gains no more than the seed spread. The accuracy on the wild stream before
+# adaptation (STREAM_KEY) is shown beside it but is not a convergence test: on 2026-12-02 the 4x models gained 4.6
+# points there while they overfitted the clean pairs (validation loss x2.3, accuracy -1.8 points), so a stream gain
+# is a robustness effect of longer training, not a sign that the source model was underfit.
 LONG = "_long"
-CHECK_KEYS = ("val/acc", "test/acc")
+CHECK_KEYS = ("val/acc",)
+STREAM_KEY = "test/acc"
 
 
 def main_records(records: list[Any]) -> list[Any]:
@@ -32,14 +36,19 @@ def main_records(records: list[Any]) -> list[Any]:
 
 def longer_checks(records: list[Any]) -> dict[str, tuple[bool, str]]:
     """Per main entry with a ``<entry>_long`` run: the 4x check on each of :data:`CHECK_KEYS`, folded into one
-    ``(converged, reading)`` (converged only when every key passes)."""
+    ``(converged, reading)``: converged only when every key passes; a key missing on one side while another is
+    present is not shown converged."""
     out = {}
     for base in dict.fromkeys(r.name for r in main_records(records)):
-        checks = [c for k in CHECK_KEYS
-                  if (c := rep.longer_run_check(records, base, k, higher_is_better=True)) is not None]  # fmt: skip
-        if checks:  # a failed check reads only the keys that failed
-            ok = all(c[0] for c in checks)
-            out[base] = (ok, "; ".join(why for passed, why in checks if passed == ok))
+        checks = {k: rep.longer_run_check(records, base, k, higher_is_better=True) for k in CHECK_KEYS}
+        if all(c is None for c in checks.values()):
+            continue
+        missing = [k for k, c in checks.items() if c is None]
+        if missing:
+            out[base] = (False, f"not shown converged: {', '.join(missing)} missing for {base} or {base}{LONG}")
+            continue
+        ok = all(c[0] for c in checks.values())  # a failed check reads only the keys that failed
+        out[base] = (ok, "; ".join(why for passed, why in checks.values() if passed == ok))
     return out
 
 
@@ -205,11 +214,16 @@ def longer_table(records: list[Any]) -> list[str]:
     if not checks:
         return []
     lines = ["## 4x check: the source model trained 4x longer", "",
-             "Converged when neither the clean validation accuracy nor the accuracy on the wild stream before "
-             "adaptation (`test/acc`) gains more than the entry's seed spread, on average over the seeds that have "
-             "a 4x run (`suite.report.longer_run_check`).", ""]  # fmt: skip
+             "Converged when the source model's clean validation accuracy gains no more than the entry's seed "
+             "spread, on average over the seeds that have a 4x run (`suite.report.longer_run_check`). The accuracy "
+             "on the wild stream before adaptation is shown too; it is not a convergence test (see "
+             "`reports/sumi.py`).", ""]  # fmt: skip
     for base, (_, why) in checks.items():
         lines.append(f"- **{base}**: {why}.")
+        stream = rep.longer_run_check(records, base, STREAM_KEY, higher_is_better=True)
+        if stream is not None:
+            reading = stream[1].split(": ", 1)[1].split("; allowed:")[0]
+            lines.append(f"- {base}, stream accuracy before adaptation (not a test): {reading}).")
     lines += ["", "The table pairs every seed that has a 4x run (percent; mean ± std over those seeds).", "",
               "| entry | seeds | variant | online acc (1x) | online acc (4x) | variant - SuMi (1x) "
               "| variant - SuMi (4x) |",
@@ -219,14 +233,13 @@ def longer_table(records: list[Any]) -> list[str]:
         seeds = sorted(set(by_seed[0]) & set(by_seed[1]), key=str)
         if not seeds:
             continue
-        for v in by_seed[1][seeds[0]]:
-            cells = []
-            for gap in (False, True):
-                for runs in by_seed:
-                    vals = [runs[s][v] - (runs[s].get("sumi", float("nan")) if gap else 0.0) for s in seeds
-                            if v in runs[s]]  # fmt: skip
-                    cells.append(_pct(vals, signed=gap))
-            lines.append(f"| {base} | {', '.join(map(str, seeds))} | {v} | " + " | ".join(cells) + " |")
+        variants = dict.fromkeys(v for s in seeds for v in by_seed[1][s])
+        for v in variants:  # the seeds where the variant ran at both budgets (and SuMi did, for the gaps)
+            both = [s for s in seeds if v in by_seed[0][s] and v in by_seed[1][s]]
+            paired = [s for s in both if all("sumi" in runs[s] for runs in by_seed)]
+            cells = [_pct([runs[s][v] for s in both], signed=False) for runs in by_seed]
+            cells += [_pct([runs[s][v] - runs[s]["sumi"] for s in paired], signed=True) for runs in by_seed]
+            lines.append(f"| {base} | {', '.join(map(str, both))} | {v} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 

@@ -272,8 +272,8 @@ def longer_run_check(
         values_read = f"{main[seeds[0]]:.4g} -> {longer[seeds[0]]:.4g}"
     else:
         mean = statistics.fmean
-        values_read = (f"mean {mean(main[s] for s in seeds):.4g} -> {mean(longer[s] for s in seeds):.4g}; per seed "
-                       + ", ".join(f"{g * sign:+.3g}" for g in gains))  # fmt: skip
+        values_read = (f"mean {mean(main[s] for s in seeds):.4g} -> {mean(longer[s] for s in seeds):.4g}; change "
+                       "per seed " + ", ".join(f"{longer[s] - main[s]:+.3g}" for s in seeds))  # fmt: skip
         moved += " on average"
     return ok, (
         f"{'converged' if ok else 'not converged'}: the longer run ({base}{suffix}) {moved} on {which} "

@@ -89,6 +89,9 @@ class GatedDeltaNet(nn.Module):
             raise ConfigError(f"gated_deltanet.backend={backend!r} must be one of {list(BACKENDS)}")
         if expand_v <= 0 or (expand_v * head_dim) % 1:
             raise ConfigError(f"gated_deltanet.expand_v={expand_v} must make expand_v * head_dim a positive integer")
+        for name, rng in (("a_init_range", a_init_range), ("dt_init_range", dt_init_range)):
+            if len(rng) != 2:
+                raise ConfigError(f"gated_deltanet.{name}={list(rng)} must be [lo, hi]")
         a_lo, a_hi = (float(v) for v in a_init_range)
         dt_lo, dt_hi = (float(v) for v in dt_init_range)
         if not 0 <= a_lo <= a_hi:

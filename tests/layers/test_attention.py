@@ -80,6 +80,8 @@ def test_gdn_gate_init_ranges():
         GatedDeltaNet(64, a_init_range=(2, 1))
     with pytest.raises(ConfigError, match="dt_init_range"):
         GatedDeltaNet(64, dt_init_range=(0, 0.1))
+    with pytest.raises(ConfigError, match="a_init_range"):
+        GatedDeltaNet(64, a_init_range=(1,))
 
 
 def test_stickbreaking_backends_agree():

@@ -53,26 +53,29 @@ def _with_long(tmp_path: Path, val_gain: float, test_gain: float) -> list[RunRec
 
 
 def test_failed_4x_check_makes_every_verdict_underfit(tmp_path: Path):
-    page = claim_report(_with_long(tmp_path, val_gain=0.001, test_gain=0.05), tmp_path)  # stream accuracy gains
+    page = claim_report(_with_long(tmp_path, val_gain=0.02, test_gain=0.0), tmp_path)  # clean accuracy still gains
     for claim in ("than Tent", "than EATA", "than SAR", "Unimodal assistance", "Mutual-information", "IQR"):
         assert _verdict(page, claim) == "**inconclusive: underfit**", claim
-    assert "- **wild**: not converged: the longer run (wild_long) improves test/acc by 0.05" in page
+    assert "- **wild**: not converged: the longer run (wild_long) improves val/acc by 0.02" in page
+    assert "source model wild: plateaued, 4x check failed" in page.split("## Verdicts")[1]
     assert "| wild | 0 | sumi | 66.0 | 90.0 | +0.0 | +0.0 |" in page
     assert "| wild | 0 | tent | 60.0 | 10.0 | -6.0 | -80.0 |" in page
     # the 4x run is not a fourth pair, and the main table keeps its three seeds
     assert "| sumi | 66.4 ± 0.4 |" in page
     assert "(n=4)" not in page.split("## 4x check")[1]
-    assert "| wild_long | 0.951 (1 seed) |" in page  # the source table shows the 4x model
+    assert "| wild_long | 0.97 (1 seed) |" in page  # the source table shows the 4x model
 
 
-def test_passed_4x_check_keeps_the_verdicts(tmp_path: Path):
-    page = claim_report(_with_long(tmp_path, val_gain=0.001, test_gain=0.01), tmp_path)
-    assert "- **wild**: converged: the longer run (wild_long) improves val/acc by 0.001" in page
+def test_stream_gain_alone_is_shown_but_is_no_convergence_test(tmp_path: Path):
+    """A 4x source model that overfits the clean pairs but gains on the corrupted stream is not an underfit one."""
+    page = claim_report(_with_long(tmp_path, val_gain=-0.02, test_gain=0.05), tmp_path)
+    assert "- **wild**: converged: the longer run (wild_long) worsens val/acc by 0.02" in page
+    assert (
+        "- wild, stream accuracy before adaptation (not a test): the longer run (wild_long) improves test/acc by 0.05"
+        in page
+    )
     assert _verdict(page, "SuMi adapts more accurately than Tent") == "**reproduced**"
     assert "source model wild: plateaued, 4x check passed" in page.split("## Verdicts")[1]
-    # the clean validation accuracy alone failing is enough
-    page = claim_report(_with_long(tmp_path, val_gain=0.05, test_gain=0.0), tmp_path)
-    assert _verdict(page, "SuMi adapts more accurately than Tent") == "**inconclusive: underfit**"
 
 
 def test_4x_table_pairs_every_seed_with_a_4x_run(tmp_path: Path):

@@ -106,8 +106,11 @@ def test_longer_run_check_averages_the_paired_gains_of_every_seed_with_a_longer_
     # seed 0 alone gains 0.035 (< 0.04: converged); the mean of the three paired gains is 0.045
     assert not ok and why == (
         "not converged: the longer run (s_long) improves acc by 0.045 on average on seeds 0, 1, 2 (mean 0.7 -> 0.745; "
-        "per seed +0.035, +0.05, +0.05; allowed: the seed spread 0.04)"
+        "change per seed +0.035, +0.05, +0.05; allowed: the seed spread 0.04)"
     )
+    # lower is better: the same numbers are a worsening, and each seed's change keeps its own sign
+    ok, why = longer_run_check([*main, *longer], "s", "acc", higher_is_better=False)
+    assert ok and "worsens acc by 0.045 on average" in why and "change per seed +0.035, +0.05, +0.05" in why
     assert longer_run_check([*main, *longer], "s", "acc", higher_is_better=True, seed=0)[0] is True
     # a seed without its main run is not paired
     ok, why = longer_run_check([*main[:1], *longer], "s", "acc", higher_is_better=True)

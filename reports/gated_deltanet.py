@@ -21,6 +21,7 @@ from suite.report import (
     apply_longer_checks,
     compare,
     longer_run_check,
+    main_runs,
     mean_sd,
     sizing,
     sizing_spec,
@@ -32,21 +33,16 @@ CHANCE_RECALL = 1 / 31  # 31 value tokens in the recall tasks' default vocabular
 MIXERS = ("gdn", "deltanet", "mamba2", "softmax")
 LABEL = {"gdn": "GDN", "deltanet": "DeltaNet", "mamba2": "Mamba2-style", "softmax": "softmax"}
 KEY = "test/acc_len64"
-LONG = "_long"
 
 
 def longer_checks(records: list[Any]) -> dict[str, tuple[bool, str]]:
     """The 4x check (test recall at T=64, over the seeds both runs have) of every entry with a ``<entry>_long`` run."""
-    names = dict.fromkeys(r.name for r in records)
-    out = {}
-    for name in names:
-        if name + LONG in names and (check := longer_run_check(records, name, KEY, higher_is_better=True)):
-            out[name] = check
-    return out
+    checks = {n: longer_run_check(records, n, KEY, higher_is_better=True) for n in {r.name for r in main_runs(records)}}
+    return {n: c for n, c in sorted(checks.items()) if c is not None}
 
 
 def _settings(records: list[Any]) -> list[str]:
-    names = dict.fromkeys(r.name for r in records if not r.name.endswith(LONG))
+    names = dict.fromkeys(r.name for r in main_runs(records))
     return list(dict.fromkeys(n.split("_", 1)[1] for n in names if "_" in n and n.split("_", 1)[0] in MIXERS))
 
 
@@ -65,8 +61,7 @@ def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) ->
     """Per-seed recall table per setting and the verdict table (GDN vs DeltaNet, GDN vs Mamba2-style)."""
     metric, hib = sizing_spec(spec or "gated_deltanet")
     metric = metric or "val/acc"
-    main = [r for r in records if not r.name.endswith(LONG)]
-    judged = sizing(main, metric, higher_is_better=hib if spec or metric else True)
+    judged = sizing(main_runs(records), metric, higher_is_better=hib if spec or metric else True)
     checks = longer_checks(records)
     judged = apply_longer_checks(judged, checks)
     lengths = sorted({int(k.rsplit("len", 1)[1]) for r in records for k in r.metrics if k.startswith("test/acc_len")})

@@ -29,17 +29,12 @@ CHECK_KEYS = ("val/acc",)
 STREAM_KEY = "test/acc"
 
 
-def main_records(records: list[Any]) -> list[Any]:
-    """The claim's entries without their 4x runs (which enter only the check and their own table)."""
-    return [r for r in records if not str(getattr(r, "name", "")).endswith(LONG)]
-
-
 def longer_checks(records: list[Any]) -> dict[str, tuple[bool, str]]:
     """Per main entry with a ``<entry>_long`` run: the 4x check on each of :data:`CHECK_KEYS`, folded into one
     ``(converged, reading)``: converged only when every key passes; a key missing on one side while another is
     present is not shown converged."""
     out = {}
-    for base in dict.fromkeys(r.name for r in main_records(records)):
+    for base in dict.fromkeys(r.name for r in rep.main_runs(records)):
         checks = {k: rep.longer_run_check(records, base, k, higher_is_better=True) for k in CHECK_KEYS}
         if all(c is None for c in checks.values()):
             continue
@@ -52,13 +47,13 @@ def longer_checks(records: list[Any]) -> dict[str, tuple[bool, str]]:
     return out
 
 
-def judge(records: list[Any], spec: dict | None = None) -> dict[str, tuple[bool, str]]:
+def judge(records: list[Any], spec: dict | None = None) -> tuple[dict[str, tuple[bool, str]], dict, dict]:
     """Whether each main entry's source model converged: the plateau rule on the sizing metric, overridden by a
-    failed 4x check (:func:`suite.report.apply_longer_checks`)."""
+    failed 4x check (:func:`suite.report.apply_longer_checks`); returns ``(judged, plateau rule, 4x checks)``."""
     metric, hib = rep.sizing_spec(spec or "sumi")
-    main = main_records(records)
-    judged = rep.sizing(main, metric or "val/acc", higher_is_better=hib if metric else True)
-    return rep.apply_longer_checks(judged, longer_checks(records))
+    plateau = rep.sizing(rep.main_runs(records), metric or "val/acc", higher_is_better=hib if metric else True)
+    checks = longer_checks(records)
+    return rep.apply_longer_checks(plateau, checks), plateau, checks
 
 
 def _fmt(values: list[float]) -> str:
@@ -147,15 +142,12 @@ def verdicts(records: list[Any], spec: dict | None = None, method: str = "sumi")
     same source model on the same stream: :func:`suite.report.compare` on the per-seed differences against 0);
     ``inconclusive: underfit`` when the source model had not converged (:func:`judge`: the plateau rule and, where
     it ran, the 4x check). The 4x runs themselves are not among the pairs."""
-    judged = judge(records, spec)
+    judged, plateau, checked = judge(records, spec)
     ok = bool(judged) and all(p for p, _ in judged.values())
-    metric, hib = rep.sizing_spec(spec or "sumi")
-    plateau = rep.sizing(main_records(records), metric or "val/acc", higher_is_better=hib if metric else True)
-    checked = longer_checks(records)
     four = {n: f", 4x check {'passed' if c[0] else 'failed'} (see its section)" for n, c in checked.items()}
     why = "; ".join(f"source model {n}: {w.split(':')[0]}{four.get(n, '')}"
                     for n, (_, w) in plateau.items()) or "no source curve"  # fmt: skip
-    records = main_records(records)
+    records = rep.main_runs(records)
     acc: dict[str, dict[Any, float]] = defaultdict(dict)
     for i, r in enumerate(records):
         for k, v in r.metrics.items():
@@ -255,7 +247,7 @@ def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) ->
     """Markdown: per-variant online accuracy, per-quarter accuracy (collapse), selected fraction; and a plot. The
     4x runs (``<entry>_long``) enter only the 4x-check section and the verdicts' convergence."""
     every = records
-    records = main_records(records)
+    records = rep.main_runs(records)
     order, table = variant_table(records)
     if not order:
         return "No TTA comparison metrics found (was `callbacks.tta_compare.enabled=true`?)."

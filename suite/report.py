@@ -281,6 +281,13 @@ def longer_run_check(
     )
 
 
+def main_runs(records: list[Any], suffix: str = "_long") -> list[Any]:
+    """The claim's records without the longer-budget runs of :func:`longer_run_check` (entries named
+    ``<entry><suffix>``), which enter only the checks: a hook that tabulates or pairs runs by entry and seed uses
+    these, or a longer run becomes an extra seed or setting."""
+    return [r for r in records if not str(getattr(r, "name", "")).endswith(suffix)]
+
+
 def apply_longer_checks(
     judged: dict[str, tuple[bool, str]],
     checks: dict[str, tuple[bool, str]],

@@ -18,6 +18,7 @@ from suite.report import (
     budget_table,
     compare,
     longer_run_check,
+    main_runs,
     plateau,
     verdict_table,
 )
@@ -119,6 +120,7 @@ def test_longer_run_check_averages_the_paired_gains_of_every_seed_with_a_longer_
     bad = [*main, *longer[:2], RunRecord(tmp_path, "s_long", 2, {"acc": float("nan")})]
     ok, why = longer_run_check(bad, "s", "acc", higher_is_better=True)
     assert not ok and "(seeds 0, 1, 2) is not finite" in why
+    assert main_runs([*main, *longer]) == main  # the longer runs only enter the checks
 
 
 def test_budget_table_rows_are_the_union_of_keys():

@@ -292,13 +292,21 @@ def apply_longer_checks(
     judged: dict[str, tuple[bool, str]],
     checks: dict[str, tuple[bool, str]],
     inherit: dict[str, Sequence[str]] | None = None,
+    *,
+    passed_settles: bool = False,
 ) -> dict[str, tuple[bool, str]]:
     """Per-entry convergence after the longer-budget checks: the plateau rule's ``judged`` (entry -> ``(ok, why)``),
     overridden by every failed :func:`longer_run_check` in ``checks`` (entry -> its result). An entry listed in
     ``inherit`` has no longer run of its own and takes the first failed check among the entries named for it (the
     same network and schedule with one component changed), so it is never counted converged on a cheaper check
-    than those entries. A passed check leaves the plateau rule's answer as it is: both must hold (a failed check on a
-    curve still rising is appended to the plateau rule's reading)."""
+    than those entries. By default a passed check leaves the plateau rule's answer as it is: both must hold (a
+    failed check on a curve still rising is appended to the plateau rule's reading).
+
+    ``passed_settles=True``: a passed check also settles its own entry as converged when the plateau rule read the
+    curve as still rising (the reading keeps both). For constant-learning-rate runs whose validation metric moves
+    from checkpoint to checkpoint by more than the seed spread of its final value, the endpoint rule measures that
+    noise; the 4x run measures directly what more training does to the test metric, against the same yardstick.
+    Inheritors are not settled by it: only a failed check passes to them."""
     out = dict(judged)
 
     def fail(name: str, why: str) -> None:  # a curve still rising keeps its own reading in front
@@ -307,6 +315,8 @@ def apply_longer_checks(
     for name, (ok, why) in checks.items():
         if not ok and name in out:
             fail(name, why)
+        elif ok and passed_settles and name in out and not judged[name][0]:
+            out[name] = (True, f"{judged[name][1]}; but {why}, which settles it")
     for name, sources in (inherit or {}).items():
         failed = [(s, checks[s][1]) for s in sources if s in checks and not checks[s][0]]
         if name in out and failed:

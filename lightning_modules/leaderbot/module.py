@@ -244,12 +244,16 @@ class LeaderbotLitModule(SuiteLitModule):
             opt.step(closure=closure)
         iters = int(inner.state[self.w].get("n_iter", 0)) - before[0]
         evals = int(inner.state[self.w].get("func_evals", 0)) - before[1]
-        with torch.no_grad():
+        with torch.enable_grad():  # stationarity at the step's end: max |d objective / d w| (the solver's own test)
             loss = self.objective(self.params(), pairs, counts, self.constraint)
+            (grad,) = torch.autograd.grad(loss, self.w)
+        with torch.no_grad():
             nll = self.objective(self.params(), pairs, counts, False)
+        loss = loss.detach()
         self.log("train/loss", loss, prog_bar=True, batch_size=1)
         self.log("train/nll", nll, batch_size=1)
         self.log("train/opt_iters", float(iters), batch_size=1)
+        self.log("train/grad_max", grad.abs().max(), batch_size=1)
         stalled = self._prev_loss - float(loss) < self.min_improvement * max(1.0, abs(float(loss)))
         self._prev_loss = float(loss)
         if isinstance(inner, DampedNewton):  # its own tolerance_change is the (far tighter) stall test

@@ -79,6 +79,7 @@ def test_lightning_fit_matches_plain_fit_and_writes_artifacts(subset_file: Path,
                              train.counts.sum(), True))  # fmt: skip
     assert ref.converged and got <= ref.loss + 1e-12  # the same Newton iterations, through Lightning
     m = trainer.callback_metrics
+    assert 0 <= float(m["train/grad_max"]) <= 1e-9  # logged stationarity of the last step: the claim's gate
     assert float(m["val/nll"]) == pytest.approx(
         float(lk.objective(model.params().detach(), train.pairs, train.counts, model.layout, model.basis,
                            train.counts.sum(), False)), rel=1e-9)  # fmt: skip
@@ -334,14 +335,16 @@ def test_claim_report_kld_and_generalisation_verdicts():
 
     recs = []
     for n, p in PUBLISHED.items():
-        m = {"val/nll": p["nll"], "val/kld": p["kld_pct"] / 100, "val/mae_tie": 35.6 if n == "dv_0_1" else 49.0}
+        m = {"val/nll": p["nll"], "val/kld": p["kld_pct"] / 100, "val/mae_tie": 35.6 if n == "dv_0_1" else 49.0,
+             "train/grad_max": 1e-12}  # fmt: skip
         if n.startswith("bt_"):  # exact split 0.12 points below, the package's split on the published value
             m.update({"val/kld": p["kld_pct"] / 100 - 0.0012, "val/kld_pkg": p["kld_pct"] / 100})
         recs.append(SimpleNamespace(name=n, seed=0, metrics=m))
     for seed, (nll0, nll1, tie0, tie1) in enumerate([(1.0134, 1.0126, 28.5, 31.5), (1.0140, 1.0131, 29.0, 31.0),
                                                        (1.0129, 1.0122, 28.0, 32.0)]):  # fmt: skip
-        recs.append(SimpleNamespace(name="gen_dv_none_0", seed=seed, metrics={"test/nll": nll0, "test/mae_tie": tie0}))
-        recs.append(SimpleNamespace(name="gen_dv_0_1", seed=seed, metrics={"test/nll": nll1, "test/mae_tie": tie1}))
+        g = {"train/grad_max": 3e-11}
+        for name, nll, tie in (("gen_dv_none_0", nll0, tie0), ("gen_dv_0_1", nll1, tie1)):
+            recs.append(SimpleNamespace(name=name, seed=seed, metrics={"test/nll": nll, "test/mae_tie": tie, **g}))
     page = claim_report(recs, Path("."))
     assert f"| The published KLD% of the 9 models (goodness-of-fit table) | {REPRODUCED} | 9/9" in page
     assert f"| Held out: Davidson(0, 1) has a lower NLL than Davidson(None, 0) | {REPRODUCED} |" in page
@@ -351,3 +354,36 @@ def test_claim_report_kld_and_generalisation_verdicts():
     page = claim_report(recs, Path("."))
     assert "| The published KLD% of the 9 models (goodness-of-fit table) | not reproduced | 8/9" in page
     assert "off at the same NLL: bt_none 1.37 vs 1.49" in page
+
+
+def test_claim_report_gates_every_verdict_on_stationary_fits():
+    """A verdict resting on a fit whose last gradient exceeds the tolerance (or was not logged) is underfit, and the
+    page's convergence table says which fit."""
+    from types import SimpleNamespace
+
+    from reports.leaderbot import GRAD_TOL, PUBLISHED, REPRODUCED, UNDERFIT, claim_report, solver_check
+
+    def recs(grad_dv0: float | None, grad_gen: float) -> list:
+        out = []
+        for n, p in PUBLISHED.items():
+            m = {"val/nll": p["nll"], "val/kld": p["kld_pct"] / 100, "val/mae_tie": 35.6 if n == "dv_0_1" else 49.0}
+            g = grad_dv0 if n == "dv_none_0" else 1e-12
+            out.append(SimpleNamespace(name=n, seed=0, metrics=m | ({} if g is None else {"train/grad_max": g})))
+        for seed in range(3):
+            out += [SimpleNamespace(name=n, seed=seed, metrics={"test/nll": v + 0.001 * seed, "train/grad_max": gr})
+                    for n, v, gr in (("gen_dv_none_0", 1.0134, grad_gen), ("gen_dv_0_1", 1.0126, 1e-12))]  # fmt: skip
+        return out
+
+    page = claim_report(recs(1e-12, 1e-12), Path("."))
+    assert f"| The published NLLs of the 9 models (model-selection table) | {REPRODUCED} |" in page
+    assert f"| Held out: Davidson(0, 1) has a lower NLL than Davidson(None, 0) | {REPRODUCED} |" in page
+    assert "| dv_none_0 | yes | stationary, max |grad| 1e-12 over 1 seed(s) (tolerance 1e-05) |" in page
+    page = claim_report(recs(2 * GRAD_TOL, 1e-12), Path("."))
+    assert f"| The published NLLs of the 9 models (model-selection table) | {UNDERFIT} |" in page
+    assert f"| The factored tie model lowers Davidson's tie MAE (full data) | {UNDERFIT} |" in page
+    assert "dv_none_0: not stationary, max |grad| 2e-05" in page
+    assert f"| Held out: Davidson(0, 1) has a lower NLL than Davidson(None, 0) | {REPRODUCED} |" in page
+    page = claim_report(recs(None, 0.1), Path("."))  # no gradient logged; one held-out seed far from stationary
+    assert "dv_none_0: no final gradient logged" in page
+    assert f"| Held out: Davidson(0, 1) has a lower NLL than Davidson(None, 0) | {UNDERFIT} |" in page
+    assert solver_check({}, "bt_0")[0] is False

@@ -85,3 +85,32 @@ def test_claim_report(tmp_path):
     assert "| init (TS-LIF) | 0.800 | 0.200 | 0.300 | 0.700 | 0.800 | 0.100 | 0.919 | 1.167, " in md
     assert (tmp_path / "ts_lif_freq.png").stat().st_size > 1000
     assert (tmp_path / "ts_lif_val_r2.png").stat().st_size > 1000
+
+
+@dataclass
+class _SeedRec(_Rec):
+    seed: int = 0
+
+
+def test_a_passed_4x_check_settles_a_noisy_curve_and_a_failed_one_makes_it_underfit(tmp_path):
+    rising = {"val/r2": [(0, 0.40), (3200, 0.50), (4000, 0.52)]}  # +0.02 over the last 20% vs a 0.001 spread
+    flat = {"val/r2": [(0, 0.20), (3200, 0.30), (4000, 0.30)]}
+
+    def entry(name, r2s, curve):
+        return [_SeedRec(name, {"test/r2": v, "test/r2_miss50": v - 0.1}, curve, seed=s) for s, v in enumerate(r2s)]
+
+    recs = entry("ts_lif_h6", (0.55, 0.56, 0.57), flat) + entry("lif_h6", (0.480, 0.481, 0.482), rising)
+    recs += entry("ts_lif_h24", (0.30, 0.31, 0.32), flat) + entry("tc_lif_h24", (0.270, 0.271, 0.272), rising)
+    spec = {"sizing_metric": "val/r2", "sizing_higher_is_better": True}
+    before = verdict_table(verdicts(recs, spec))
+    assert "better than LIF (R^2, horizon 6) | **inconclusive: underfit** | " in before  # endpoint rule alone
+    # 4x runs (seed 0): LIF h6 gains 0.0005 (< its test spread 0.001), TC-LIF h24 gains 0.02 (> 0.001)
+    recs += entry("lif_h6_long", (0.4805,), flat) + entry("tc_lif_h24_long", (0.29,), flat)
+    md = claim_report(recs, tmp_path, spec)
+    assert "better than LIF (R^2, horizon 6) | **reproduced** | " in md
+    assert "all plateaued (lif_h6: by the 4x check)" in md
+    assert "better than TC-LIF (R^2, horizon 24) | **inconclusive: underfit** | " in md
+    assert "not converged: tc_lif_h24" in md
+    assert "- **lif_h6**: converged: the longer run (lif_h6_long) improves test/r2 by 0.0005 on seed 0" in md
+    assert "- **tc_lif_h24**: not converged: the longer run (tc_lif_h24_long) improves test/r2 by 0.02" in md
+    assert "| lif_h6_long |" not in md and "lif_h6_long vs" not in md  # the 4x runs stay out of the tables

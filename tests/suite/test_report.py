@@ -207,3 +207,16 @@ def test_apply_longer_checks_overrides_only_failures_and_passes_them_to_inherito
     assert out["d"] == (False, "a's 4x check: not converged: +0.05")  # the first failed source, not the passed one
     assert "zz" not in out and judged["a"] == (True, "plateaued")  # no entry invented, the input left alone
     assert apply_longer_checks(judged, {}, {"d": ("a",)}) == judged
+
+
+def test_apply_longer_checks_passed_settles_only_its_own_rising_entry():
+    judged = {"a": (False, "still improving: +0.009"), "b": (True, "plateaued"), "c": (False, "still improving"),
+              "d": (False, "still improving"), "e": (False, "still improving")}  # fmt: skip
+    checks = {"a": (True, "converged: +0.001"), "b": (True, "converged: 0"), "c": (False, "not converged: +0.02")}
+    out = apply_longer_checks(judged, checks, {"d": ("a",)}, passed_settles=True)
+    assert out["a"] == (True, "still improving: +0.009; but converged: +0.001, which settles it")
+    assert out["b"] == (True, "plateaued")  # already plateaued: unchanged
+    assert out["c"] == (False, "still improving; and not converged: +0.02")  # a failed check never settles
+    assert out["d"] == (False, "still improving")  # an inheritor is not settled by its source's passed check
+    assert out["e"] == (False, "still improving")  # no check: the plateau rule alone
+    assert apply_longer_checks(judged, checks)["a"] == judged["a"]  # off by default

@@ -1,7 +1,8 @@
 """Results-page hook of the gated_deltanet claim (``report: reports.gated_deltanet:claim_report``).
 
-Entries are named ``<mixer>_<setting>`` (mixer: ``gdn``, ``deltanet``, ``mamba2``, ``softmax``; setting: a recall
-task at one size, e.g. ``mqar8`` or ``overwrite16``). Per setting the hook tabulates recall accuracy per seed and
+Entries are named ``<mixer>_<setting>`` (mixer: ``gdn``, ``deltanet``, ``mamba2``, ``softmax``, or ``gdnopen``: GDN
+with its gate started open, a diagnostic of the paper's gate initialisation; setting: a recall task at one size, e.g.
+``mqar8`` or ``overwrite16``). Per setting the hook tabulates recall accuracy per seed and
 computes, with :func:`suite.report.compare` on the seeds' test accuracy at the training length, whether GDN beats
 each of its components (DeltaNet: delta rule without the gate; Mamba2-style: gate without the delta rule). A
 comparison counts as tested only when both of its entries plateaued on the sizing metric (validation recall
@@ -30,8 +31,9 @@ from suite.report import (
 )
 
 CHANCE_RECALL = 1 / 31  # 31 value tokens in the recall tasks' default vocabulary
-MIXERS = ("gdn", "deltanet", "mamba2", "softmax")
-LABEL = {"gdn": "GDN", "deltanet": "DeltaNet", "mamba2": "Mamba2-style", "softmax": "softmax"}
+MIXERS = ("gdn", "gdnopen", "deltanet", "mamba2", "softmax")
+LABEL = {"gdn": "GDN", "gdnopen": "GDN, gate started open", "deltanet": "DeltaNet", "mamba2": "Mamba2-style",
+         "softmax": "softmax"}  # fmt: skip
 KEY = "test/acc_len64"
 
 
@@ -97,6 +99,17 @@ def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) ->
                     word,
                     f"test recall at T=64: GDN {mean_sd(gdn)} vs {LABEL[other]} {mean_sd(base)}"
                     + (f"; still improving at the stop: {', '.join(still)}" if still else "; both plateaued"),
+                )
+            )
+        opened = values(records, f"gdnopen_{setting}", KEY)
+        if gdn and opened:  # a diagnostic of GDN's own initialisation, not a claim of the paper
+            ok = all(judged.get(f"{m}_{setting}", (False, ""))[0] for m in ("gdn", "gdnopen"))
+            verdicts.append(
+                Verdict(
+                    f"Diagnostic: GDN with its gate started open recalls better than at the paper's init ({what})",
+                    compare(opened, gdn, higher_is_better=True, converged=ok),
+                    f"test recall at T=64: gate open {mean_sd(opened)} vs paper's init {mean_sd(gdn)}"
+                    + ("; both plateaued" if ok else "; not both converged"),
                 )
             )
     if checks:

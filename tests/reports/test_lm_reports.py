@@ -50,6 +50,21 @@ def test_gated_deltanet_4x_check_catches_a_late_take_off(tmp_path):
     assert "still improving at the stop: GDN (4x check failed)" in page
 
 
+def test_gated_deltanet_gate_open_diagnostic_row(tmp_path):
+    stalled = [(0, 0.03), (100, 0.05), (200, 0.05), (300, 0.05)]
+    recs = [_rec("gdn_mqar16", s, 0.05 + 0.001 * s, stalled) for s in range(3)]
+    recs += [_rec("deltanet_mqar16", s, 0.98 + 0.001 * s, FLAT) for s in range(3)]
+    recs += [_rec("gdnopen_mqar16", s, 0.99 + 0.001 * s, FLAT) for s in range(3)]
+    page = gated_deltanet.claim_report(recs, tmp_path, spec=SPEC)
+    assert "| mqar: 8 bindings, T=64 | GDN, gate started open | 3 | 0.990 (s0), 0.991 (s1), 0.992 (s2) |" in page
+    row = "| Diagnostic: GDN with its gate started open recalls better than at the paper's init (mqar: 8 bindings, T=64"
+    row += ")"
+    assert f"{row} | **reproduced** | test recall at T=64: gate open 0.991" in page
+    assert page.count("| GDN recalls better than") == 1  # the diagnostic entry is no third component
+    recs[-3:] = [_rec("gdnopen_mqar16", s, 0.99, RISING) for s in range(3)]
+    assert f"{row} | **inconclusive: underfit** |" in gated_deltanet.claim_report(recs, tmp_path, spec=SPEC)
+
+
 def test_stickbreaking_verdicts(tmp_path):
     loss = [(0, 3.0), (100, 2.1), (200, 2.0), (300, 2.0)]
     recs = []

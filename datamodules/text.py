@@ -2,8 +2,9 @@
 
 Embedded default (no network, real text): the Python standard library that ships with the interpreter, i.e. every
 ``.py`` source under ``sysconfig.get_paths()["stdlib"]`` (site-packages excluded) plus the ``pydoc_data`` help
-topics (English prose). Documents are shuffled with the seed, concatenated (``\\n\\n`` between them), cut at
-``max_bytes`` and split contiguously into train / val / test. Tokens are bytes (``vocab_size = 256``).
+topics (English prose; ``prose_only`` keeps the topics alone). Documents are shuffled with the seed, concatenated
+(``\\n\\n`` between them), cut at ``max_bytes`` and split contiguously into train / val / test. Tokens are bytes
+(``vocab_size = 256``).
 
 Real format (``source=real``): every ``*.txt``, ``*.parquet`` and ``*.arrow`` file in ``data_dir`` (for example a
 SlimPajama or FineWeb shard; parquet/arrow read the ``text_column``), tokenised with ``tokenizer_file`` (a
@@ -58,12 +59,13 @@ def _stdlib_files(root: Path) -> tuple[str, ...]:
     return tuple(sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "site-packages" not in p.parts))
 
 
-def stdlib_documents(seed: int, max_bytes: int) -> list[bytes]:
-    """Python's own stdlib sources and pydoc topics, shuffled by ``seed``, until ``max_bytes`` are collected."""
+def stdlib_documents(seed: int, max_bytes: int, prose_only: bool = False) -> list[bytes]:
+    """Python's own stdlib sources and pydoc topics, shuffled by ``seed``, until ``max_bytes`` are collected
+    (``prose_only``: the pydoc topics alone, about 0.47 MB of English prose)."""
     from pydoc_data.topics import topics
 
     root = Path(sysconfig.get_paths()["stdlib"])
-    files = _stdlib_files(root)
+    files = () if prose_only else _stdlib_files(root)
     docs: list[Any] = [("topic", k) for k in sorted(topics)] + [("file", f) for f in files]
     random.Random(seed).shuffle(docs)
     out, total = [], 0
@@ -119,6 +121,8 @@ class TextDataModule(SuiteDataModule):
         text_column: Text column of parquet/arrow files.
         bos_token: Token id put first in every window (``None``: plain windows); must be ``< vocab_size`` and, for
             bytes, ``>= 256`` (e.g. ``256`` with ``vocab_size: 257``) so that it never occurs in the text.
+        prose_only: Embedded source: the ``pydoc_data`` help topics alone (English prose, about 0.47 MB) instead of
+            stdlib sources + topics.
         source, data_dir, batch_size, num_workers, seed: see :class:`SuiteDataModule`.
     """
 
@@ -138,8 +142,10 @@ class TextDataModule(SuiteDataModule):
         num_workers: int = 0,
         seed: int = 0,
         bos_token: int | None = None,
+        prose_only: bool = False,
     ) -> None:
         super().__init__(source, data_dir, batch_size, num_workers, seed)
+        self.prose_only = bool(prose_only)
         if seq_len < 1:
             raise ConfigError(f"data.seq_len={seq_len} must be >= 1")
         self.test_lengths = list(test_lengths) if test_lengths else [seq_len]
@@ -179,7 +185,7 @@ class TextDataModule(SuiteDataModule):
         }
 
     def load_embedded(self) -> dict[str, Any]:
-        docs = stdlib_documents(self.seed, self.max_bytes or 2_000_000)
+        docs = stdlib_documents(self.seed, self.max_bytes or 2_000_000, self.prose_only)
         data = b"\n\n".join(docs)[: self.max_bytes]
         return self._splits(torch.frombuffer(bytearray(data), dtype=torch.uint8))
 

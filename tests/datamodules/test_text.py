@@ -16,6 +16,17 @@ def test_stdlib_documents_are_real_python_and_prose():
     assert docs == stdlib_documents(seed=0, max_bytes=300_000)  # deterministic
 
 
+def test_prose_only_corpus_is_the_pydoc_topics():
+    from pydoc_data.topics import topics
+
+    docs = stdlib_documents(seed=0, max_bytes=10**9, prose_only=True)
+    assert sorted(docs) == sorted(v.encode() for v in topics.values())  # every topic, no stdlib source file
+    dm = TextDataModule(seq_len=64, max_bytes=None, prose_only=True, batch_size=4)
+    dm.setup()
+    n = sum(len(d) + 2 for d in docs) - 2
+    assert sum(dm.datasets[k].tokens.numel() for k in ("train", "val")) + dm.datasets["test"][0].tokens.numel() == n
+
+
 def test_embedded_windows_and_lengths():
     dm = TextDataModule(seq_len=64, test_lengths=[64, 128], max_bytes=200_000, batch_size=4)
     dm.setup()

@@ -145,6 +145,8 @@ class TextDataModule(SuiteDataModule):
         prose_only: bool = False,
     ) -> None:
         super().__init__(source, data_dir, batch_size, num_workers, seed)
+        if prose_only and source != "embedded":
+            raise ConfigError("data.prose_only=true selects the embedded corpus's prose; it needs data.source=embedded")
         self.prose_only = bool(prose_only)
         if seq_len < 1:
             raise ConfigError(f"data.seq_len={seq_len} must be >= 1")

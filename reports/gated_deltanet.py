@@ -71,6 +71,7 @@ def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) ->
     lines += ["| setting | mixer | seeds | per seed (T=64) | " + " | ".join(f"T={t}" for t in lengths) + " |"]
     lines.append("|---|---|---|---|" + "---|" * len(lengths))
     verdicts: list[Verdict] = []
+    diagnostics: list[Verdict] = []  # comparisons that test the suite's subject, not a claim of the paper
     for setting in _settings(records):
         what = _describe(records, setting)
         for mixer in MIXERS:
@@ -103,13 +104,14 @@ def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) ->
             )
         opened = values(records, f"gdnopen_{setting}", KEY)
         if gdn and opened:  # a diagnostic of GDN's own initialisation, not a claim of the paper
-            ok = all(judged.get(f"{m}_{setting}", (False, ""))[0] for m in ("gdn", "gdnopen"))
-            verdicts.append(
+            still = [LABEL[m] + (" (4x check failed)" if not checks.get(f"{m}_{setting}", (True,))[0] else "")
+                     for m in ("gdnopen", "gdn") if not judged.get(f"{m}_{setting}", (False, ""))[0]]  # fmt: skip
+            diagnostics.append(
                 Verdict(
-                    f"Diagnostic: GDN with its gate started open recalls better than at the paper's init ({what})",
-                    compare(opened, gdn, higher_is_better=True, converged=ok),
+                    f"GDN with its gate started open recalls better than at the paper's init ({what})",
+                    compare(opened, gdn, higher_is_better=True, converged=not still),
                     f"test recall at T=64: gate open {mean_sd(opened)} vs paper's init {mean_sd(gdn)}"
-                    + ("; both plateaued" if ok else "; not both converged"),
+                    + (f"; still improving at the stop: {', '.join(still)}" if still else "; both plateaued"),
                 )
             )
     if checks:
@@ -127,4 +129,15 @@ def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) ->
         ]
     else:
         lines.append("Not enough runs for a verdict.")
+    if diagnostics:
+        lines += [
+            "",
+            "## Diagnostics (not claims of the paper)",
+            "",
+            verdict_table(diagnostics),
+            "",
+            "GDN with its gate started open (`model.net.mixer.0.a_init_range` and `dt_init_range` both `[1e-4, 1e-3]`: "
+            "alpha starts near 1) against GDN at the paper's initialisation, same steps and seeds; the same rule as "
+            "above. It asks whether a stall comes from the gate's initial decay, not whether the paper's claim holds.",
+        ]
     return "\n".join(lines)

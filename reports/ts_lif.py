@@ -185,10 +185,12 @@ def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
         if still:
             return False, f"not converged: {', '.join(still)}"
         settled = [n for n in names if not plateaued.get(n, (False, ""))[0]]
-        return True, "all plateaued" + (f" ({', '.join(settled)}: by the 4x check)" if settled else "")
+        if settled:
+            return True, f"all converged ({', '.join(settled)} by its 4x check, the others plateaued)"
+        return True, "all plateaued"
 
     def versus(claim: str, a: str, b: str, da: list[float], db: list[float], what: str, hib: bool = True) -> None:
-        """One verdict on per-seed values ``da`` (entry ``a``) vs ``db`` (entry ``b``), tested when both plateaued."""
+        """One verdict on per-seed values ``da`` (entry ``a``) vs ``db`` (entry ``b``), tested when both converged."""
         if da and db:
             ok, why = tested(a, b)
             word = rep.compare(da, db, higher_is_better=hib, converged=ok)
@@ -284,7 +286,9 @@ def claim_report(records: list[Any], out_dir: str | Path, spec: dict | None = No
             "",
             "An entry with a 4x run counts as converged when that check passes, even where the plateau rule read its "
             "validation curve as still rising (the checkpoint-to-checkpoint noise of a constant learning rate can "
-            "exceed a tight seed spread); a failed check makes it underfit whatever its curve.",
+            "exceed a tight seed spread); a failed check makes it underfit whatever its curve. The check's own limit: "
+            "on one seed it compares two final test values, each with its run's final-checkpoint noise, against the "
+            "entry's seed spread of that value, so it is a weak test near its threshold.",
         ]
     lines += ["", "## Verdicts (computed)", "", rep.verdict_table(judged)]
     lines += [

@@ -310,7 +310,8 @@ def sizing_section(slug: str, spec: dict, records: list[RunRecord], folder: Path
         f"Criterion: an entry has plateaued when `{metric}` ({'higher' if hib else 'lower'} is better) improved over "
         "the last 20% of training by less than the seed spread (std over seeds) of its final value, or by less than "
         "1% of it with one seed. The hook's verdicts count a claim as tested only when its strongest entries "
-        "plateaued.",
+        "plateaued, or converged by the stricter or more direct rule the hook states with its verdicts (a longer-run "
+        "check, a solver's stationarity).",
         "",
         "| entry | plateaued | reading |",
         "|---|---|---|",

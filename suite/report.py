@@ -283,9 +283,15 @@ def longer_run_check(
 
 def main_runs(records: list[Any], suffix: str = "_long") -> list[Any]:
     """The claim's records without the longer-budget runs of :func:`longer_run_check` (entries named
-    ``<entry><suffix>``), which enter only the checks: a hook that tabulates or pairs runs by entry and seed uses
-    these, or a longer run becomes an extra seed or setting."""
-    return [r for r in records if not str(getattr(r, "name", "")).endswith(suffix)]
+    ``<entry><suffix>`` where ``<entry>`` is an entry too), which enter only the checks: a hook that tabulates or
+    pairs runs by entry and seed uses these, or a longer run becomes an extra seed or setting. An entry whose name
+    merely ends in the suffix, with no base entry, stays."""
+    names = {str(getattr(r, "name", "")) for r in records}
+
+    def is_longer(name: str) -> bool:
+        return name.endswith(suffix) and name[: -len(suffix)] in names
+
+    return [r for r in records if not is_longer(str(getattr(r, "name", "")))]
 
 
 def apply_longer_checks(
@@ -303,10 +309,13 @@ def apply_longer_checks(
     failed check on a curve still rising is appended to the plateau rule's reading).
 
     ``passed_settles=True``: a passed check also settles its own entry as converged when the plateau rule read the
-    curve as still rising (the reading keeps both). For constant-learning-rate runs whose validation metric moves
-    from checkpoint to checkpoint by more than the seed spread of its final value, the endpoint rule measures that
-    noise; the 4x run measures directly what more training does to the test metric, against the same yardstick.
-    Inheritors are not settled by it: only a failed check passes to them."""
+    curve as still rising (the reading keeps both; an entry with no curve, or too few points, is not settled). For
+    constant-learning-rate runs whose validation metric moves from checkpoint to checkpoint by more than the seed
+    spread of its final value, the endpoint rule measures that noise; the 4x run measures directly what more
+    training does to the test metric. Its own limit: with one seed it compares two final values, each carrying that
+    run's final-checkpoint noise, against the seed spread, so a hook that uses it says so on its page and gives the
+    4x entry more seeds where the budget allows. Inheritors are not settled by it: only a failed check passes to
+    them."""
     out = dict(judged)
 
     def fail(name: str, why: str) -> None:  # a curve still rising keeps its own reading in front
@@ -315,7 +324,7 @@ def apply_longer_checks(
     for name, (ok, why) in checks.items():
         if not ok and name in out:
             fail(name, why)
-        elif ok and passed_settles and name in out and not judged[name][0]:
+        elif ok and passed_settles and name in out and judged[name][1].startswith("still improving"):
             out[name] = (True, f"{judged[name][1]}; but {why}, which settles it")
     for name, sources in (inherit or {}).items():
         failed = [(s, checks[s][1]) for s in sources if s in checks and not checks[s][0]]

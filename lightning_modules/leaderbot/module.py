@@ -244,7 +244,8 @@ class LeaderbotLitModule(SuiteLitModule):
             opt.step(closure=closure)
         iters = int(inner.state[self.w].get("n_iter", 0)) - before[0]
         evals = int(inner.state[self.w].get("func_evals", 0)) - before[1]
-        with torch.enable_grad():  # stationarity at the step's end: max |d objective / d w| (the solver's own test)
+        with torch.enable_grad():  # stationarity at the step's end: max abs d objective / d w (w: the optimised
+            # variable, scores over their preconditioner; the solvers' own test)
             loss = self.objective(self.params(), pairs, counts, self.constraint)
             (grad,) = torch.autograd.grad(loss, self.w)
         with torch.no_grad():

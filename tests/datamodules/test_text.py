@@ -25,6 +25,8 @@ def test_prose_only_corpus_is_the_pydoc_topics():
     dm.setup()
     n = sum(len(d) + 2 for d in docs) - 2
     assert sum(dm.datasets[k].tokens.numel() for k in ("train", "val")) + dm.datasets["test"][0].tokens.numel() == n
+    with pytest.raises(ConfigError, match="data.prose_only=true .* needs data.source=embedded"):
+        TextDataModule(source="real", prose_only=True)
 
 
 def test_embedded_windows_and_lengths():

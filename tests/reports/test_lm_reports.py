@@ -57,12 +57,21 @@ def test_gated_deltanet_gate_open_diagnostic_row(tmp_path):
     recs += [_rec("gdnopen_mqar16", s, 0.99 + 0.001 * s, FLAT) for s in range(3)]
     page = gated_deltanet.claim_report(recs, tmp_path, spec=SPEC)
     assert "| mqar: 8 bindings, T=64 | GDN, gate started open | 3 | 0.990 (s0), 0.991 (s1), 0.992 (s2) |" in page
-    row = "| Diagnostic: GDN with its gate started open recalls better than at the paper's init (mqar: 8 bindings, T=64"
-    row += ")"
-    assert f"{row} | **reproduced** | test recall at T=64: gate open 0.991" in page
-    assert page.count("| GDN recalls better than") == 1  # the diagnostic entry is no third component
+    row = "| GDN with its gate started open recalls better than at the paper's init (mqar: 8 bindings, T=64)"
+    claims, diagnostics = page.split("## Diagnostics (not claims of the paper)")
+    assert f"{row} | **reproduced** | test recall at T=64: gate open 0.991" in diagnostics
+    assert "gate started open" not in claims.split("## Verdicts")[1]  # not among the paper's claims
+    # GDN's failed 4x check makes the diagnostic underfit too, and says which entry
+    page = gated_deltanet.claim_report([*recs, _rec("gdn_mqar16_long", 0, 0.9, stalled)], tmp_path, spec=SPEC)
+    diagnostics = page.split("## Diagnostics")[1]
+    assert f"{row} | **inconclusive: underfit** |" in diagnostics
+    assert "still improving at the stop: GDN (4x check failed)" in diagnostics
     recs[-3:] = [_rec("gdnopen_mqar16", s, 0.99, RISING) for s in range(3)]
-    assert f"{row} | **inconclusive: underfit** |" in gated_deltanet.claim_report(recs, tmp_path, spec=SPEC)
+    page = gated_deltanet.claim_report(recs, tmp_path, spec=SPEC)
+    assert (
+        f"{row} | **inconclusive: underfit** |" in page
+        and "still improving at the stop: GDN, gate started open" in page
+    )
 
 
 def test_stickbreaking_verdicts(tmp_path):

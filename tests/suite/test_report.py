@@ -121,6 +121,8 @@ def test_longer_run_check_averages_the_paired_gains_of_every_seed_with_a_longer_
     ok, why = longer_run_check(bad, "s", "acc", higher_is_better=True)
     assert not ok and "(seeds 0, 1, 2) is not finite" in why
     assert main_runs([*main, *longer]) == main  # the longer runs only enter the checks
+    lone = [RunRecord(tmp_path, "sequence_long", 0, {"acc": 0.5})]  # ends in the suffix, but no `sequence` entry
+    assert main_runs([*main, *lone]) == [*main, *lone]
 
 
 def test_budget_table_rows_are_the_union_of_keys():
@@ -220,3 +222,5 @@ def test_apply_longer_checks_passed_settles_only_its_own_rising_entry():
     assert out["d"] == (False, "still improving")  # an inheritor is not settled by its source's passed check
     assert out["e"] == (False, "still improving")  # no check: the plateau rule alone
     assert apply_longer_checks(judged, checks)["a"] == judged["a"]  # off by default
+    bare = {"f": (False, "no validation curve logged")}
+    assert apply_longer_checks(bare, {"f": (True, "converged: 0")}, passed_settles=True) == bare  # no curve: unsettled

@@ -21,7 +21,7 @@ from suite.report import (
     Verdict,
     apply_longer_checks,
     compare,
-    longer_run_check,
+    longer_checks,
     main_runs,
     mean_sd,
     sizing,
@@ -35,12 +35,6 @@ MIXERS = ("gdn", "gdnopen", "deltanet", "mamba2", "softmax")
 LABEL = {"gdn": "GDN", "gdnopen": "GDN, gate started open", "deltanet": "DeltaNet", "mamba2": "Mamba2-style",
          "softmax": "softmax"}  # fmt: skip
 KEY = "test/acc_len64"
-
-
-def longer_checks(records: list[Any]) -> dict[str, tuple[bool, str]]:
-    """The 4x check (test recall at T=64, over the seeds both runs have) of every entry with a ``<entry>_long`` run."""
-    checks = {n: longer_run_check(records, n, KEY, higher_is_better=True) for n in {r.name for r in main_runs(records)}}
-    return {n: c for n, c in sorted(checks.items()) if c is not None}
 
 
 def _settings(records: list[Any]) -> list[str]:
@@ -64,7 +58,7 @@ def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) ->
     metric, hib = sizing_spec(spec or "gated_deltanet")
     metric = metric or "val/acc"
     judged = sizing(main_runs(records), metric, higher_is_better=hib if spec or metric else True)
-    checks = longer_checks(records)
+    checks = longer_checks(records, KEY, higher_is_better=True)  # test recall at T=64, over the seeds both ran
     judged = apply_longer_checks(judged, checks)
     lengths = sorted({int(k.rsplit("len", 1)[1]) for r in records for k in r.metrics if k.startswith("test/acc_len")})
     lines = [f"## Per-seed recall accuracy (chance {CHANCE_RECALL:.3f})", ""]

@@ -146,15 +146,6 @@ def _drops(records: list[Any], name: str, key: str) -> list[float]:
     return [v for v in out if math.isfinite(v)]  # a diverged seed is dropped, as suite.report.values does
 
 
-def longer_checks(records: list[Any]) -> dict[str, tuple[bool, str]]:
-    """The 4x check (:func:`suite.report.longer_run_check` on test R^2, against the entry's seed spread) of every
-    entry that has a ``<entry>_long`` run."""
-    names = {r.name for r in records}
-    longer = sorted(n for n in names if n + "_long" in names)
-    checks = {n: rep.longer_run_check(records, n, "test/r2", higher_is_better=True) for n in longer}
-    return {n: c for n, c in checks.items() if c is not None}
-
-
 def convergence(
     records: list[Any], spec: dict | None = None
 ) -> tuple[dict[str, tuple[bool, str]], dict[str, tuple[bool, str]], dict[str, tuple[bool, str]]]:
@@ -165,16 +156,20 @@ def convergence(
     endpoint rule can read a flat curve as rising; the 4x run shows what more training does to the test R^2."""
     metric, hib = rep.sizing_spec(spec or "ts_lif")
     plateaued = rep.sizing(rep.main_runs(records), metric or "val/r2", higher_is_better=hib if metric else True)
-    checks = longer_checks(records)
+    checks = rep.longer_checks(records, "test/r2", higher_is_better=True)
     return rep.apply_longer_checks(plateaued, checks, passed_settles=True), plateaued, checks
 
 
-def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
+def verdicts(
+    records: list[Any],
+    spec: dict | None = None,
+    converged: tuple[dict[str, tuple[bool, str]], dict[str, tuple[bool, str]], Any] | None = None,
+) -> list[rep.Verdict]:
     """The paper's claims as verdicts: TS-LIF beats LIF / TC-LIF on test R^2 (per horizon), the gap grows with the
     horizon, and TS-LIF loses less R^2 with missing inputs. A comparison is tested only when both entries converged
     (:func:`convergence`: plateaued on validation R^2, or passed their 4x check); otherwise ``inconclusive:
-    underfit``."""
-    judged, plateaued, _ = convergence(records, spec)
+    underfit``. ``converged``: :func:`convergence`'s result when the caller has it already."""
+    judged, plateaued, _ = converged or convergence(records, spec)
     records = rep.main_runs(records)
     ratios = _ratios(records)
     top = ratios[-1] if ratios else None
@@ -252,8 +247,9 @@ def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
 def claim_report(records: list[Any], out_dir: str | Path, spec: dict | None = None) -> str:
     """Markdown: robustness table, verdicts vs each baseline (seed-aware), horizon trend, curves, learned neurons."""
     out_dir = Path(out_dir)
-    checks = longer_checks(records)
-    judged = verdicts(records, spec)
+    converged = convergence(records, spec)
+    checks = converged[2]
+    judged = verdicts(records, spec, converged)
     records = rep.main_runs(records)  # the 4x runs enter only their checks
     groups = _group(records)
     ratios = _ratios(records)

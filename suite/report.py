@@ -281,6 +281,17 @@ def longer_run_check(
     )
 
 
+def longer_checks(
+    records: list[Any], key: str, *, higher_is_better: bool, suffix: str = "_long"
+) -> dict[str, tuple[bool, str]]:
+    """:func:`longer_run_check` on ``key`` of every entry that has a ``<entry><suffix>`` run, by entry name (sorted);
+    entries without a pair are left out."""
+    names = {str(getattr(r, "name", "")) for r in records}
+    bases = sorted(n for n in names if n + suffix in names)
+    checks = {n: longer_run_check(records, n, key, higher_is_better=higher_is_better, suffix=suffix) for n in bases}
+    return {n: c for n, c in checks.items() if c is not None}
+
+
 def main_runs(records: list[Any], suffix: str = "_long") -> list[Any]:
     """The claim's records without the longer-budget runs of :func:`longer_run_check` (entries named
     ``<entry><suffix>`` where ``<entry>`` is an entry too), which enter only the checks: a hook that tabulates or

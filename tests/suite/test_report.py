@@ -17,6 +17,7 @@ from suite.report import (
     apply_longer_checks,
     budget_table,
     compare,
+    longer_checks,
     longer_run_check,
     main_runs,
     plateau,
@@ -224,3 +225,14 @@ def test_apply_longer_checks_passed_settles_only_its_own_rising_entry():
     assert apply_longer_checks(judged, checks)["a"] == judged["a"]  # off by default
     bare = {"f": (False, "no validation curve logged")}
     assert apply_longer_checks(bare, {"f": (True, "converged: 0")}, passed_settles=True) == bare  # no curve: unsettled
+
+
+def test_longer_checks_pairs_every_entry_with_a_longer_run(tmp_path):
+    recs = [
+        RunRecord(tmp_path, n, 0, {"acc": v}) for n, v in (("b", 0.5), ("b_long", 0.9), ("a", 0.7), ("a_long", 0.7))
+    ]
+    recs += [RunRecord(tmp_path, "c", 0, {"acc": 0.1}), RunRecord(tmp_path, "d_long", 0, {"acc": 0.2})]  # no pair
+    recs += [RunRecord(tmp_path, "e", 0, {"acc": 0.3}), RunRecord(tmp_path, "e_long", 0, {"other": 0.3})]  # no key
+    checks = longer_checks(recs, "acc", higher_is_better=True)
+    assert list(checks) == ["a", "b"]
+    assert checks["a"][0] is True and checks["b"][0] is False  # 1% of 0.5 allowed with one seed; +0.4 is not

@@ -60,6 +60,28 @@ def longer_checks(records: list[Any]) -> dict[str, tuple[bool, str]]:
     return out
 
 
+def long_ordering(by_name: dict[str, list[float]]) -> str | None:
+    """The ordering of GRASS and the baselines at 4x the epochs (seed 0: one number each, so an ordering, not a
+    verdict), set beside the main runs' ordering; ``None`` without ``grass_long`` and at least one baseline's."""
+    long = {b: by_name[f"{b}_long"][0] for b in ("grass", "gine", "gps") if by_name.get(f"{b}_long")}
+    if "grass" not in long or len(long) < 2:
+        return None
+    order = sorted(long, key=long.get)
+    main = {b: sum(by_name[b]) / len(by_name[b]) for b in long if by_name.get(b)}
+    same = (
+        ""
+        if set(main) != set(long)
+        else (
+            "; the same ordering as the main runs"
+            if sorted(main, key=main.get) == order
+            else f"; the main runs order them {' < '.join(sorted(main, key=main.get))}"
+        )
+    )
+    listed = ", ".join(f"{b}_long {long[b]:.4f}" for b in order)
+    lead = "GRASS lowest" if order[0] == "grass" else f"GRASS not lowest ({order[0]} is)"
+    return f"Ordering at 4x the epochs (seed 0 only, so no significance and no verdict): {listed}: {lead}{same}."
+
+
 def judge(records: list[Any], spec: dict | None = None) -> dict[str, tuple[bool, str]]:
     """Whether each entry converged: the plateau rule on the sizing metric, overridden by a failed 4x check (the
     one-cycle schedule anneals to 1e-7, which flattens every validation curve whether or not the model converged)."""
@@ -153,6 +175,9 @@ def claim_report(records: list[Any], out_dir: Any, spec: dict | None = None) -> 
     if checks:
         lines += ["", "4x sizing checks (seed 0 at 4x the epochs against the same seed's main run, test MAE):", ""]
         lines += [f"* `{base}`: {why}." for base, (_ok, why) in checks.items()]
+        ordering = long_ordering(by_name)
+        if ordering:
+            lines += ["", ordering]
     if params:
         counts = ", ".join(f"{k} {int(v):,}" for k, v in params.items())
         lines += ["", f"Trainable parameters (`test/params`): {counts}."]

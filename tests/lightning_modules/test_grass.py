@@ -197,3 +197,25 @@ def test_claim_report_significance_and_parameter_counts():
     assert "removing the random regular rewiring raises the MAE here" in text
     assert "removing the RRWP encoding lowers the MAE here" in text
     assert "replacing RRWP by D-RRWP makes no significant difference here" in text
+
+
+def test_claim_report_states_the_ordering_at_4x():
+    from types import SimpleNamespace
+
+    from reports.grass import claim_report, long_ordering
+
+    def rec(name: str, mae: float, seed: int = 0) -> SimpleNamespace:
+        return SimpleNamespace(
+            name=name, seed=seed, metrics={"test/mae": mae}, curves={"val/mae": [(0, 1.0), (5, mae)]}
+        )
+
+    recs = [rec("grass", 0.30), rec("grass", 0.32, 1), rec("gine", 0.40), rec("gine", 0.42, 1), rec("gps", 0.35)]
+    text = claim_report([*recs, rec("grass_long", 0.26), rec("gine_long", 0.45), rec("gps_long", 0.50)], None)
+    assert "grass_long 0.2600, gine_long 0.4500, gps_long 0.5000: GRASS lowest;" in text
+    assert "the main runs order them grass < gps < gine" in text  # the baselines swap places at 4x
+    same = claim_report([*recs, rec("grass_long", 0.26), rec("gine_long", 0.45), rec("gps_long", 0.40)], None)
+    assert "GRASS lowest; the same ordering as the main runs" in same
+    lost = long_ordering({"grass": [0.3], "gine": [0.4], "grass_long": [0.5], "gine_long": [0.38]})
+    assert lost is not None and "GRASS not lowest (gine is)" in lost
+    assert long_ordering({"grass": [0.3], "grass_long": [0.2]}) is None  # no baseline at 4x: nothing to order
+    assert "Ordering at 4x" not in claim_report(recs, None)

@@ -115,11 +115,25 @@ IMPLANTED = 0.5  # an attack is implanted when the undefended model's ASR on it 
 MODEST = 0.05  # "a modest clean-accuracy cost": at most 5 points below the undefended model
 
 
+def convergence(records: list[Any], spec: dict | None = None) -> tuple[dict[str, tuple[bool, str]], dict]:
+    """Per-entry convergence: the plateau rule on the sizing metric (main runs), settled or overridden by the 4x
+    check of an entry that has a ``<entry>_long`` run (``none_long``: the undefended model trained 4x the epochs),
+    on clean test accuracy paired by seed (allowed: the seed spread of the entry's test accuracy). These runs keep a
+    constant learning rate, and the clean validation loss moves by about +-0.03 from one epoch to the next, more
+    than the seed spread of its final value, so the endpoint rule can read a flat curve as still improving; the 4x
+    run measures what more training does to the test metric the claim compares
+    (:func:`suite.report.apply_longer_checks` with ``passed_settles``). Returns ``(judged, checks)``."""
+    metric, hib = rep.sizing_spec(spec or "badloss")
+    plateaued = rep.sizing(rep.main_runs(records), metric or "val/loss", higher_is_better=hib)
+    checks = rep.longer_checks(records, "test/acc", higher_is_better=True)
+    return rep.apply_longer_checks(plateaued, checks, passed_settles=True), checks
+
+
 def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
     """BaDLoss's claims as verdicts. ``inconclusive: phenomenon absent`` when no attack is implanted in the
-    undefended model; ``inconclusive: underfit`` unless the compared entries plateaued on the sizing metric."""
-    metric, hib = rep.sizing_spec(spec or "badloss")
-    judged = rep.sizing(records, metric or "val/loss", higher_is_better=hib)
+    undefended model; ``inconclusive: underfit`` unless the compared entries converged (:func:`convergence`)."""
+    judged, _ = convergence(records, spec)
+    records = rep.main_runs(records)
     names = list(dict.fromkeys(r.name for r in records))
     attacks = sorted(
         {k[len("test/asr_") :] for r in records for k in r.metrics if k.startswith("test/asr_")} - {"mean"}
@@ -154,9 +168,12 @@ def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
             word = rep.UNDERFIT
         else:
             word = rep.REPRODUCED if m + 2 * se < MODEST else rep.NOT_REPRODUCED if m - 2 * se > MODEST else rep.NOISE
+        unfit = [n for n in ("none", "badloss") if not judged.get(n, (False, ""))[0]]
+        ev = f"cost {100 * m:+.2f} ± {100 * se:.2f} points (s.e., {len(cost)} seeds)"
+        ev += f"; not converged: {', '.join(unfit)} (see sizing)" if unfit else "; none and badloss converged"
         out.append(rep.Verdict(
             f"BaDLoss's clean-accuracy cost is modest (< {100 * MODEST:.0f} points vs no defence, paired by seed)",
-            word, f"cost {100 * m:+.2f} ± {100 * se:.2f} points (s.e., {len(cost)} seeds)"))  # fmt: skip
+            word, ev))  # fmt: skip
     if not bad:  # the method's entry has not run: the claims are untested, never "not reproduced"
         missing = "the `badloss` entry has no finished run"
         unfit = [n for n in names if not judged.get(n, (False, ""))[0]]
@@ -175,12 +192,20 @@ def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
 def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
     """Markdown appended to ``docs/results/badloss.md``."""
     out_dir = Path(out_dir)
+    judged, _ = convergence(records, spec)
+    conv = [f"* {n}: {'converged' if judged[n][0] else 'not converged'}: {judged[n][1]}" for n in judged]
     lines = [
         "## Verdicts (computed)",
         "",
         rep.verdict_table(verdicts(records, spec)),
         "",
-        "## Summary: average ASR and clean-accuracy cost (%, mean ± std over seeds)",
+        "Convergence of each entry as the verdicts use it (the plateau rule on `val/loss`; an entry with a 4x run, "
+        "`<entry>_long`, is settled or overridden by that run's clean test accuracy, paired by seed, allowed: the "
+        "seed spread of the entry's test accuracy):",
+        "",
+        *conv,
+        "",
+        "## Summary: average ASR and clean-accuracy cost (%, mean ± std over seeds; 4x runs are sizing checks)",
         "",
         summary_table(records),
         "",

@@ -3,6 +3,8 @@ fast kNN vs its naive twin (float64 outputs and gradients), epoch filter, ranks,
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -169,6 +171,47 @@ def test_claim_verdicts_need_implanted_attacks_and_a_plateau():
     one_point = [rec(r.name, r.seed, r.metrics["test/acc"], r.metrics["test/asr_mean"], 0.9, {"val/loss": [(20, 0.5)]})
                  for r in records]  # fmt: skip
     assert {x.verdict for x in verdicts(one_point, {"sizing_metric": "val/loss"})} == {"inconclusive: underfit"}
+
+
+def test_claim_4x_check_of_none_settles_or_fails_the_clean_cost():
+    """``none_long`` (the undefended model trained 4x the epochs) settles ``none`` when the plateau rule reads its
+    noisy constant-LR curve as still improving and the 4x run gains less clean test accuracy than the seed spread;
+    a larger gain makes the clean-cost row underfit. The 4x runs never enter a claim as a defence."""
+    from types import SimpleNamespace
+
+    from reports.badloss import claim_report, convergence, verdicts
+
+    flat = {"val/loss": [(0, 1.0), (10, 0.5), (20, 0.5)]}
+    noisy = {"val/loss": [(0, 1.0), (10, 0.30), (16, 0.33), (20, 0.30)]}  # last 20%: -0.03, more than the spread
+
+    def rec(name, seed, acc, asr=0.9, curves=flat):
+        m = {"test/acc": acc, "test/asr_mean": asr, "test/asr_patch": asr}
+        return SimpleNamespace(name=name, seed=seed, metrics=m, curves=curves, path=".")
+
+    accs = [0.890, 0.880, 0.885]  # seed spread (std) 0.005
+    records = [rec("none", s, a, curves=noisy) for s, a in enumerate(accs)]
+    records += [rec("badloss", s, a - 0.02, asr=0.05) for s, a in enumerate(accs)]
+    records += [rec("spectral", s, a - 0.01, asr=0.20) for s, a in enumerate(accs)]
+    spec = {"sizing_metric": "val/loss"}
+    judged, checks = convergence(records, spec)
+    assert not judged["none"][0] and judged["none"][1].startswith("still improving") and checks == {}
+    assert verdicts(records, spec)[1].verdict == "inconclusive: underfit"
+    assert "not converged: none (see sizing)" in verdicts(records, spec)[1].evidence
+    settled = records + [
+        rec("none_long", s, a + d, asr=0.99) for s, a, d in zip(range(3), accs, (0.002, -0.003, 0.001))
+    ]
+    judged, checks = convergence(settled, spec)
+    assert checks["none"][0] and judged["none"][0] and "which settles it" in judged["none"][1]
+    v = verdicts(settled, spec)
+    assert [x.verdict for x in v] == ["reproduced", "reproduced"]  # cost 2 points < 5; BaDLoss ASR below spectral
+    assert "best other defence spectral" in v[0].evidence and "none_long" not in v[0].evidence
+    assert "none and badloss converged" in v[1].evidence
+    page = claim_report(settled, Path("."), spec)
+    assert "* none: converged: still improving" in page and "| none_long | 3 |" in page
+    gains = records + [rec("none_long", s, a + 0.02) for s, a in enumerate(accs)]
+    judged, _ = convergence(gains, spec)
+    assert not judged["none"][0] and "improves test/acc by 0.02" in judged["none"][1]
+    assert verdicts(gains, spec)[1].verdict == "inconclusive: underfit"
 
 
 def test_knn_distances_are_float64_whatever_the_input():

@@ -213,3 +213,24 @@ def test_minilm_head_check_missing_or_broken_longer_runs(tmp_path):
     assert (
         rows[QUAROT_ROW].verdict == "inconclusive: underfit" and "head fit still improving" in rows[QUAROT_ROW].evidence
     )
+
+
+def test_minilm_head_check_with_fp_only_longer_runs(tmp_path):
+    """The spec's 4x entry evaluates full precision only (``methods=[fp]``): the check still pairs the held-out FP
+    loss, the rows say nothing they cannot show (no 4x comparison), and the 4x table lists the FP row alone."""
+    recs = _minilm_runs(tmp_path, "minilm", [4.7, 6.0, 4.4], [-0.1, -0.11, -0.09])
+    for seed, f in enumerate([4.72, 6.03, 4.39]):
+        folder = tmp_path / f"fp_only{seed}"
+        folder.mkdir()
+        res = {"fp": {"loss": f, "ppl": f, "kl": 0.0}}
+        (folder / "quant_calibration.json").write_text(json.dumps({"bits": {"w_bits": 4}, "results": res}))
+        recs.append(RunRecord(folder, "minilm_long", seed, metrics={"quant/fp_loss": f},
+                              curves={"val/loss": [(0, f - 0.1), (400, f)]}))  # fmt: skip
+    ok, reading = ostquant_minilm.head_check(recs, spec=SPEC)
+    assert ok and "change per seed +0.02, +0.03, -0.01" in reading
+    rows = _rows(recs)
+    assert rows[QUAROT_ROW].verdict == "reproduced" and "with the 4x head" not in rows[QUAROT_ROW].evidence
+    page = ostquant_minilm.claim_report(recs, tmp_path, spec=SPEC)
+    long_part = page.split("## 4x head fit (sizing check only, not a claim): minilm_long")[1]
+    table = [line for line in long_part.splitlines() if line.startswith("| ") and "method" not in line]
+    assert len(table) == 1 and table[0].startswith("| FP |"), table

@@ -157,6 +157,27 @@ def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
         )
         out.append(rep.Verdict("With simultaneous attacks, BaDLoss leaves a lower mean ASR than every other defence",
                                word, ev))  # fmt: skip
+        # the abstract's own comparison: BaDLoss vs the average of the other defences (per seed, over the defences
+        # that ran it), which needs every averaged defence converged
+        seeds = sorted({r.seed for r in records if r.name == "badloss" and "test/asr_mean" in r.metrics})
+        per = {n: {r.seed: r.metrics["test/asr_mean"] for r in records if r.name == n and "test/asr_mean" in r.metrics}
+               for n in others}  # fmt: skip
+        paired = [s for s in seeds if all(s in per[n] for n in others)]
+        if paired:
+            mine = [next(r.metrics["test/asr_mean"] for r in records if r.name == "badloss" and r.seed == s)
+                    for s in paired]  # fmt: skip
+            avg = [sum(per[n][s] for n in others) / len(others) for s in paired]
+            unfit = [n for n in ("badloss", *others) if not judged.get(n, (False, ""))[0]]
+            word = rep.compare(mine, avg, higher_is_better=False, converged=not unfit)
+            if not implanted:
+                word = rep.ABSENT
+            ev = (
+                f"mean ASR BaDLoss {rep.mean_sd(mine)} vs the average of {', '.join(others)} {rep.mean_sd(avg)} "
+                f"(per seed, {len(paired)} seeds); "
+                + (f"not converged: {', '.join(unfit)} (see sizing)" if unfit else "every averaged entry converged")
+            )
+            out.append(rep.Verdict("BaDLoss leaves a lower mean ASR than the average other defence (the abstract's "
+                                   "comparison)", word, ev))  # fmt: skip
     clean = {r.seed: r.metrics["test/acc"] for r in records if r.name == "none" and "test/acc" in r.metrics}
     cost = [clean[r.seed] - r.metrics["test/acc"] for r in records
             if r.name == "badloss" and r.seed in clean and "test/acc" in r.metrics]  # fmt: skip

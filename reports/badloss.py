@@ -159,13 +159,11 @@ def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
                                word, ev))  # fmt: skip
         # the abstract's own comparison: BaDLoss vs the average of the other defences (per seed, over the defences
         # that ran it), which needs every averaged defence converged
-        seeds = sorted({r.seed for r in records if r.name == "badloss" and "test/asr_mean" in r.metrics})
         per = {n: {r.seed: r.metrics["test/asr_mean"] for r in records if r.name == n and "test/asr_mean" in r.metrics}
-               for n in others}  # fmt: skip
-        paired = [s for s in seeds if all(s in per[n] for n in others)]
+               for n in ("badloss", *others)}  # fmt: skip
+        paired = sorted(s for s in per["badloss"] if all(s in per[n] for n in others))
         if paired:
-            mine = [next(r.metrics["test/asr_mean"] for r in records if r.name == "badloss" and r.seed == s)
-                    for s in paired]  # fmt: skip
+            mine = [per["badloss"][s] for s in paired]
             avg = [sum(per[n][s] for n in others) / len(others) for s in paired]
             unfit = [n for n in ("badloss", *others) if not judged.get(n, (False, ""))[0]]
             word = rep.compare(mine, avg, higher_is_better=False, converged=not unfit)

@@ -117,8 +117,9 @@ MODEST = 0.05  # "a modest clean-accuracy cost": at most 5 points below the unde
 
 def convergence(records: list[Any], spec: dict | None = None) -> tuple[dict[str, tuple[bool, str]], dict]:
     """Per-entry convergence: the plateau rule on the sizing metric (main runs), settled or overridden by the 4x
-    check of an entry that has a ``<entry>_long`` run (``none_long``: the undefended model trained 4x the epochs),
-    on clean test accuracy paired by seed (allowed: the seed spread of the entry's test accuracy). These runs keep a
+    check of an entry that has a ``<entry>_long`` run (``none_long``: the undefended model trained 4x the epochs;
+    ``abl_long``: ABL's same detection, then 4x the retraining), on clean test accuracy paired by seed (allowed:
+    the seed spread of the entry's test accuracy) and, for a defence, on its mean ASR too. These runs keep a
     constant learning rate, and the clean validation loss moves by about +-0.03 from one epoch to the next, more
     than the seed spread of its final value, so the endpoint rule can read a flat curve as still improving; the 4x
     run measures what more training does to the test metric the claim compares
@@ -126,6 +127,15 @@ def convergence(records: list[Any], spec: dict | None = None) -> tuple[dict[str,
     metric, hib = rep.sizing_spec(spec or "badloss")
     plateaued = rep.sizing(rep.main_runs(records), metric or "val/loss", higher_is_better=hib)
     checks = rep.longer_checks(records, "test/acc", higher_is_better=True)
+    # a defence's verdicts compare its mean ASR, which a longer retraining can move (the poisons it kept get more
+    # epochs to implant): its 4x run must also leave the mean ASR within the seed spread (a lower ASR counts as
+    # the improvement, the direction that would change which defence leaves less); both checks must pass
+    asr = rep.longer_checks(records, "test/asr_mean", higher_is_better=False)
+    for name, (ok, why) in asr.items():
+        if name == "none" or name not in checks:
+            continue
+        acc_ok, acc_why = checks[name]
+        checks[name] = (acc_ok and ok, f"clean accuracy: {acc_why}; mean ASR: {why}")
     return rep.apply_longer_checks(plateaued, checks, passed_settles=True), checks
 
 
@@ -220,7 +230,7 @@ def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) ->
         "",
         "Convergence of each entry as the verdicts use it (the plateau rule on `val/loss`; an entry with a 4x run, "
         "`<entry>_long`, is settled or overridden by that run's clean test accuracy, paired by seed, allowed: the "
-        "seed spread of the entry's test accuracy):",
+        "seed spread of the entry's test accuracy; for a defence, its mean ASR as well, allowed its seed spread):",
         "",
         *conv,
         "",

@@ -18,7 +18,9 @@ Each entry becomes ``python -m train -m experiment=<slug> <overrides> seed=0,1,2
 the page, not hidden. ``--report-only`` rebuilds the page from the runs already on disk. A hand-written reading of
 the results lives in ``docs/results/<slug>_notes.md`` and is appended to the page on every (re)build.
 ``--only a,b`` (re)runs just those entries, in that order, and reuses the others (e.g. to split a claim over
-parallel processes).
+parallel processes). ``--seeds 1,2`` (re)runs just those seeds of the selected entries, one process per seed,
+each into the folder a full run gives it (``<entry>/<index in the entry's seeds>``), so one entry's seeds can be
+split over processes too; its status is kept per seed and summed per entry.
 
 ``--profile paper`` (``make claim METHOD=<slug> PROFILE=paper``) reads ``conf/claim/paper/<slug>.yaml`` instead: the
 paper's own experiment (model size, schedule, real dataset, ``trainer=gpu``/``ddp``) with the same keys plus
@@ -119,12 +121,24 @@ def uses_slurm(overrides: list[str]) -> bool:
     return any(override_key(o) == "launcher" and o.split("=", 1)[1] == "slurm" for o in overrides if "=" in o)
 
 
-def entry_command(slug: str, entry: dict, spec: dict, out: Path, extra: list[str]) -> list[str]:
-    """``python -m train -m experiment=<slug> ...`` for one entry: spec, entry and extra overrides (later wins)."""
-    seeds = ",".join(str(s) for s in entry.get("seeds", spec.get("seeds", [0])))  # an entry may override the seeds
+def entry_seeds(entry: dict, spec: dict) -> list:
+    """The seeds an entry runs: its own ``seeds:`` or the spec's."""
+    return list(entry.get("seeds", spec.get("seeds", [0])))
+
+
+def entry_command(
+    slug: str, entry: dict, spec: dict, out: Path, extra: list[str], seed: object | None = None
+) -> list[str]:
+    """``python -m train -m experiment=<slug> ...`` for one entry: spec, entry and extra overrides (later wins).
+    With ``seed``, that seed alone, into the subfolder a run of all the entry's seeds gives it (its index there)."""
+    seeds = entry_seeds(entry, spec)
+    if seed is None:
+        pinned = [f"seed={','.join(str(s) for s in seeds)}"]
+    else:
+        pinned = [f"seed={seed}", f"hydra.sweep.subdir={seeds.index(seed)}"]
     overrides = merge_overrides(
         shlex.split(spec.get("overrides", "")), shlex.split(entry.get("overrides", "")), extra,
-        [f"seed={seeds}", f"logger={spec.get('logger', 'csv')}", "trainer.enable_progress_bar=false",
+        [*pinned, f"logger={spec.get('logger', 'csv')}", "trainer.enable_progress_bar=false",
          f"hydra.sweep.dir={out / entry['name']}"],
     )  # fmt: skip
     return [sys.executable, "-m", "train", "-m", f"experiment={slug}", *overrides]
@@ -139,8 +153,10 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.kill()
 
 
-def run_entry(slug: str, entry: dict, spec: dict, out: Path, extra: list[str]) -> tuple[int, float]:
-    cmd = entry_command(slug, entry, spec, out, extra)
+def run_entry(
+    slug: str, entry: dict, spec: dict, out: Path, extra: list[str], seed: object | None = None
+) -> tuple[int, float]:
+    cmd = entry_command(slug, entry, spec, out, extra, seed)
     print("$", shlex.join(cmd[1:]), flush=True)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT)
@@ -266,6 +282,9 @@ def write_page(
         if rc is None and not any(r.name == entry["name"] for r in records):
             state = "not run (no runs on disk)"
         wall = "—" if secs is None else f"{secs:.0f} s"
+        split = sum(k.startswith(SEED_KEY.format(name=entry["name"], seed="")) for k in status)
+        if split and secs is not None:
+            wall += f" (sum of {split} one-seed processes)"
         own_seeds = f" (seeds {entry['seeds']})" if "seeds" in entry else ""
         lines.append(f"| {entry['name']} | `{entry.get('overrides', '')}`{own_seeds} | {state} | {wall} |")
     most = max((sum(r.name == n for r in records) for n in {r.name for r in records}), default=0)
@@ -367,6 +386,39 @@ def select_entries(slug: str, spec: dict, only: str | None) -> list[dict]:
     return [by_name[n] for n in wanted]
 
 
+def select_seeds(slug: str, spec: dict, entries: list[dict], seeds: str | None) -> dict[str, list]:
+    """``--seeds``: per selected entry, the named seeds it runs (in the order given; an entry whose own ``seeds:``
+    lacks one skips it). ``{}`` without ``--seeds``. A seed that no selected entry runs is a ConfigError."""
+    if seeds is None:
+        return {}
+    wanted = []
+    for tok in dict.fromkeys(t.strip() for t in seeds.split(",") if t.strip()):
+        try:
+            wanted.append(int(tok))
+        except ValueError:
+            raise ConfigError(f"--seeds takes comma-separated integers, got {tok!r}") from None
+    if not wanted:
+        raise ConfigError("--seeds names no seed")
+    picked = {e["name"]: [s for s in wanted if s in entry_seeds(e, spec)] for e in entries}
+    missing = sorted(set(wanted) - {s for v in picked.values() for s in v})
+    if missing:
+        raise ConfigError(f"--seeds {missing} are not seeds of the selected runs of {slug}")
+    return {n: v for n, v in picked.items() if v}
+
+
+SEED_KEY = "{name}@seed={seed}"  # per-seed status of a `--seeds` run, beside the entry's summed status
+
+
+def seed_status(status: dict, name: str, seed: object, result: tuple[int, float]) -> dict:
+    """Record one seed's ``(exit code, wall seconds)`` and set the entry's status to the worst exit code and the
+    summed wall time over its recorded seeds."""
+    status = {**status, SEED_KEY.format(name=name, seed=seed): result}
+    prefix = SEED_KEY.format(name=name, seed="")
+    per = [v for k, v in status.items() if k.startswith(prefix)]
+    status[name] = (max(rc for rc, _ in per), sum(t for _, t in per))
+    return status
+
+
 def main(argv: list[str] | None = None) -> None:
     from suite.cli import fail
 
@@ -384,6 +436,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--only", default=None, help="comma-separated run names to (re)run; the others are reused from disk"
     )
+    parser.add_argument(
+        "--seeds", default=None, help="comma-separated seeds to (re)run of the selected entries, one process each "
+        "(into the folders a full run uses), e.g. to split one entry's seeds over processes"
+    )  # fmt: skip
     args = parser.parse_intermixed_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind through run_entry's cleanup
     try:
@@ -394,8 +450,14 @@ def main(argv: list[str] | None = None) -> None:
         status_file = out / "claim_status.json"  # exit code + wall time per run, kept for --report-only
         status = load_status(status_file)
         todo = select_entries(args.slug, spec, args.only)
+        picked = select_seeds(args.slug, spec, todo, args.seeds)
+        if args.seeds is not None:
+            todo = [e for e in todo if e["name"] in picked]
         ran = []
-        if not args.report_only and uses_slurm([*shlex.split(spec.get("overrides", "")), *args.overrides]):
+        slurm = uses_slurm([*shlex.split(spec.get("overrides", "")), *args.overrides])
+        if not args.report_only and slurm and args.seeds is not None:
+            raise ConfigError("--seeds splits local runs over processes; with launcher=slurm every seed is a job")
+        if not args.report_only and slurm:
             results = run_entries_at_once(args.slug, todo, spec, out, args.overrides)
             ran = list(results)
             out.mkdir(parents=True, exist_ok=True)
@@ -403,12 +465,19 @@ def main(argv: list[str] | None = None) -> None:
             status_file.write_text(json.dumps(status, indent=1))
         elif not args.report_only:
             for entry in todo:
-                result = run_entry(args.slug, entry, spec, out, args.overrides)
-                ran.append(entry["name"])
-                out.mkdir(parents=True, exist_ok=True)
-                status = load_status(status_file)  # re-read: another `--only` invocation may have written meanwhile
-                status[entry["name"]] = result
-                status_file.write_text(json.dumps(status, indent=1))
+                name = entry["name"]
+                for seed in picked.get(name, [None]):
+                    result = run_entry(args.slug, entry, spec, out, args.overrides, seed)
+                    ran.append(name)
+                    out.mkdir(parents=True, exist_ok=True)
+                    status = load_status(status_file)  # re-read: another invocation may have written meanwhile
+                    if seed is None:  # the whole entry: its per-seed statuses are superseded
+                        prefix = SEED_KEY.format(name=name, seed="")
+                        status = {k: v for k, v in status.items() if not k.startswith(prefix)}
+                        status[name] = result
+                    else:
+                        status = seed_status(status, name, seed, result)
+                    status_file.write_text(json.dumps(status, indent=1))
         records = collect(spec, out)
         page_path = Path(args.page).resolve() if args.page else None
         if paper and page_path is None:
@@ -417,7 +486,7 @@ def main(argv: list[str] | None = None) -> None:
         if paper:
             finish_paper_page(page, args.slug, spec, records, args.overrides)
         print(f"wrote {page} ({len(records)} runs)")
-        failed = [n for n in ran if status[n][0]]
+        failed = list(dict.fromkeys(n for n in ran if status[n][0]))
         if failed:
             fail(f"claim runs failed: {', '.join(failed)} (see {page})")
     except SuiteError as err:

@@ -221,6 +221,48 @@ def test_claim_4x_check_of_none_settles_or_fails_the_clean_cost():
     assert verdicts(gains, spec)[2].verdict == "inconclusive: underfit"
 
 
+def test_claim_4x_check_of_a_defence_also_pairs_its_mean_asr():
+    """``abl_long`` (ABL's detection, then 4x the retraining) settles ``abl`` only when neither its clean accuracy
+    nor its mean ASR improves by more than the seed spread: a longer retraining that lowers the ASR would change
+    the average-defence comparison. ``none``'s ASR is not checked (its verdicts use only its clean accuracy)."""
+    from types import SimpleNamespace
+
+    from reports.badloss import claim_report, convergence, verdicts
+
+    flat = {"val/loss": [(0, 1.0), (10, 0.5), (20, 0.5)]}
+    noisy = {"val/loss": [(0, 1.0), (10, 0.30), (16, 0.33), (20, 0.30)]}
+
+    def rec(name, seed, acc, asr, curves=flat):
+        m = {"test/acc": acc, "test/asr_mean": asr, "test/asr_patch": asr}
+        return SimpleNamespace(name=name, seed=seed, metrics=m, curves=curves, path=".")
+
+    records = [rec("none", s, 0.88 + 0.005 * s, 0.9) for s in range(3)]
+    records += [rec("none_long", s, 0.88 + 0.005 * s, 0.2) for s in range(3)]  # none's ASR falls: not checked
+    records += [rec("badloss", s, 0.86, 0.05 + 0.01 * s) for s in range(3)]
+    records += [rec("spectral", s, 0.87, 0.20 + 0.01 * s) for s in range(3)]
+    abl = [rec("abl", s, 0.87 + 0.005 * s, 0.60 + 0.05 * s, noisy) for s in range(3)]  # ASR spread ~0.041
+    spec = {"sizing_metric": "val/loss"}
+    judged, checks = convergence(records + abl, spec)
+    assert judged["none"][0] and "mean ASR" not in checks["none"][1]
+    assert not judged["abl"][0] and "abl" not in checks  # no 4x run: the noisy curve reads as still improving
+    # same accuracy, ASR 0.01 lower at 4x: both within the spread, so the 4x run settles ABL
+    steady = [rec("abl_long", s, 0.87 + 0.005 * s, 0.59 + 0.05 * s) for s in range(3)]
+    judged, checks = convergence(records + abl + steady, spec)
+    assert checks["abl"][0] and judged["abl"][0] and "which settles it" in judged["abl"][1]
+    assert "clean accuracy: " in checks["abl"][1] and "; mean ASR: " in checks["abl"][1]
+    v = verdicts(records + abl + steady, spec)
+    assert v[1].verdict == "reproduced" and "every averaged entry converged" in v[1].evidence
+    assert "clean accuracy: " in claim_report(records + abl + steady, Path("."), spec)
+    # same accuracy, but 4x the retraining lowers ABL's ASR by 0.2 (spread ~0.041): not converged, row untested
+    falls = [rec("abl_long", s, 0.87 + 0.005 * s, 0.40 + 0.05 * s) for s in range(3)]
+    judged, checks = convergence(records + abl + falls, spec)
+    assert not checks["abl"][0] and not judged["abl"][0] and "mean ASR: " in judged["abl"][1]
+    assert verdicts(records + abl + falls, spec)[1].verdict == "inconclusive: underfit"
+    # a rising ASR at 4x is no improvement: ABL leaves more, the comparison stands
+    rises = [rec("abl_long", s, 0.87 + 0.005 * s, 0.80 + 0.05 * s) for s in range(3)]
+    assert convergence(records + abl + rises, spec)[0]["abl"][0]
+
+
 def test_knn_distances_are_float64_whatever_the_input():
     """Issue 18 item 3: on float32 loss-sized trajectories the matrix-product cdist gave self-distances of ~0.008 and
     swapped neighbour ranks; distances are now float64 differences, so a copy is at distance exactly 0."""

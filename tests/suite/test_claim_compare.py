@@ -63,6 +63,26 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     after = json.loads(status_file.read_text())
     assert after["sgd_lr005"] == before["sgd_lr005"] and after["sgd_lr001"] != before["sgd_lr001"]
     assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok |" in page.read_text()
+    # `--seeds` reruns one seed of an entry, alone, into the folder the full run gave it (index 1 of [0, 1]), and
+    # keeps the other seed's run and the other entries' status.
+    seed0 = sorted((tmp_path / "runs" / "sgd_lr005" / "0").rglob("metrics.json"))
+    seed1 = sorted((tmp_path / "runs" / "sgd_lr005" / "1").rglob("metrics.json"))
+    assert len(seed0) == len(seed1) == 1
+    t0, t1 = seed0[0].stat().st_mtime_ns, seed1[0].stat().st_mtime_ns
+    proc = run_cli(
+        ["suite.claim", "spine_fixture", "--spec", str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml"),
+         "--out", str(tmp_path / "runs"), "--page", str(page), "--only", "sgd_lr005", "--seeds", "1",
+         "trainer.max_epochs=1"],
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert seed0[0].stat().st_mtime_ns == t0 and seed1[0].stat().st_mtime_ns != t1
+    assert read_run(seed1[0].parent).seed == 1 and len(find_runs([tmp_path / "runs" / "sgd_lr005"])) == 2
+    split = json.loads(status_file.read_text())
+    assert split["sgd_lr001"] == after["sgd_lr001"]
+    assert split["sgd_lr005"] == split["sgd_lr005@seed=1"] and split["sgd_lr005"][0] == 0
+    assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok | " in page.read_text()
+    assert "(sum of 1 one-seed processes)" in page.read_text()
 
 
 def test_claim_unknown_spec_is_one_line(tmp_path):
@@ -81,6 +101,18 @@ def test_claim_only_unknown_name_is_one_line(tmp_path):
     assert not (tmp_path / "sgd_lr005").exists()  # nothing ran
 
 
+def test_claim_seeds_errors_are_one_line(tmp_path):
+    spec = str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml")
+    for args, message in [
+        (["--only", "sgd_lr001", "--seeds", "0"], "--seeds [0] are not seeds of the selected runs of spine_fixture"),
+        (["--seeds", "0", "launcher=slurm"], "--seeds splits local runs over processes; with launcher=slurm"),
+    ]:
+        proc = run_cli(["suite.claim", "spine_fixture", "--spec", spec, "--out", str(tmp_path), *args])
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert message in proc.stderr.strip().splitlines()[-1]
+    assert not any(tmp_path.iterdir())  # nothing ran
+
+
 def test_claim_only_runs_the_entries_in_the_order_given():
     from suite.claim import select_entries
     from suite.errors import ConfigError
@@ -91,6 +123,32 @@ def test_claim_only_runs_the_entries_in_the_order_given():
     assert [e["name"] for e in select_entries("x", spec, " c, a,c ")] == ["c", "a"]
     with pytest.raises(ConfigError, match=r"--only names \['z'\] are not runs of x \(runs: a, b, c\)"):
         select_entries("x", spec, "a,z")
+
+
+def test_claim_seeds_splits_an_entry_by_seed():
+    from suite.claim import entry_command, seed_status, select_seeds
+    from suite.errors import ConfigError
+
+    spec = {"runs": [{"name": "a"}, {"name": "b", "seeds": [2]}], "seeds": [0, 1, 2], "overrides": ""}
+    assert select_seeds("x", spec, spec["runs"], None) == {}
+    # each entry runs the named seeds it has, in the order given; an entry with none of them is left out
+    assert select_seeds("x", spec, spec["runs"], "2, 1") == {"a": [2, 1], "b": [2]}
+    assert select_seeds("x", spec, spec["runs"], "1") == {"a": [1]}
+    with pytest.raises(ConfigError, match=r"--seeds \[7\] are not seeds of the selected runs of x"):
+        select_seeds("x", spec, spec["runs"], "1,7")
+    with pytest.raises(ConfigError, match="comma-separated integers, got 'one'"):
+        select_seeds("x", spec, spec["runs"], "one")
+    # one seed goes to the subfolder a run of all the entry's seeds gives it: its index in the entry's seeds
+    cmd = entry_command("x", spec["runs"][1], spec, ROOT / "out", [], seed=2)
+    assert "seed=2" in cmd and "hydra.sweep.subdir=0" in cmd
+    cmd = entry_command("x", spec["runs"][0], spec, ROOT / "out", ["hydra.sweep.subdir=9"], seed=2)
+    assert "seed=2" in cmd and "hydra.sweep.subdir=2" in cmd and "hydra.sweep.subdir=9" not in cmd
+    assert "seed=0,1,2" in entry_command("x", spec["runs"][0], spec, ROOT / "out", [])
+    # the entry's status: the worst exit code and the summed wall time of its one-seed runs
+    status = seed_status({"b": (0, 5.0)}, "a", 0, (0, 10.0))
+    status = seed_status(status, "a", 2, (1, 4.0))
+    assert status["a"] == (1, 14.0) and status["b"] == (0, 5.0)
+    assert seed_status(status, "a", 2, (0, 6.0))["a"] == (0, 16.0)  # a rerun of a seed replaces its status
 
 
 def test_compare_no_runs_is_one_line(tmp_path):

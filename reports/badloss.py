@@ -127,14 +127,14 @@ def convergence(records: list[Any], spec: dict | None = None) -> tuple[dict[str,
     metric, hib = rep.sizing_spec(spec or "badloss")
     plateaued = rep.sizing(rep.main_runs(records), metric or "val/loss", higher_is_better=hib)
     checks = rep.longer_checks(records, "test/acc", higher_is_better=True)
-    # a defence's verdicts compare its mean ASR, which a longer retraining can move (the poisons it kept get more
-    # epochs to implant): its 4x run must also leave the mean ASR within the seed spread (a lower ASR counts as
-    # the improvement, the direction that would change which defence leaves less); both checks must pass
-    asr = rep.longer_checks(records, "test/asr_mean", higher_is_better=False)
+    # a defence's verdicts compare its mean ASR, which a longer retraining can move either way (the poisons it kept
+    # get more epochs to implant; or the clean data wins): its 4x run must also leave the mean ASR within the seed
+    # spread, in both directions; both checks must pass
+    asr = rep.longer_checks(records, "test/asr_mean", higher_is_better=False, two_sided=True)
     for name, (ok, why) in asr.items():
-        if name == "none" or name not in checks:
+        if name == "none":
             continue
-        acc_ok, acc_why = checks[name]
+        acc_ok, acc_why = checks.get(name, (True, "no paired accuracy"))
         checks[name] = (acc_ok and ok, f"clean accuracy: {acc_why}; mean ASR: {why}")
     return rep.apply_longer_checks(plateaued, checks, passed_settles=True), checks
 

@@ -41,6 +41,7 @@ import importlib
 import inspect
 import json
 import math
+import os
 import shlex
 import signal
 import statistics
@@ -130,7 +131,9 @@ def entry_command(
     slug: str, entry: dict, spec: dict, out: Path, extra: list[str], seed: object | None = None
 ) -> list[str]:
     """``python -m train -m experiment=<slug> ...`` for one entry: spec, entry and extra overrides (later wins).
-    With ``seed``, that seed alone, into the subfolder a run of all the entry's seeds gives it (its index there)."""
+    With ``seed``, that seed alone, into the subfolder a run of all the entry's seeds gives it (its index there;
+    Hydra numbers the jobs of a sweep in the order of its values). An override that sweeps another key too would
+    number the jobs across both sweeps: ``--seeds`` is for entries that sweep only the seed."""
     seeds = entry_seeds(entry, spec)
     if seed is None:
         pinned = [f"seed={','.join(str(s) for s in seeds)}"]
@@ -236,6 +239,43 @@ def finish_paper_page(page: Path, slug: str, spec: dict, records: list[RunRecord
     page.write_text(text.rstrip() + "\n\n" + published_section(slug, spec, records, argv) + "\n")
 
 
+SEED_KEY = "{name}@seed={seed}"  # per-seed status of a `--seeds` run, beside the entry's summed status
+EARLIER = "*"  # the seed key that keeps a whole-entry run's status once one of its seeds is rerun alone
+
+
+def split_seeds(status: dict, name: str) -> list[str]:
+    """The seeds of ``name`` with a status of their own (``--seeds`` runs; ``*``: the earlier whole-entry run)."""
+    prefix = SEED_KEY.format(name=name, seed="")
+    return [k[len(prefix) :] for k in status if k.startswith(prefix)]
+
+
+def record_status(status: dict, name: str, seed: object | None, result: tuple[int, float]) -> dict:
+    """Record ``(exit code, wall seconds)`` of a run of ``name``. A whole-entry run (``seed`` None) replaces the
+    entry's status and drops its per-seed ones. A one-seed run keeps its own status and, on the first one, the
+    earlier whole-entry status (under seed ``*``: its other seeds still come from that run); the entry's status
+    becomes the worst exit code and the summed wall time over those."""
+    status = dict(status)
+    if seed is None:
+        for s in split_seeds(status, name):
+            del status[SEED_KEY.format(name=name, seed=s)]
+        status[name] = result
+        return status
+    if not split_seeds(status, name) and name in status:
+        status[SEED_KEY.format(name=name, seed=EARLIER)] = status[name]
+    status[SEED_KEY.format(name=name, seed=seed)] = result
+    per = [status[SEED_KEY.format(name=name, seed=s)] for s in split_seeds(status, name)]
+    status[name] = (max(rc for rc, _ in per), sum(t for _, t in per))
+    return status
+
+
+def write_status(path: Path, status: dict) -> None:
+    """Write the status file atomically: a claim split over processes reads it while another one writes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(status, indent=1))
+    os.replace(tmp, path)
+
+
 def load_status(path: Path) -> dict:
     """Exit code and wall time of each run from an earlier claim invocation (empty when absent or unreadable)."""
     try:
@@ -282,9 +322,11 @@ def write_page(
         if rc is None and not any(r.name == entry["name"] for r in records):
             state = "not run (no runs on disk)"
         wall = "—" if secs is None else f"{secs:.0f} s"
-        split = sum(k.startswith(SEED_KEY.format(name=entry["name"], seed="")) for k in status)
+        split = split_seeds(status, entry["name"])
         if split and secs is not None:
-            wall += f" (sum of {split} one-seed processes)"
+            alone = [s for s in split if s != EARLIER]
+            earlier = "an earlier run of all seeds and " if EARLIER in split else ""
+            wall += f" (sum of {earlier}one-seed runs of seed{'s' * (len(alone) > 1)} {', '.join(alone)})"
         own_seeds = f" (seeds {entry['seeds']})" if "seeds" in entry else ""
         lines.append(f"| {entry['name']} | `{entry.get('overrides', '')}`{own_seeds} | {state} | {wall} |")
     most = max((sum(r.name == n for r in records) for n in {r.name for r in records}), default=0)
@@ -406,19 +448,6 @@ def select_seeds(slug: str, spec: dict, entries: list[dict], seeds: str | None) 
     return {n: v for n, v in picked.items() if v}
 
 
-SEED_KEY = "{name}@seed={seed}"  # per-seed status of a `--seeds` run, beside the entry's summed status
-
-
-def seed_status(status: dict, name: str, seed: object, result: tuple[int, float]) -> dict:
-    """Record one seed's ``(exit code, wall seconds)`` and set the entry's status to the worst exit code and the
-    summed wall time over its recorded seeds."""
-    status = {**status, SEED_KEY.format(name=name, seed=seed): result}
-    prefix = SEED_KEY.format(name=name, seed="")
-    per = [v for k, v in status.items() if k.startswith(prefix)]
-    status[name] = (max(rc for rc, _ in per), sum(t for _, t in per))
-    return status
-
-
 def main(argv: list[str] | None = None) -> None:
     from suite.cli import fail
 
@@ -453,31 +482,28 @@ def main(argv: list[str] | None = None) -> None:
         picked = select_seeds(args.slug, spec, todo, args.seeds)
         if args.seeds is not None:
             todo = [e for e in todo if e["name"] in picked]
-        ran = []
+        failures = []
         slurm = uses_slurm([*shlex.split(spec.get("overrides", "")), *args.overrides])
         if not args.report_only and slurm and args.seeds is not None:
             raise ConfigError("--seeds splits local runs over processes; with launcher=slurm every seed is a job")
         if not args.report_only and slurm:
             results = run_entries_at_once(args.slug, todo, spec, out, args.overrides)
-            ran = list(results)
             out.mkdir(parents=True, exist_ok=True)
-            status = {**load_status(status_file), **results}
-            status_file.write_text(json.dumps(status, indent=1))
+            status = load_status(status_file)
+            for name, result in results.items():
+                status = record_status(status, name, None, result)
+            write_status(status_file, status)
+            failures = [n for n, (rc, _) in results.items() if rc]
         elif not args.report_only:
             for entry in todo:
                 name = entry["name"]
                 for seed in picked.get(name, [None]):
                     result = run_entry(args.slug, entry, spec, out, args.overrides, seed)
-                    ran.append(name)
-                    out.mkdir(parents=True, exist_ok=True)
+                    if result[0]:  # this process's own runs decide its exit code, not another process's seeds
+                        failures.append(name if seed is None else SEED_KEY.format(name=name, seed=seed))
                     status = load_status(status_file)  # re-read: another invocation may have written meanwhile
-                    if seed is None:  # the whole entry: its per-seed statuses are superseded
-                        prefix = SEED_KEY.format(name=name, seed="")
-                        status = {k: v for k, v in status.items() if not k.startswith(prefix)}
-                        status[name] = result
-                    else:
-                        status = seed_status(status, name, seed, result)
-                    status_file.write_text(json.dumps(status, indent=1))
+                    status = record_status(status, name, seed, result)
+                    write_status(status_file, status)
         records = collect(spec, out)
         page_path = Path(args.page).resolve() if args.page else None
         if paper and page_path is None:
@@ -486,9 +512,8 @@ def main(argv: list[str] | None = None) -> None:
         if paper:
             finish_paper_page(page, args.slug, spec, records, args.overrides)
         print(f"wrote {page} ({len(records)} runs)")
-        failed = list(dict.fromkeys(n for n in ran if status[n][0]))
-        if failed:
-            fail(f"claim runs failed: {', '.join(failed)} (see {page})")
+        if failures:
+            fail(f"claim runs failed: {', '.join(failures)} (see {page})")
     except SuiteError as err:
         fail(str(err))
 

@@ -219,6 +219,7 @@ def longer_run_check(
     unit: str = "",
     suffix: str = "_long",
     seed: int | None = None,
+    two_sided: bool = False,
 ) -> tuple[bool, str] | None:
     """The longer-budget sizing check: entry ``<base><suffix>`` is ``base`` trained longer (e.g. 4x the steps), on one
     seed or more; it counts as converged when the longer runs improve ``key`` (a test metric) over the same seeds of
@@ -236,6 +237,8 @@ def longer_run_check(
         unit: appended to the numbers in the reading (e.g. ``" dB"``).
         suffix: the longer entry's name suffix.
         seed: pair only this seed; ``None`` = every seed that both entries ran.
+        two_sided: also count a worsening by more than ``tol`` as not converged (a metric that the longer budget
+            may move either way, e.g. a backdoor's success rate under a longer retraining).
 
     Returns:
         ``None`` when no seed has both runs, else ``(converged, one-line reading)``; a non-finite value on either
@@ -266,7 +269,7 @@ def longer_run_check(
     sign = 1.0 if higher_is_better else -1.0
     gains = [(longer[s] - main[s]) * sign for s in seeds]
     gain = statistics.fmean(gains)
-    ok = gain <= tol
+    ok = abs(gain) <= tol if two_sided else gain <= tol
     moved = f"improves {key} by {gain:.3g}{unit}" if gain >= 0 else f"worsens {key} by {-gain:.3g}{unit}"
     if len(seeds) == 1:
         values_read = f"{main[seeds[0]]:.4g} -> {longer[seeds[0]]:.4g}"
@@ -282,13 +285,16 @@ def longer_run_check(
 
 
 def longer_checks(
-    records: list[Any], key: str, *, higher_is_better: bool, suffix: str = "_long"
+    records: list[Any], key: str, *, higher_is_better: bool, suffix: str = "_long", two_sided: bool = False
 ) -> dict[str, tuple[bool, str]]:
     """:func:`longer_run_check` on ``key`` of every entry that has a ``<entry><suffix>`` run, by entry name (sorted);
     entries without a pair are left out."""
     names = {str(getattr(r, "name", "")) for r in records}
     bases = sorted(n for n in names if n + suffix in names)
-    checks = {n: longer_run_check(records, n, key, higher_is_better=higher_is_better, suffix=suffix) for n in bases}
+    checks = {
+        n: longer_run_check(records, n, key, higher_is_better=higher_is_better, suffix=suffix, two_sided=two_sided)
+        for n in bases
+    }
     return {n: c for n, c in checks.items() if c is not None}
 
 

@@ -223,8 +223,8 @@ def test_claim_4x_check_of_none_settles_or_fails_the_clean_cost():
 
 def test_claim_4x_check_of_a_defence_also_pairs_its_mean_asr():
     """``abl_long`` (ABL's detection, then 4x the retraining) settles ``abl`` only when neither its clean accuracy
-    nor its mean ASR improves by more than the seed spread: a longer retraining that lowers the ASR would change
-    the average-defence comparison. ``none``'s ASR is not checked (its verdicts use only its clean accuracy)."""
+    nor its mean ASR moves (either way) by more than the seed spread: the verdicts compare that ASR. ``none``'s
+    ASR is not checked (its verdicts use only its clean accuracy)."""
     from types import SimpleNamespace
 
     from reports.badloss import claim_report, convergence, verdicts
@@ -258,9 +258,10 @@ def test_claim_4x_check_of_a_defence_also_pairs_its_mean_asr():
     judged, checks = convergence(records + abl + falls, spec)
     assert not checks["abl"][0] and not judged["abl"][0] and "mean ASR: " in judged["abl"][1]
     assert verdicts(records + abl + falls, spec)[1].verdict == "inconclusive: underfit"
-    # a rising ASR at 4x is no improvement: ABL leaves more, the comparison stands
+    # a rising ASR at 4x (the kept poisons implant with more epochs) is no convergence either: two-sided
     rises = [rec("abl_long", s, 0.87 + 0.005 * s, 0.80 + 0.05 * s) for s in range(3)]
-    assert convergence(records + abl + rises, spec)[0]["abl"][0]
+    judged, checks = convergence(records + abl + rises, spec)
+    assert not judged["abl"][0] and "worsens test/asr_mean by 0.2" in checks["abl"][1]
 
 
 def test_knn_distances_are_float64_whatever_the_input():

@@ -63,26 +63,44 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     after = json.loads(status_file.read_text())
     assert after["sgd_lr005"] == before["sgd_lr005"] and after["sgd_lr001"] != before["sgd_lr001"]
     assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok |" in page.read_text()
-    # `--seeds` reruns one seed of an entry, alone, into the folder the full run gave it (index 1 of [0, 1]), and
-    # keeps the other seed's run and the other entries' status.
-    seed0 = sorted((tmp_path / "runs" / "sgd_lr005" / "0").rglob("metrics.json"))
-    seed1 = sorted((tmp_path / "runs" / "sgd_lr005" / "1").rglob("metrics.json"))
-    assert len(seed0) == len(seed1) == 1
-    t0, t1 = seed0[0].stat().st_mtime_ns, seed1[0].stat().st_mtime_ns
+
+    # `--seeds` reruns one seed of each selected entry, alone, into the folder the full run gave it: its index in
+    # the entry's seeds (sgd_lr005: [0, 1] -> 1; sgd_lr001: [1] -> 0), and keeps the other seed's run.
+    def metrics_files(entry, sub):
+        return sorted((tmp_path / "runs" / entry / sub).rglob("metrics.json"))
+
+    (seed0,), (seed1,), (own,) = (
+        metrics_files("sgd_lr005", "0"),
+        metrics_files("sgd_lr005", "1"),
+        metrics_files("sgd_lr001", "0"),
+    )
+    t0, t1, t_own = seed0.stat().st_mtime_ns, seed1.stat().st_mtime_ns, own.stat().st_mtime_ns
     proc = run_cli(
         ["suite.claim", "spine_fixture", "--spec", str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml"),
-         "--out", str(tmp_path / "runs"), "--page", str(page), "--only", "sgd_lr005", "--seeds", "1",
+         "--out", str(tmp_path / "runs"), "--page", str(page), "--only", "sgd_lr005,sgd_lr001", "--seeds", "1",
          "trainer.max_epochs=1"],
         timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert seed0[0].stat().st_mtime_ns == t0 and seed1[0].stat().st_mtime_ns != t1
-    assert read_run(seed1[0].parent).seed == 1 and len(find_runs([tmp_path / "runs" / "sgd_lr005"])) == 2
+    assert seed0.stat().st_mtime_ns == t0 and seed1.stat().st_mtime_ns != t1 and own.stat().st_mtime_ns != t_own
+    assert read_run(seed1.parent).seed == 1 and read_run(own.parent).seed == 1
+    assert len(find_runs([tmp_path / "runs"])) == 3  # no extra folder
     split = json.loads(status_file.read_text())
-    assert split["sgd_lr001"] == after["sgd_lr001"]
-    assert split["sgd_lr005"] == split["sgd_lr005@seed=1"] and split["sgd_lr005"][0] == 0
+    # the earlier whole-entry status is kept beside the one-seed run's, and the entry's is their sum
+    assert split["sgd_lr005@seed=*"] == after["sgd_lr005"] and split["sgd_lr005@seed=1"][0] == 0
+    assert split["sgd_lr005"][1] == split["sgd_lr005@seed=*"][1] + split["sgd_lr005@seed=1"][1]
+    assert split["sgd_lr001@seed=*"] == after["sgd_lr001"]
     assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok | " in page.read_text()
-    assert "(sum of 1 one-seed processes)" in page.read_text()
+    assert "(sum of an earlier run of all seeds and one-seed runs of seed 1)" in page.read_text()
+    # a whole-entry run replaces the per-seed statuses
+    proc = run_cli(
+        ["suite.claim", "spine_fixture", "--spec", str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml"),
+         "--out", str(tmp_path / "runs"), "--page", str(page), "--only", "sgd_lr001", "trainer.max_epochs=1"],
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    whole = json.loads(status_file.read_text())
+    assert not any(k.startswith("sgd_lr001@") for k in whole) and "sgd_lr005@seed=1" in whole
 
 
 def test_claim_unknown_spec_is_one_line(tmp_path):
@@ -113,6 +131,34 @@ def test_claim_seeds_errors_are_one_line(tmp_path):
     assert not any(tmp_path.iterdir())  # nothing ran
 
 
+def test_claim_exit_code_counts_only_the_runs_of_this_process(tmp_path):
+    """Split over processes, each claim process fails on its own runs: a seed that failed in another process (its
+    status in the shared file) does not fail this one, and a failed one-seed run is named with its seed."""
+    import json
+
+    spec = str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml")
+    out = tmp_path / "runs"
+    out.mkdir()
+    (out / "claim_status.json").write_text(json.dumps({"sgd_lr005@seed=1": [1, 3.0], "sgd_lr005": [1, 3.0]}))
+    page = tmp_path / "page.md"
+    proc = run_cli(
+        ["suite.claim", "spine_fixture", "--spec", spec, "--out", str(out), "--page", str(page), "--only", "sgd_lr001",
+         "trainer.max_epochs=1"],
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| sgd_lr005 | `model.optimizer.lr=0.05` | FAILED (exit 1) |" in page.read_text()  # still shown
+    proc = run_cli(
+        ["suite.claim", "spine_fixture", "--spec", spec, "--out", str(out), "--page", str(page), "--only", "sgd_lr001",
+         "--seeds", "1", "trainer.max_epochs=oops"],
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "claim runs failed: sgd_lr001@seed=1" in proc.stderr.strip().splitlines()[-1]
+    status = json.loads((out / "claim_status.json").read_text())
+    assert status["sgd_lr001@seed=1"][0] != 0 and status["sgd_lr001"][0] != 0 and status["sgd_lr005"][0] == 1
+
+
 def test_claim_only_runs_the_entries_in_the_order_given():
     from suite.claim import select_entries
     from suite.errors import ConfigError
@@ -126,7 +172,7 @@ def test_claim_only_runs_the_entries_in_the_order_given():
 
 
 def test_claim_seeds_splits_an_entry_by_seed():
-    from suite.claim import entry_command, seed_status, select_seeds
+    from suite.claim import entry_command, record_status, select_seeds
     from suite.errors import ConfigError
 
     spec = {"runs": [{"name": "a"}, {"name": "b", "seeds": [2]}], "seeds": [0, 1, 2], "overrides": ""}
@@ -138,6 +184,8 @@ def test_claim_seeds_splits_an_entry_by_seed():
         select_seeds("x", spec, spec["runs"], "1,7")
     with pytest.raises(ConfigError, match="comma-separated integers, got 'one'"):
         select_seeds("x", spec, spec["runs"], "one")
+    with pytest.raises(ConfigError, match="--seeds names no seed"):
+        select_seeds("x", spec, spec["runs"], " , ")
     # one seed goes to the subfolder a run of all the entry's seeds gives it: its index in the entry's seeds
     cmd = entry_command("x", spec["runs"][1], spec, ROOT / "out", [], seed=2)
     assert "seed=2" in cmd and "hydra.sweep.subdir=0" in cmd
@@ -145,10 +193,16 @@ def test_claim_seeds_splits_an_entry_by_seed():
     assert "seed=2" in cmd and "hydra.sweep.subdir=2" in cmd and "hydra.sweep.subdir=9" not in cmd
     assert "seed=0,1,2" in entry_command("x", spec["runs"][0], spec, ROOT / "out", [])
     # the entry's status: the worst exit code and the summed wall time of its one-seed runs
-    status = seed_status({"b": (0, 5.0)}, "a", 0, (0, 10.0))
-    status = seed_status(status, "a", 2, (1, 4.0))
+    status = record_status({"b": (0, 5.0)}, "a", 0, (0, 10.0))
+    status = record_status(status, "a", 2, (1, 4.0))
     assert status["a"] == (1, 14.0) and status["b"] == (0, 5.0)
-    assert seed_status(status, "a", 2, (0, 6.0))["a"] == (0, 16.0)  # a rerun of a seed replaces its status
+    assert record_status(status, "a", 2, (0, 6.0))["a"] == (0, 16.0)  # a rerun of a seed replaces its status
+    # a failed whole-entry run stays in the entry's status after one seed is rerun alone (its other seeds are
+    # still that run's); a whole-entry run replaces every per-seed status
+    status = record_status({"a": (1, 30.0)}, "a", 1, (0, 10.0))
+    assert status == {"a": (1, 40.0), "a@seed=*": (1, 30.0), "a@seed=1": (0, 10.0)}
+    assert record_status(status, "a", None, (0, 25.0)) == {"a": (0, 25.0)}
+    assert record_status({"a_long@seed=1": (0, 1.0)}, "a", 1, (0, 2.0))["a"] == (0, 2.0)  # another entry's seeds
 
 
 def test_compare_no_runs_is_one_line(tmp_path):

@@ -82,6 +82,11 @@ def test_longer_run_check_pairs_one_seed_and_measures_against_the_seed_spread(tm
     # the same numbers with higher-is-better: the longer run got worse, which is no sign of underfitting
     ok, why = longer_run_check(far, "m", "test/mae", higher_is_better=True)
     assert ok and "worsens test/mae by 0.05" in why
+    # two-sided: a move by more than the spread either way is no convergence; within it, either way, is
+    ok, why = longer_run_check(far, "m", "test/mae", higher_is_better=True, two_sided=True)
+    assert not ok and "worsens test/mae by 0.05" in why
+    assert longer_run_check(near, "m", "test/mae", higher_is_better=True, two_sided=True)[0]
+    assert longer_run_check(near, "m", "test/mae", higher_is_better=False, two_sided=True)[0]
     # a fixed tolerance and a unit; seed 1's main value must not be the reference
     psnr = [RunRecord(tmp_path, "t", 1, {"test/psnr": 10.0}), RunRecord(tmp_path, "t", 0, {"test/psnr": 20.0}),
             RunRecord(tmp_path, "t_long", 0, {"test/psnr": 20.3})]  # fmt: skip

@@ -7,16 +7,24 @@ import pytest
 from suite.compare import compare, find_runs, read_run
 from tests.conftest import ROOT, run_cli
 
+FIXTURE_SPEC = str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml")
+
+
+def run_fixture_claim(tmp_path, page, *args, timeout=600):
+    """``python -m suite.claim spine_fixture`` into ``tmp_path/runs`` with ``page``, plus ``args``; must succeed."""
+    proc = run_cli(
+        ["suite.claim", "spine_fixture", "--spec", FIXTURE_SPEC, "--out", str(tmp_path / "runs"), "--page", str(page),
+         *args],
+        timeout=timeout,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
 
 @pytest.mark.slow
 def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     page = tmp_path / "page.md"
-    proc = run_cli(
-        ["suite.claim", "spine_fixture", "--spec", str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml"),
-         "--out", str(tmp_path / "runs"), "--page", str(page), "trainer.max_epochs=1"],
-        timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_fixture_claim(tmp_path, page, "trainer.max_epochs=1", timeout=900)
     text = page.read_text()
     assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok |" in text
     assert "(n=2)" in text  # two seeds aggregated
@@ -40,11 +48,7 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     # hand-written reading kept next to the page.
     page.unlink()
     (tmp_path / "page_notes.md").write_text("## Reading\n\nVerdict: a higher learning rate wins.\n")
-    proc = run_cli(
-        ["suite.claim", "spine_fixture", "--spec", str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml"),
-         "--out", str(tmp_path / "runs"), "--page", str(page), "--report-only"],
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_fixture_claim(tmp_path, page, "--report-only")
     rebuilt = page.read_text()
     assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok |" in rebuilt
     assert "reused" not in rebuilt and "(n=2)" in rebuilt
@@ -54,12 +58,7 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
 
     status_file = tmp_path / "runs" / "claim_status.json"
     before = json.loads(status_file.read_text())
-    proc = run_cli(
-        ["suite.claim", "spine_fixture", "--spec", str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml"),
-         "--out", str(tmp_path / "runs"), "--page", str(page), "--only", "sgd_lr001", "trainer.max_epochs=1"],
-        timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_fixture_claim(tmp_path, page, "--only", "sgd_lr001", "trainer.max_epochs=1")
     after = json.loads(status_file.read_text())
     assert after["sgd_lr005"] == before["sgd_lr005"] and after["sgd_lr001"] != before["sgd_lr001"]
     assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok |" in page.read_text()
@@ -75,13 +74,7 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
         metrics_files("sgd_lr001", "0"),
     )
     t0, t1, t_own = seed0.stat().st_mtime_ns, seed1.stat().st_mtime_ns, own.stat().st_mtime_ns
-    proc = run_cli(
-        ["suite.claim", "spine_fixture", "--spec", str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml"),
-         "--out", str(tmp_path / "runs"), "--page", str(page), "--only", "sgd_lr005,sgd_lr001", "--seeds", "1",
-         "trainer.max_epochs=1"],
-        timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_fixture_claim(tmp_path, page, "--only", "sgd_lr005,sgd_lr001", "--seeds", "1", "trainer.max_epochs=1")
     assert seed0.stat().st_mtime_ns == t0 and seed1.stat().st_mtime_ns != t1 and own.stat().st_mtime_ns != t_own
     assert read_run(seed1.parent).seed == 1 and read_run(own.parent).seed == 1
     assert len(find_runs([tmp_path / "runs"])) == 3  # no extra folder
@@ -93,12 +86,7 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok | " in page.read_text()
     assert "(sum of an earlier run of all seeds and one-seed runs of seed 1)" in page.read_text()
     # a whole-entry run replaces the per-seed statuses
-    proc = run_cli(
-        ["suite.claim", "spine_fixture", "--spec", str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml"),
-         "--out", str(tmp_path / "runs"), "--page", str(page), "--only", "sgd_lr001", "trainer.max_epochs=1"],
-        timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_fixture_claim(tmp_path, page, "--only", "sgd_lr001", "trainer.max_epochs=1")
     whole = json.loads(status_file.read_text())
     assert not any(k.startswith("sgd_lr001@") for k in whole) and "sgd_lr005@seed=1" in whole
 
@@ -111,7 +99,7 @@ def test_claim_unknown_spec_is_one_line(tmp_path):
 
 def test_claim_only_unknown_name_is_one_line(tmp_path):
     proc = run_cli(
-        ["suite.claim", "spine_fixture", "--spec", str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml"),
+        ["suite.claim", "spine_fixture", "--spec", FIXTURE_SPEC,
          "--out", str(tmp_path), "--only", "sgd_lr005,nope"],
     )  # fmt: skip
     assert proc.returncode == 2
@@ -120,7 +108,7 @@ def test_claim_only_unknown_name_is_one_line(tmp_path):
 
 
 def test_claim_seeds_errors_are_one_line(tmp_path):
-    spec = str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml")
+    spec = FIXTURE_SPEC
     for args, message in [
         (["--only", "sgd_lr001", "--seeds", "0"], "--seeds [0] are not seeds of the selected runs of spine_fixture"),
         (["--seeds", "0", "launcher=slurm"], "--seeds splits local runs over processes; with launcher=slurm"),
@@ -136,7 +124,7 @@ def test_claim_exit_code_counts_only_the_runs_of_this_process(tmp_path):
     status in the shared file) does not fail this one, and a failed one-seed run is named with its seed."""
     import json
 
-    spec = str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml")
+    spec = FIXTURE_SPEC
     out = tmp_path / "runs"
     out.mkdir()
     (out / "claim_status.json").write_text(json.dumps({"sgd_lr005@seed=1": [1, 3.0], "sgd_lr005": [1, 3.0]}))
@@ -222,7 +210,7 @@ def test_stopping_a_claim_stops_its_run(tmp_path):
     import psutil
 
     cmd = [sys.executable, "-m", "suite.claim", "spine_fixture", "--spec",
-           str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml"), "--out", str(tmp_path / "runs"),
+           FIXTURE_SPEC, "--out", str(tmp_path / "runs"),
            "--page", str(tmp_path / "page.md"), "trainer.max_epochs=100000"]  # fmt: skip
     claim = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

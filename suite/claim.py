@@ -249,11 +249,14 @@ def split_seeds(status: dict, name: str) -> list[str]:
     return [k[len(prefix) :] for k in status if k.startswith(prefix)]
 
 
-def record_status(status: dict, name: str, seed: object | None, result: tuple[int, float]) -> dict:
+def record_status(
+    status: dict, name: str, seed: object | None, result: tuple[int, float], seeds: list | None = None
+) -> dict:
     """Record ``(exit code, wall seconds)`` of a run of ``name``. A whole-entry run (``seed`` None) replaces the
     entry's status and drops its per-seed ones. A one-seed run keeps its own status and, on the first one, the
-    earlier whole-entry status (under seed ``*``: its other seeds still come from that run); the entry's status
-    becomes the worst exit code and the summed wall time over those."""
+    earlier whole-entry status (under seed ``*``: its other seeds still come from that run), until every one of the
+    entry's ``seeds`` has a status of its own; the entry's status becomes the worst exit code and the summed wall
+    time over those."""
     status = dict(status)
     if seed is None:
         for s in split_seeds(status, name):
@@ -263,6 +266,8 @@ def record_status(status: dict, name: str, seed: object | None, result: tuple[in
     if not split_seeds(status, name) and name in status:
         status[SEED_KEY.format(name=name, seed=EARLIER)] = status[name]
     status[SEED_KEY.format(name=name, seed=seed)] = result
+    if seeds is not None and {str(s) for s in seeds} <= set(split_seeds(status, name)):
+        status.pop(SEED_KEY.format(name=name, seed=EARLIER), None)  # every seed rerun: the earlier run is gone
     per = [status[SEED_KEY.format(name=name, seed=s)] for s in split_seeds(status, name)]
     status[name] = (max(rc for rc, _ in per), sum(t for _, t in per))
     return status
@@ -324,7 +329,7 @@ def write_page(
         wall = "—" if secs is None else f"{secs:.0f} s"
         split = split_seeds(status, entry["name"])
         if split and secs is not None:
-            alone = [s for s in split if s != EARLIER]
+            alone = sorted((s for s in split if s != EARLIER), key=lambda s: (len(s), s))  # numeric order
             earlier = "an earlier run of all seeds and " if EARLIER in split else ""
             wall += f" (sum of {earlier}one-seed runs of seed{'s' * (len(alone) > 1)} {', '.join(alone)})"
         own_seeds = f" (seeds {entry['seeds']})" if "seeds" in entry else ""
@@ -502,7 +507,7 @@ def main(argv: list[str] | None = None) -> None:
                     if result[0]:  # this process's own runs decide its exit code, not another process's seeds
                         failures.append(name if seed is None else SEED_KEY.format(name=name, seed=seed))
                     status = load_status(status_file)  # re-read: another invocation may have written meanwhile
-                    status = record_status(status, name, seed, result)
+                    status = record_status(status, name, seed, result, entry_seeds(entry, spec))
                     write_status(status_file, status)
         records = collect(spec, out)
         page_path = Path(args.page).resolve() if args.page else None

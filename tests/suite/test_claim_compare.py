@@ -190,6 +190,9 @@ def test_claim_seeds_splits_an_entry_by_seed():
     status = record_status({"a": (1, 30.0)}, "a", 1, (0, 10.0))
     assert status == {"a": (1, 40.0), "a@seed=*": (1, 30.0), "a@seed=1": (0, 10.0)}
     assert record_status(status, "a", None, (0, 25.0)) == {"a": (0, 25.0)}
+    # once every one of the entry's seeds has run alone, the earlier whole-entry run no longer counts
+    status = record_status(status, "a", 0, (0, 7.0), seeds=[0, 1])
+    assert status == {"a": (0, 17.0), "a@seed=0": (0, 7.0), "a@seed=1": (0, 10.0)}
     assert record_status({"a_long@seed=1": (0, 1.0)}, "a", 1, (0, 2.0))["a"] == (0, 2.0)  # another entry's seeds
 
 

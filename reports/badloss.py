@@ -18,10 +18,11 @@ from suite import report as rep
 
 
 def _mean_std(values: list[float]) -> str:
+    """``mean ± std`` in %, the sample standard deviation over seeds (n - 1), as the page's other tables use."""
     v = np.asarray([x for x in values if np.isfinite(x)], dtype=float)
     if len(v) == 0:
         return "—"
-    return f"{100 * v.mean():.2f} ± {100 * v.std():.2f}"
+    return f"{100 * v.mean():.2f} ± {100 * (v.std(ddof=1) if len(v) > 1 else 0.0):.2f}"
 
 
 def asr_table(records: list[Any]) -> str:

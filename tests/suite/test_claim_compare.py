@@ -82,7 +82,9 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     # the earlier whole-entry status is kept beside the one-seed run's, and the entry's is their sum
     assert split["sgd_lr005@seed=*"] == after["sgd_lr005"] and split["sgd_lr005@seed=1"][0] == 0
     assert split["sgd_lr005"][1] == split["sgd_lr005@seed=*"][1] + split["sgd_lr005@seed=1"][1]
-    assert split["sgd_lr001@seed=*"] == after["sgd_lr001"]
+    # sgd_lr001 runs only seed 1: rerun alone, nothing of the earlier run is left
+    assert "sgd_lr001@seed=*" not in split and split["sgd_lr001"] == split["sgd_lr001@seed=1"]
+    assert "ok | " + f"{split['sgd_lr001'][1]:.0f} s (sum of one-seed runs of seed 1)" in page.read_text()
     assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok | " in page.read_text()
     assert "(sum of an earlier run of all seeds and one-seed runs of seed 1)" in page.read_text()
     # a whole-entry run replaces the per-seed statuses

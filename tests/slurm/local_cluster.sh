@@ -92,6 +92,8 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=6819
 JobRequeue=1
+# A requeued job waits cred_expire seconds before it may start again (default 120: most of the requeue test).
+AuthInfo=cred_expire=10
 MpiDefault=none
 SchedulerType=sched/backfill
 SelectType=select/cons_tres

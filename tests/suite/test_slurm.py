@@ -46,12 +46,13 @@ def slurm(tmp_path_factory):
         shutil.rmtree(state, ignore_errors=True)
 
 
-def _launch(env: dict, sweep: Path, *overrides: str) -> subprocess.Popen:
+def _launch(env: dict, sweep: Path, *overrides: str, local: bool = False) -> subprocess.Popen:
+    """The sweep through SLURM, or with ``local`` the same 2-process DDP run without it (Hydra's basic launcher)."""
     full_env = {**os.environ, **env, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
     full_env.pop("HYDRA_FULL_ERROR", None)
-    cmd = ["python", "-m", "train", "-m", "launcher=slurm", "trainer=ddp_cpu", "logger=csv",
-           "trainer.enable_progress_bar=false", "hydra.launcher.mem_gb=1", "hydra.launcher.timeout_min=20",
-           f"hydra.sweep.dir={sweep}", *overrides]  # fmt: skip
+    launcher = [] if local else ["launcher=slurm", "hydra.launcher.mem_gb=1", "hydra.launcher.timeout_min=20"]
+    cmd = ["python", "-m", "train", "-m", *launcher, "trainer=ddp_cpu", "logger=csv",
+           "trainer.enable_progress_bar=false", f"hydra.sweep.dir={sweep}", *overrides]  # fmt: skip
     cmd[0] = str(Path(os.sys.executable))
     return subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -90,16 +91,11 @@ def _trace(path: Path) -> list[dict]:
 def test_requeued_job_resumes_from_checkpoint_with_same_metrics(slurm, tmp_path):
     """The requeued job must *resume*: a deterministic restart from scratch would give the same final metrics, so
     the fixture's rank-0 trace proves it: the second process starts fitting at the global step of the checkpoint
-    the first one saved when SLURM preempted it (> 0), and trains only the remaining steps."""
+    the first one saved when SLURM preempted it (> 0), and trains only the remaining steps. The uninterrupted
+    reference is the same 2-process DDP run outside SLURM, alongside the job (the one-node cluster runs one 2-task
+    job at a time; a second SLURM job doubled this test's time)."""
     common = [FIXTURE_CONF, "experiment=spine_fixture", "trainer.max_epochs=5", "model.sleep_s=0.1"]
-    ref = _launch(slurm, tmp_path / "ref", *common, f"model.trace_file={tmp_path / 'ref.jsonl'}")
-    ref_out, _ = ref.communicate(timeout=900)
-    assert ref.returncode == 0, ref_out[-3000:]
-    full = _trace(tmp_path / "ref.jsonl")
-    full_steps = [e["global_step"] for e in full if e["event"] == "step"]
-    assert [e["global_step"] for e in full if e["event"] == "start"] == [0]
-    assert full_steps == list(range(len(full_steps))) and len(full_steps) >= 10
-
+    ref = _launch(slurm, tmp_path / "ref", *common, f"model.trace_file={tmp_path / 'ref.jsonl'}", local=True)
     sweep = tmp_path / "requeued"
     trace = tmp_path / "requeued.jsonl"
     proc = _launch(slurm, sweep, *common, f"model.trace_file={trace}")
@@ -122,6 +118,12 @@ def test_requeued_job_resumes_from_checkpoint_with_same_metrics(slurm, tmp_path)
             break
         time.sleep(1)
     assert "REQUEUED" in states and states[-1] == "COMPLETED", states
+    ref_out, _ = ref.communicate(timeout=900)
+    assert ref.returncode == 0, ref_out[-3000:]
+    full = _trace(tmp_path / "ref.jsonl")
+    full_steps = [e["global_step"] for e in full if e["event"] == "step"]
+    assert [e["global_step"] for e in full if e["event"] == "start"] == [0]
+    assert full_steps == list(range(len(full_steps))) and len(full_steps) >= 10
 
     events = _trace(trace)
     starts = [i for i, e in enumerate(events) if e["event"] == "start"]

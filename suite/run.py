@@ -292,6 +292,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         # the folder's old curve is not this run's, and ResumableCSVLogger would otherwise append to it
         truncate_csv(output_dir / "csv" / "metrics.csv", -1)
     metrics: dict[str, float] = {}
+    best = _test_best_weights(cfg, trainer)
     if cfg.get("train", True):
         try:
             trainer.fit(objs["model"], datamodule=objs["datamodule"], ckpt_path=ckpt, weights_only=True)
@@ -307,10 +308,18 @@ def train(cfg: DictConfig) -> dict[str, float]:
             raise SuiteError(f"run interrupted at global step {trainer.global_step}; resume with ckpt_path=last")
         metrics.update(_scalars(trainer.callback_metrics))
     if cfg.get("test", True):
+        test_ckpt = None if cfg.get("train", True) else ckpt
+        if best:
+            test_ckpt = trainer.checkpoint_callback.best_model_path
+            if not test_ckpt:
+                raise SuiteError("test_weights=best: no checkpoint was saved (no validation ran during training)")
+            metrics["test/weights_step"] = float(load_checkpoint(test_ckpt).get("global_step", -1))
+            log.info("testing the best-validation weights: %s", shown(test_ckpt))
         trainer.test(
             objs["model"],
             datamodule=objs["datamodule"],
-            ckpt_path=None if cfg.get("train", True) else ckpt,
+            ckpt_path=test_ckpt,
+            weights_only=True,
             verbose=False,  # the summary below names every metric once, not one column per test dataloader
         )
         metrics.update(_scalars(trainer.callback_metrics))
@@ -320,6 +329,22 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if trainer.is_global_zero:
         print(run_summary(output_dir, metrics, "debug run" if cfg.get("smoke") else "run"), flush=True)
     return metrics
+
+
+def _test_best_weights(cfg: DictConfig, trainer: pl.Trainer) -> bool:
+    """Whether ``test`` scores the best-validation checkpoint of this fit (``test_weights=best``); checks the config."""
+    choice = str(cfg.get("test_weights", "final"))
+    if choice not in ("final", "best"):
+        raise ConfigError(f"test_weights={choice}: expected final or best")
+    if choice == "final" or not cfg.get("train", True):
+        return False
+    ckpt_cb = trainer.checkpoint_callback
+    if ckpt_cb is None or ckpt_cb.monitor is None:
+        raise ConfigError(
+            "test_weights=best needs a checkpoint callback that monitors a validation metric: "
+            "callbacks.model_checkpoint.monitor=val/<metric> callbacks.model_checkpoint.mode=min|max"
+        )
+    return True
 
 
 def finish_loggers(trainer: pl.Trainer) -> None:

@@ -1,0 +1,71 @@
+"""`test_weights=best`: the test scores the best-validation checkpoint of the fit (early-stopping-style model
+selection), names the step it came from, and refuses configurations that cannot select one."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from suite.errors import ConfigError
+from suite.run import load_checkpoint, train
+from tests.conftest import FIXTURE_CONF, compose_train, run_cli
+
+BASE = [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "trainer.max_epochs=4"]
+
+
+def _val_curve(run) -> list[tuple[int, float]]:
+    with open(run / "csv" / "metrics.csv") as f:
+        return [(int(r["step"]), float(r["val/loss"])) for r in csv.DictReader(f) if r.get("val/loss")]
+
+
+def test_best_weights_are_the_selected_checkpoint_not_the_final_model(tmp_path):
+    # mode=max selects the *worst* validation loss: the first epoch's on this steadily improving fixture, so the
+    # selected weights differ from the final ones and the test must see them.
+    final = train(compose_train(BASE, tmp_path / "final"))
+    best = train(
+        compose_train(
+            [*BASE, "test_weights=best", "callbacks.model_checkpoint.monitor=val/loss",
+             "callbacks.model_checkpoint.mode=max"],
+            tmp_path / "best",
+        )
+    )  # fmt: skip
+    curve = _val_curve(tmp_path / "best")
+    assert len(curve) == 4 and curve[0][1] > curve[-1][1]  # the fixture improves, so max != final
+    worst_step = max(curve, key=lambda sv: sv[1])[0]
+    assert best["test/weights_step"] == worst_step + 1  # the checkpoint after that validation (global step)
+    saved = list((tmp_path / "best" / "checkpoints").glob("epoch_*.ckpt"))
+    assert len(saved) == 1 and load_checkpoint(str(saved[0]))["global_step"] == best["test/weights_step"]
+    assert best["test/mse"] != pytest.approx(final["test/mse"], rel=1e-3)
+    # the same weights tested on their own (`make eval`'s path) give the same test metrics
+    ev = run_cli(["train", *BASE, "train=false", f"ckpt_path={saved[0]}", f"hydra.run.dir={tmp_path / 'eval'}"])
+    assert ev.returncode == 0, ev.stderr[-2000:]
+    evaluated = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert evaluated["test/mse"] == pytest.approx(best["test/mse"], rel=1e-6)
+
+
+def test_best_weights_with_min_mode_and_final_default(tmp_path):
+    best = train(
+        compose_train(
+            [*BASE, "test_weights=best", "callbacks.model_checkpoint.monitor=val/loss",
+             "callbacks.model_checkpoint.mode=min"],
+            tmp_path / "best",
+        )
+    )  # fmt: skip
+    curve = _val_curve(tmp_path / "best")
+    assert best["test/weights_step"] == min(curve, key=lambda sv: sv[1])[0] + 1
+    final = train(compose_train(BASE, tmp_path / "final"))
+    assert "test/weights_step" not in final
+
+
+def test_best_weights_errors_are_one_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"test_weights=last: expected final or best"):
+        train(compose_train([*BASE, "test_weights=last"], tmp_path / "a"))
+    with pytest.raises(ConfigError, match=r"test_weights=best needs a checkpoint callback that monitors"):
+        train(compose_train([*BASE, "test_weights=best"], tmp_path / "b"))
+    proc = run_cli(["train", *BASE, "test_weights=best", "callbacks.model_checkpoint=null",
+                    f"hydra.run.dir={tmp_path / 'c'}"])  # fmt: skip
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "callbacks.model_checkpoint.monitor=val/<metric>" in errors[0], proc.stderr[-2000:]

@@ -20,17 +20,16 @@ def _val_curve(run) -> list[tuple[int, float]]:
         return [(int(r["step"]), float(r["val/loss"])) for r in csv.DictReader(f) if r.get("val/loss")]
 
 
+def _train_best(run, mode: str) -> dict[str, float]:
+    monitor = ["callbacks.model_checkpoint.monitor=val/loss", f"callbacks.model_checkpoint.mode={mode}"]
+    return train(compose_train([*BASE, "test_weights=best", *monitor], run))
+
+
 def test_best_weights_are_the_selected_checkpoint_not_the_final_model(tmp_path):
     # mode=max selects the *worst* validation loss: the first epoch's on this steadily improving fixture, so the
     # selected weights differ from the final ones and the test must see them.
     final = train(compose_train(BASE, tmp_path / "final"))
-    best = train(
-        compose_train(
-            [*BASE, "test_weights=best", "callbacks.model_checkpoint.monitor=val/loss",
-             "callbacks.model_checkpoint.mode=max"],
-            tmp_path / "best",
-        )
-    )  # fmt: skip
+    best = _train_best(tmp_path / "best", "max")
     curve = _val_curve(tmp_path / "best")
     assert len(curve) == 4 and curve[0][1] > curve[-1][1]  # the fixture improves, so max != final
     worst_step = max(curve, key=lambda sv: sv[1])[0]
@@ -46,13 +45,7 @@ def test_best_weights_are_the_selected_checkpoint_not_the_final_model(tmp_path):
 
 
 def test_best_weights_with_min_mode_and_final_default(tmp_path):
-    best = train(
-        compose_train(
-            [*BASE, "test_weights=best", "callbacks.model_checkpoint.monitor=val/loss",
-             "callbacks.model_checkpoint.mode=min"],
-            tmp_path / "best",
-        )
-    )  # fmt: skip
+    best = _train_best(tmp_path / "best", "min")
     curve = _val_curve(tmp_path / "best")
     assert best["test/weights_step"] == min(curve, key=lambda sv: sv[1])[0] + 1
     final = train(compose_train(BASE, tmp_path / "final"))

@@ -88,7 +88,7 @@ def _trace(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_requeued_job_resumes_from_checkpoint_with_same_metrics(slurm, tmp_path):
+def test_requeued_job_resumes_from_checkpoint_with_same_metrics(slurm, tmp_path, request):
     """The requeued job must *resume*: a deterministic restart from scratch would give the same final metrics, so
     the fixture's rank-0 trace proves it: the second process starts fitting at the global step of the checkpoint
     the first one saved when SLURM preempted it (> 0), and trains only the remaining steps. The uninterrupted
@@ -96,6 +96,7 @@ def test_requeued_job_resumes_from_checkpoint_with_same_metrics(slurm, tmp_path)
     job at a time; a second SLURM job doubled this test's time)."""
     common = [FIXTURE_CONF, "experiment=spine_fixture", "trainer.max_epochs=5", "model.sleep_s=0.1"]
     ref = _launch(slurm, tmp_path / "ref", *common, f"model.trace_file={tmp_path / 'ref.jsonl'}", local=True)
+    request.addfinalizer(lambda: ref.poll() is None and ref.kill())  # a failed assertion leaves nothing running
     sweep = tmp_path / "requeued"
     trace = tmp_path / "requeued.jsonl"
     proc = _launch(slurm, sweep, *common, f"model.trace_file={trace}")

@@ -50,6 +50,10 @@ def _launch(env: dict, sweep: Path, *overrides: str, local: bool = False) -> sub
     """The sweep through SLURM, or with ``local`` the same 2-process DDP run without it (Hydra's basic launcher)."""
     full_env = {**os.environ, **env, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
     full_env.pop("HYDRA_FULL_ERROR", None)
+    # An in-process DDP test earlier in the session leaves Lightning's MASTER_PORT in os.environ: two DDP runs at once
+    # must not both inherit it (without it the SLURM job derives its port from the job id, a local run finds a port).
+    for key in ("MASTER_PORT", "MASTER_ADDR"):
+        full_env.pop(key, None)
     launcher = [] if local else ["launcher=slurm", "hydra.launcher.mem_gb=1", "hydra.launcher.timeout_min=20"]
     cmd = ["python", "-m", "train", "-m", *launcher, "trainer=ddp_cpu", "logger=csv",
            "trainer.enable_progress_bar=false", f"hydra.sweep.dir={sweep}", *overrides]  # fmt: skip

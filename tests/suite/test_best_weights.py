@@ -37,8 +37,8 @@ def test_best_weights_are_the_selected_checkpoint_not_the_final_model(tmp_path):
     saved = list((tmp_path / "best" / "checkpoints").glob("epoch_*.ckpt"))
     assert len(saved) == 1 and load_checkpoint(str(saved[0]))["global_step"] == best["test/weights_step"]
     assert best["test/mse"] != pytest.approx(final["test/mse"], rel=1e-3)
-    # the same weights tested on their own (`make eval`'s path) give the same test metrics
-    ev = run_cli(["train", *BASE, "train=false", f"ckpt_path={saved[0]}", f"hydra.run.dir={tmp_path / 'eval'}"])
+    # the same weights tested on their own (`make eval CKPT=...`) give the same test metrics
+    ev = run_cli(["evaluate", f"ckpt_path={saved[0]}", f"hydra.run.dir={tmp_path / 'eval'}"])
     assert ev.returncode == 0, ev.stderr[-2000:]
     evaluated = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert evaluated["test/mse"] == pytest.approx(best["test/mse"], rel=1e-6)

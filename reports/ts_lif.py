@@ -155,7 +155,10 @@ def convergence(
     their validation R^2 moves from checkpoint to checkpoint by more than the seed spread of its final value, so the
     endpoint rule can read a flat curve as rising; the 4x run shows what more training does to the test R^2."""
     metric, hib = rep.sizing_spec(spec or "ts_lif")
-    plateaued = rep.sizing(rep.main_runs(records), metric or "val/r2", higher_is_better=hib if metric else True)
+    patience = rep.sizing_patience(spec or "ts_lif")
+    plateaued = rep.sizing(
+        rep.main_runs(records), metric or "val/r2", higher_is_better=hib if metric else True, patience=patience
+    )
     checks = rep.longer_checks(records, "test/r2", higher_is_better=True)
     return rep.apply_longer_checks(plateaued, checks, passed_settles=True), plateaued, checks
 

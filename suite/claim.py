@@ -13,6 +13,8 @@
     budget: {paper: {model: ..., steps: ..., data: ...}, here: {...}}   # the budget table on the page
     sizing_metric: val/loss                 # the sizing curve: every entry's validation curve, plateau judged
     sizing_higher_is_better: false
+    sizing_patience: 12                     # optional, runs ended by early stopping: plateaued = no new best in the
+                                            # last 12 validations (suite.report.patience_plateau), not the endpoint rule
 
 Each entry becomes ``python -m train -m experiment=<slug> <overrides> seed=0,1,2``; a failing entry is reported on
 the page, not hidden. ``--report-only`` rebuilds the page from the runs already on disk. A hand-written reading of
@@ -55,7 +57,7 @@ from omegaconf import OmegaConf
 
 from suite.compare import RunRecord, aggregate, find_runs, markdown_table, plot_curves, plot_final, read_run
 from suite.errors import ConfigError, SuiteError
-from suite.report import budget_table, entry_curves, mean_curve, sizing
+from suite.report import budget_table, entry_curves, mean_curve, sizing, sizing_patience
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ("cpu", "paper")
@@ -367,17 +369,24 @@ def sizing_section(slug: str, spec: dict, records: list[RunRecord], folder: Path
     if not metric:
         return [*head, "No `sizing_metric` in the claim spec: the page cannot say whether the runs converged."]
     hib = bool(spec.get("sizing_higher_is_better", False))
-    judged = sizing(records, metric, higher_is_better=hib)
+    patience = sizing_patience(spec)
+    judged = sizing(records, metric, higher_is_better=hib, patience=patience)
     if not judged:
         return [*head, "No runs."]
     png = plot_sizing(records, metric, judged, folder / f"{slug}_sizing.png")
+    better = "higher" if hib else "lower"
+    if patience is None:
+        rule = (f"Criterion: an entry has plateaued when `{metric}` ({better} is better) improved over the last 20% of "
+                "training by less than the seed spread (std over seeds) of its final value, or by less than 1% of it "
+                "with one seed.")  # fmt: skip
+    else:
+        rule = (f"Criterion (the runs' early stopping): an entry has plateaued when, on every seed, none of the last "
+                f"{patience} validations set a new best `{metric}` ({better} is better).")  # fmt: skip
     lines = [
         *head,
-        f"Criterion: an entry has plateaued when `{metric}` ({'higher' if hib else 'lower'} is better) improved over "
-        "the last 20% of training by less than the seed spread (std over seeds) of its final value, or by less than "
-        "1% of it with one seed. The hook's verdicts count a claim as tested only when its strongest entries "
-        "plateaued, or converged by the stricter or more direct rule the hook states with its verdicts (a longer-run "
-        "check, a solver's stationarity).",
+        f"{rule} The hook's verdicts count a claim as tested only when its strongest entries plateaued, or converged "
+        "by the stricter or more direct rule the hook states with its verdicts (a longer-run check, a solver's "
+        "stationarity).",
         "",
         "| entry | plateaued | reading |",
         "|---|---|---|",

@@ -11,7 +11,9 @@ A claim page states one :class:`Verdict` per claim of the paper, from a fixed vo
 
 The plateau criterion (:func:`plateau`): an entry has plateaued when its validation metric improved over the last
 ``frac`` (20%) of training by less than the seed spread (standard deviation over seeds) of its final value, or by
-less than 1% of the final value with one seed (or when the seeds agree exactly).
+less than 1% of the final value with one seed (or when the seeds agree exactly). A claim whose runs early stopping
+ends (spec key ``sizing_patience``) uses the stopping rule itself (:func:`patience_plateau`): no new best in the
+last ``patience`` validations, on every seed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from suite.errors import ConfigError
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
@@ -160,6 +164,42 @@ def plateau(curves: list[Curve], *, frac: float = 0.2, higher_is_better: bool) -
     )
 
 
+def patience_plateau(curves: list[Curve], *, patience: int, higher_is_better: bool) -> tuple[bool, str]:
+    """The early-stopping criterion (Lightning's ``EarlyStopping`` with ``min_delta=0``): an entry has plateaued when,
+    on every seed, none of its last ``patience`` validations beat the best value before them. A run that early
+    stopping ended before its step cap meets it by construction; one that reached the cap meets it only if its last
+    ``patience`` validations brought no new best.
+
+    Args:
+        curves: one validation curve per seed (values in training order or ``(step, value)`` pairs).
+        patience: the number of validations without a new best (the ``EarlyStopping`` patience).
+        higher_is_better: the metric's direction.
+
+    Returns:
+        ``(plateaued, explanation)``; a curve with ``patience`` or fewer points cannot show it (``False``).
+    """
+    if patience < 1:
+        raise ValueError(f"patience={patience} must be >= 1")
+    series = [p for p in (_points(c) for c in curves) if p]
+    if not series:
+        return False, "no validation curve logged"
+    sign = 1.0 if higher_is_better else -1.0
+    best_steps, last_steps, rising = [], [], 0
+    for s in series:
+        ys = [sign * y for _, y in s]
+        best = max(range(len(ys)), key=lambda i: (ys[i], -i))  # the first occurrence of the best value
+        best_steps.append(s[best][0])
+        last_steps.append(s[-1][0])
+        rising += len(s) - 1 - best < patience
+    seeds = f"{len(series)} seed{'s' if len(series) != 1 else ''}"
+    where = (f"best at step {', '.join(f'{b:g}' for b in best_steps)}, last validation at "
+             f"{', '.join(f'{x:g}' for x in last_steps)}")  # fmt: skip
+    if rising:
+        news = f"{rising} of {seeds} set a new best in the last {patience} validations"
+        return False, f"still improving: {news} ({where})"
+    return True, f"plateaued: no new best in the last {patience} validations on any of {seeds} ({where})"
+
+
 def budget_table(budget: dict[str, dict[str, Any]] | None) -> str:
     """Markdown table of the paper's budget beside the one run here.
 
@@ -202,10 +242,16 @@ def mean_curve(curves: list[list[tuple[int, float]]]) -> list[tuple[int, float]]
 
 
 def sizing(
-    records: list[Any], metric: str, *, higher_is_better: bool, frac: float = 0.2
+    records: list[Any], metric: str, *, higher_is_better: bool, frac: float = 0.2, patience: int | None = None
 ) -> dict[str, tuple[bool, str]]:
-    """:func:`plateau` of every entry (by name, in order of appearance) on the sizing metric."""
+    """:func:`plateau` of every entry (by name, in order of appearance) on the sizing metric; with ``patience``
+    (runs that early stopping ends: the spec's ``sizing_patience``), :func:`patience_plateau` instead."""
     names = list(dict.fromkeys(r.name for r in records))
+    if patience is not None:
+        return {
+            n: patience_plateau(entry_curves(records, n, metric), patience=patience, higher_is_better=higher_is_better)
+            for n in names
+        }
     return {n: plateau(entry_curves(records, n, metric), frac=frac, higher_is_better=higher_is_better) for n in names}
 
 
@@ -392,13 +438,28 @@ def curve_table(
     return lines
 
 
-def sizing_spec(spec_or_slug: dict | str | None) -> tuple[str | None, bool]:
-    """``(sizing_metric, sizing_higher_is_better)`` of a claim spec (a dict, or a slug read from ``conf/claim``)."""
-    spec = spec_or_slug
+def _spec(spec_or_slug: dict | str | None) -> dict:
+    """A claim spec: the dict itself, or ``conf/claim/<slug>.yaml`` read for a slug (``{}`` when absent)."""
     if isinstance(spec_or_slug, str):
         from omegaconf import OmegaConf
 
         path = Path(__file__).resolve().parents[1] / "conf" / "claim" / f"{spec_or_slug}.yaml"
-        spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False) if path.exists() else {}
-    spec = spec or {}
+        return OmegaConf.to_container(OmegaConf.load(path), resolve=False) if path.exists() else {}
+    return spec_or_slug or {}
+
+
+def sizing_spec(spec_or_slug: dict | str | None) -> tuple[str | None, bool]:
+    """``(sizing_metric, sizing_higher_is_better)`` of a claim spec (a dict, or a slug read from ``conf/claim``)."""
+    spec = _spec(spec_or_slug)
     return spec.get("sizing_metric"), bool(spec.get("sizing_higher_is_better", False))
+
+
+def sizing_patience(spec_or_slug: dict | str | None) -> int | None:
+    """The spec's ``sizing_patience`` (validations without a new best that count as a plateau: runs that early
+    stopping ends, judged by :func:`patience_plateau`), or ``None`` for the endpoint rule of :func:`plateau`."""
+    value = _spec(spec_or_slug).get("sizing_patience")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"sizing_patience={value!r} must be an integer >= 1 (validations) or absent")
+    return value

@@ -120,3 +120,23 @@ def test_a_passed_4x_check_settles_a_noisy_curve_and_a_failed_one_makes_it_under
     assert "better than LIF (R^2, horizon 6) | **reproduced** | " in md  # h6 untouched
     assert "- **ts_lif_h24**: not converged: the longer run (ts_lif_h24_long) improves test/r2 by 0.05" in md
     assert "not converged: ts_lif_h24, tc_lif_h24" in md
+
+
+def test_runs_ended_by_early_stopping_are_judged_by_the_stopping_rule(tmp_path):
+    # sizing_patience 2: "stopped" has its best 2 validations before the end; "capped" sets a new best at the end
+    stopped = {"val/r2": [(400, 0.40), (800, 0.45), (1200, 0.43), (1600, 0.44)]}
+    capped = {"val/r2": [(400, 0.40), (800, 0.45), (1200, 0.44), (1600, 0.46)]}
+
+    def entry(name, r2s, curve):
+        return [_SeedRec(name, {"test/r2": v, "test/r2_miss50": v - 0.1}, curve, seed=s) for s, v in enumerate(r2s)]
+
+    recs = entry("ts_lif_h24", (0.33, 0.34, 0.35), stopped) + entry("lif_h24", (0.25, 0.26, 0.27), stopped)
+    recs += entry("tc_lif_h24", (0.29, 0.30, 0.31), capped)
+    spec = {"sizing_metric": "val/r2", "sizing_higher_is_better": True, "sizing_patience": 2}
+    md = verdict_table(verdicts(recs, spec))
+    assert "better than LIF (R^2, horizon 24) | **reproduced** | test R^2 0.34 ± 0.01 (n=3) vs 0.26" in md
+    assert "all plateaued" in md
+    assert "better than TC-LIF (R^2, horizon 24) | **inconclusive: underfit** |" in md and "not converged: tc_lif" in md
+    # the endpoint rule (no sizing_patience) reads the stopped curve's +0.01 over its last 20% as rising
+    md = verdict_table(verdicts(recs, {k: v for k, v in spec.items() if k != "sizing_patience"}))
+    assert "better than LIF (R^2, horizon 24) | **inconclusive: underfit** |" in md

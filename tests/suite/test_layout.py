@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
+from suite.report import sizing_patience
 from tests.conftest import ROOT
 
 SLUGS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
@@ -77,6 +79,9 @@ def test_one_report_hook_per_claim_spec():
             assert {"model", "steps", "data"} <= set(budget.get(side) or {}), f"conf/claim/{slug}.yaml budget.{side}"
         assert str(spec.get("sizing_metric", "")).startswith(("val/", "train/")), f"conf/claim/{slug}.yaml sizing"
         assert isinstance(spec.get("sizing_higher_is_better"), bool), slug
+        if (patience := sizing_patience(spec)) is not None:  # the stopping rule judges runs that early stopping ends
+            stop = re.search(r"EarlyStopping,monitor:([^,]+),patience:(\d+)", str(spec.get("overrides")))
+            assert stop and stop.groups() == (spec["sizing_metric"], str(patience)), f"conf/claim/{slug}.yaml"
     hooks = sorted(p.stem for p in (ROOT / "reports").glob("*.py") if not p.name.startswith("_"))
     assert hooks == CLAIMS, "reports/<slug>.py must match conf/claim/<slug>.yaml one to one"
 

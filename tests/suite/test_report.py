@@ -7,6 +7,7 @@ import pytest
 
 from suite import report
 from suite.compare import RunRecord
+from suite.errors import ConfigError
 from suite.report import (
     ABSENT,
     NOISE,
@@ -155,6 +156,33 @@ def test_sizing_groups_records_by_entry():
     assert report.mean_curve(report.entry_curves(recs, "a", "val/loss"))[-1] == (100, pytest.approx(1.01))
 
 
+def test_patience_plateau_is_the_early_stopping_rule():
+    # best at the 2nd of 5 validations: 3 validations without a new best -> plateaued for patience <= 3, not 4
+    stopped = [(400, 0.40), (800, 0.45), (1200, 0.44), (1600, 0.45), (2000, 0.43)]  # a tie is not a new best
+    assert report.patience_plateau([stopped], patience=3, higher_is_better=True)[0] is True
+    ok, why = report.patience_plateau([stopped], patience=4, higher_is_better=True)
+    assert ok is False and why.startswith("still improving: 1 of 1 seed") and "best at step 800" in why
+    rising = [(400, 0.40), (800, 0.45), (1200, 0.44), (1600, 0.46)]
+    ok, why = report.patience_plateau([stopped, rising], patience=2, higher_is_better=True)
+    assert ok is False and "1 of 2 seeds" in why and "last validation at 2000, 1600" in why
+    falling_loss = [1.0, 0.5, 0.6, 0.7]  # values in order, lower is better: best at index 1
+    assert report.patience_plateau([falling_loss], patience=2, higher_is_better=False)[0] is True
+    assert report.patience_plateau([falling_loss], patience=3, higher_is_better=False)[0] is False  # 2 after the best
+    assert report.patience_plateau([falling_loss], patience=3, higher_is_better=True)[0] is True  # read as accuracy
+    assert report.patience_plateau([[0.5, 0.5]], patience=2, higher_is_better=True)[0] is False  # too short to tell
+    assert report.patience_plateau([], patience=2, higher_is_better=True) == (False, "no validation curve logged")
+    with pytest.raises(ValueError, match="patience=0"):
+        report.patience_plateau([stopped], patience=0, higher_is_better=True)
+    noisy = [(400, 0.40), (800, 0.45), (1200, 0.43), (1600, 0.44)]  # checkpoint noise after the best, at 800
+    recs = [RunRecord(path=None, name="a", seed=0, curves={"val/r2": noisy})]
+    assert report.sizing(recs, "val/r2", higher_is_better=True, patience=2)["a"][0] is True
+    assert report.sizing(recs, "val/r2", higher_is_better=True)["a"][0] is False  # the endpoint rule: +0.01, rising
+    assert report.sizing_patience({"sizing_patience": 3}) == 3 and report.sizing_patience({}) is None
+    for bad in (0, "3", True, 2.5):
+        with pytest.raises(ConfigError, match="sizing_patience"):
+            report.sizing_patience({"sizing_patience": bad})
+
+
 def _hook(records, out_dir, spec=None):  # a results-page hook that sees the spec (write_page passes it)
     metric, hib = report.sizing_spec(spec)
     ok = all(p for p, _ in report.sizing(records, metric, higher_is_better=hib).values())
@@ -201,6 +229,11 @@ def test_write_page_has_budget_sizing_and_the_hooks_verdicts(tmp_path):
         in write_page("demo", spec, one, {}, tmp_path, [], tmp_path / "c.md").read_text()
     )
     assert "No `sizing_metric`" in write_page("demo", spec, one, {}, tmp_path, [], tmp_path / "two.md").read_text()
+    # runs ended by early stopping: the page judges them by the stopping rule and says so
+    spec |= {"sizing_metric": "val/loss", "sizing_patience": 2, "runs": [{"name": "a"}, {"name": "b"}]}
+    text = write_page("demo", spec, recs, {}, tmp_path, [], tmp_path / "es.md").read_text()
+    assert "none of the last 2 validations set a new best `val/loss`" in text
+    assert "| a | no | still improving: 3 of 3 seeds set a new best in the last 2 validations" in text
 
 
 def test_apply_longer_checks_overrides_only_failures_and_passes_them_to_inheritors():

@@ -373,7 +373,7 @@ def sizing_section(slug: str, spec: dict, records: list[RunRecord], folder: Path
     judged = sizing(records, metric, higher_is_better=hib, patience=patience)
     if not judged:
         return [*head, "No runs."]
-    png = plot_sizing(records, metric, judged, folder / f"{slug}_sizing.png")
+    png = plot_sizing(records, metric, judged, folder / f"{slug}_sizing.png", patience=patience, higher_is_better=hib)
     better = "higher" if hib else "lower"
     if patience is None:
         rule = (f"Criterion: an entry has plateaued when `{metric}` ({better} is better) improved over the last 20% of "
@@ -397,9 +397,19 @@ def sizing_section(slug: str, spec: dict, records: list[RunRecord], folder: Path
     return lines
 
 
-def plot_sizing(records: list[RunRecord], metric: str, judged: dict, out: Path) -> Path | None:
+def plot_sizing(
+    records: list[RunRecord],
+    metric: str,
+    judged: dict,
+    out: Path,
+    *,
+    patience: int | None = None,
+    higher_is_better: bool = False,
+) -> Path | None:
     """Mean-over-seeds ``metric`` curve per entry; a dotted vertical line marks the stop (the last logged step), and a
-    thick segment over the last 20% of training sits at the final value: solid when the entry plateaued, dashed not."""
+    thick segment over the last 20% of training sits at the final value: solid when the entry plateaued, dashed not.
+    With ``patience`` (runs ended by early stopping) the thick segment spans the last ``patience`` validations and a
+    star marks the best point of the mean curve (the weights a best-validation test scores, up to seed spread)."""
     mean = {n: mean_curve(entry_curves(records, n, metric)) for n in judged}
     mean = {n: c for n, c in mean.items() if c}
     if not mean:
@@ -414,12 +424,16 @@ def plot_sizing(records: list[RunRecord], metric: str, judged: dict, out: Path) 
     for i, (name, curve) in enumerate(mean.items()):
         xs, ys = zip(*curve, strict=True)
         ax.plot(xs, ys, color=f"C{i % 10}", lw=1.2, marker="." if len(xs) < 30 else None, label=name[:30])
-        x0 = xs[-1] - 0.2 * (xs[-1] - xs[0])
+        x0 = xs[-1] - 0.2 * (xs[-1] - xs[0]) if patience is None else xs[max(len(xs) - 1 - patience, 0)]
         ax.hlines(ys[-1], x0, xs[-1], colors=f"C{i % 10}", lw=3, linestyles="solid" if judged[name][0] else "dashed")
+        if patience is not None:
+            best = (max if higher_is_better else min)(range(len(ys)), key=ys.__getitem__)
+            ax.plot(xs[best], ys[best], marker="*", ms=9, color=f"C{i % 10}")
         stops.add(xs[-1])
     for s in stops:
         ax.axvline(s, color="gray", ls=":", lw=1)
-    ax.set_xlabel("step (dotted: stop; thick: last 20%, solid = plateaued)")
+    span = "last 20%" if patience is None else f"last {patience} validations; star: best"
+    ax.set_xlabel(f"step (dotted: stop; thick: {span}, solid = plateaued)")
     ax.set_title(f"sizing: {metric}, mean over seeds", fontsize=9)
     ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()

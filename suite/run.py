@@ -314,6 +314,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
             if not test_ckpt:
                 raise SuiteError("test_weights=best: no checkpoint was saved (no validation ran during training)")
             metrics["test/weights_step"] = float(load_checkpoint(test_ckpt).get("global_step", -1))
+            score = trainer.checkpoint_callback.best_model_score  # the selected weights' own validation value
+            if score is not None:  # the val/* keys above are the final model's last validation
+                metrics["test/weights_val"] = float(score)
             log.info("testing the best-validation weights: %s", shown(test_ckpt))
         trainer.test(
             objs["model"],

@@ -32,8 +32,10 @@ def test_best_weights_are_the_selected_checkpoint_not_the_final_model(tmp_path):
     best = _train_best(tmp_path / "best", "max")
     curve = _val_curve(tmp_path / "best")
     assert len(curve) == 4 and curve[0][1] > curve[-1][1]  # the fixture improves, so max != final
-    worst_step = max(curve, key=lambda sv: sv[1])[0]
+    worst_step, worst = max(curve, key=lambda sv: sv[1])
     assert best["test/weights_step"] == worst_step + 1  # the checkpoint after that validation (global step)
+    assert best["test/weights_val"] == pytest.approx(worst, rel=1e-6)  # its own validation loss, not the final one
+    assert best["val/loss"] == pytest.approx(curve[-1][1], rel=1e-6)
     saved = list((tmp_path / "best" / "checkpoints").glob("epoch_*.ckpt"))
     assert len(saved) == 1 and load_checkpoint(str(saved[0]))["global_step"] == best["test/weights_step"]
     assert best["test/mse"] != pytest.approx(final["test/mse"], rel=1e-3)
@@ -47,9 +49,10 @@ def test_best_weights_are_the_selected_checkpoint_not_the_final_model(tmp_path):
 def test_best_weights_with_min_mode_and_final_default(tmp_path):
     best = _train_best(tmp_path / "best", "min")
     curve = _val_curve(tmp_path / "best")
-    assert best["test/weights_step"] == min(curve, key=lambda sv: sv[1])[0] + 1
+    step, lowest = min(curve, key=lambda sv: sv[1])
+    assert best["test/weights_step"] == step + 1 and best["test/weights_val"] == pytest.approx(lowest, rel=1e-6)
     final = train(compose_train(BASE, tmp_path / "final"))
-    assert "test/weights_step" not in final
+    assert "test/weights_step" not in final and "test/weights_val" not in final
 
 
 def test_best_weights_errors_are_one_line(tmp_path):

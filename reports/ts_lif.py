@@ -149,11 +149,13 @@ def _drops(records: list[Any], name: str, key: str) -> list[float]:
 def convergence(
     records: list[Any], spec: dict | None = None
 ) -> tuple[dict[str, tuple[bool, str]], dict[str, tuple[bool, str]], dict[str, tuple[bool, str]]]:
-    """``(converged, plateau rule, 4x checks)`` per entry. The plateau rule (:func:`suite.report.plateau`) on the
-    sizing metric (validation R^2) judges every entry; where an entry has a 4x run its check decides
-    (:func:`suite.report.apply_longer_checks` with ``passed_settles``): these runs keep a constant learning rate, and
-    their validation R^2 moves from checkpoint to checkpoint by more than the seed spread of its final value, so the
-    endpoint rule can read a flat curve as rising; the 4x run shows what more training does to the test R^2."""
+    """``(converged, plateau rule, 4x checks)`` per entry. The spec's plateau rule on the sizing metric (validation
+    R^2) judges every entry: with ``sizing_patience`` (the current spec: runs ended by early stopping) the stopping
+    rule :func:`suite.report.patience_plateau`, else the endpoint rule :func:`suite.report.plateau`. Where an entry
+    has a 4x run (``<entry>_long``, the fixed-budget pages) its check decides (:func:`suite.report.apply_longer_checks`
+    with ``passed_settles``): those runs keep a constant learning rate, and their validation R^2 moves from
+    checkpoint to checkpoint by more than the seed spread of its final value, so the endpoint rule can read a flat
+    curve as rising; the 4x run shows what more training does to the test R^2."""
     metric, hib = rep.sizing_spec(spec or "ts_lif")
     patience = rep.sizing_patience(spec or "ts_lif")
     plateaued = rep.sizing(

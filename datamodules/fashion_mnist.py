@@ -49,6 +49,7 @@ HOW_TO_GET = (
     "or pass download=True with a network (torchvision)."
 )
 _IDX_DTYPE = {0x08: np.uint8}
+DATASETS = ("fashion_mnist", "digits")
 
 
 def read_idx(path: str | Path) -> np.ndarray:
@@ -172,6 +173,28 @@ def load_digits_images() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(images), torch.from_numpy(d.target.astype(np.int64))
 
 
+DIGITS_SPLIT_SEED = 1234
+
+
+def load_digits_split(split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """One split of sklearn's digits: sklearn ships a single set, so a fixed seeded 80/20 split (1,437 / 360 images,
+    the same for every run seed) plays ``train`` / ``test``.
+
+    Returns:
+        ``images`` uint8 ``[N, 8, 8]`` and ``labels`` int64 ``[N]``.
+
+    Raises:
+        ConfigError: unknown split.
+    """
+    if split not in FILES:
+        raise ConfigError(f"digits split={split!r} must be one of {sorted(FILES)}")
+    x, y = load_digits_images()
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(DIGITS_SPLIT_SEED))
+    cut = int(0.8 * len(y))
+    idx = perm[:cut] if split == "train" else perm[cut:]
+    return x[idx], y[idx]
+
+
 class ImageTensorDataset(Dataset):
     """``uint8 [N, H, W]`` or ``[N, C, H, W]`` images as float ``[C, H, W]`` in ``[0, 1]``.
 
@@ -200,10 +223,12 @@ class FashionMNISTDataModule(SuiteDataModule):
 
     ``source=embedded`` reads the Debian package's files (or ``data_dir`` if it holds them); ``source=real`` reads
     ``data_dir`` and downloads through torchvision when ``download=True``. The validation split is a seeded
-    ``val_fraction`` of the training set.
+    ``val_fraction`` of the training set. ``dataset=digits`` swaps in sklearn's 8x8 digits (bundled with sklearn,
+    either source; :func:`load_digits_split`), a smaller image task of the same shape family.
 
     Args:
         source, data_dir, batch_size, num_workers, seed: see :class:`SuiteDataModule`.
+        dataset: ``fashion_mnist`` (28x28) or ``digits`` (8x8).
         val_fraction: Share of the training images held out for validation, in ``[0, 1)``.
         subset: Keep only this many training images (seeded), e.g. for quick runs; ``None`` keeps all.
         download: Allow torchvision to download (``source=real`` only).
@@ -223,8 +248,12 @@ class FashionMNISTDataModule(SuiteDataModule):
         subset: int | None = None,
         download: bool = False,
         return_index: bool = False,
+        dataset: str = "fashion_mnist",
     ) -> None:
         super().__init__(source, data_dir, batch_size, num_workers, seed)
+        if dataset not in DATASETS:
+            raise ConfigError(f"data.dataset={dataset!r} must be one of {list(DATASETS)}")
+        self.dataset = dataset
         if not 0.0 <= val_fraction < 1.0:
             raise ConfigError(f"data.val_fraction={val_fraction} must be in [0, 1)")
         if subset is not None and subset < 2:
@@ -232,8 +261,11 @@ class FashionMNISTDataModule(SuiteDataModule):
         self.val_fraction, self.subset, self.download, self.return_index = val_fraction, subset, download, return_index
 
     def _load(self, data_dir: str | None, download: bool) -> dict[str, Any]:
-        xtr, ytr = load_fashion_mnist("train", data_dir, download)
-        xte, yte = load_fashion_mnist("test", data_dir, download)
+        if self.dataset == "digits":
+            (xtr, ytr), (xte, yte) = load_digits_split("train"), load_digits_split("test")
+        else:
+            xtr, ytr = load_fashion_mnist("train", data_dir, download)
+            xte, yte = load_fashion_mnist("test", data_dir, download)
         return split_train_val(xtr, ytr, xte, yte, self.val_fraction, self.subset, self.seed, self.return_index)
 
     def load_embedded(self) -> dict[str, Any]:

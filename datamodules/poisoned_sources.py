@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from datamodules.fashion_mnist import load_digits_images, load_fashion_mnist
+from datamodules.fashion_mnist import load_digits_split, load_fashion_mnist
 from suite.errors import DataFormatError, MissingDataError
 
 # name -> (channels, height, width, classes) of what the loader returns (Imagenette: height/width = image_size).
@@ -38,12 +38,8 @@ def load_source(
         x, y = load_fashion_mnist(split, data_dir, download)
         return x.unsqueeze(1), y
     if name == "digits":
-        x, y = load_digits_images()
-        # sklearn ships one set: a fixed seeded 80/20 split plays train/test.
-        perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(1234))
-        cut = int(0.8 * len(y))
-        idx = perm[:cut] if split == "train" else perm[cut:]
-        return x[idx].unsqueeze(1), y[idx]
+        x, y = load_digits_split(split)
+        return x.unsqueeze(1), y
     if data_dir is None:
         raise MissingDataError(f"source {name!r} needs data.data_dir")
     if name == "cifar10":

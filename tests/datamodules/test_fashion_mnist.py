@@ -97,6 +97,33 @@ def test_digits_helper():
     assert sorted(torch.unique(y).tolist()) == list(range(10))
 
 
+def test_digits_split_is_fixed_disjoint_and_complete():
+    (xtr, ytr), (xte, yte) = fm.load_digits_split("train"), fm.load_digits_split("test")
+    assert (len(ytr), len(yte)) == (1437, 360)
+    x, _ = fm.load_digits_images()
+    # the two splits partition the 1,797 images (compared as rows), and the split does not move between calls
+    rows = {tuple(r.tolist()) for r in x.flatten(1)}
+    assert {tuple(r.tolist()) for r in torch.cat([xtr, xte]).flatten(1)} == rows
+    assert torch.equal(fm.load_digits_split("test")[0], xte)
+    with pytest.raises(ConfigError, match="digits split='val'"):
+        fm.load_digits_split("val")
+
+
+def test_datamodule_digits_dataset(no_debian):
+    dm = fm.FashionMNISTDataModule(dataset="digits", batch_size=16, val_fraction=0.1, seed=3)
+    dm.setup("fit")
+    assert [len(dm.datasets[s]) for s in ("train", "val", "test")] == [1293, 144, 360]
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (16, 1, 8, 8) and float(x.max()) <= 1.0
+    # the test split is the fixed one whatever the run seed; train/val move with it
+    other = fm.FashionMNISTDataModule(dataset="digits", seed=4)
+    other.setup("fit")
+    assert torch.equal(other.datasets["test"].images, dm.datasets["test"].images)
+    assert not torch.equal(other.datasets["val"].images, dm.datasets["val"].images)
+    with pytest.raises(ConfigError, match="data.dataset='mnist'"):
+        fm.FashionMNISTDataModule(dataset="mnist")
+
+
 def test_datamodule_splits_subset_and_index(tmp_path, no_debian):
     make_fixture(tmp_path, n_train=40, n_test=12)
     dm = fm.FashionMNISTDataModule(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from reports.rx_dpm import claim_report as rx_dpm_report
-from reports.rx_dpm import measured_order, sweep_table
+from reports.rx_dpm import measured_order, sweep_table, verdicts
 from reports.sgm_lipschitz import _learned
 from suite.compare import RunRecord
 
@@ -45,6 +45,41 @@ def test_sweep_table_orders_and_verdict(tmp_path):
     assert "EDM grid) | **not reproduced** | Euler/DDIM -> RX-Euler/DDIM: better at 0/4, worse at 4/4" in rx_dpm_report(
         worse, tmp_path
     )
+
+
+def _image_record(name, seed, rx_gain, curve, dataset):
+    """An image entry's run: FID of each base solver 20 / NFE, RX's ``rx_gain`` times that, and its val/loss curve."""
+    metrics = {"val/loss": curve[-1][1]}
+    for base in ("euler", "heun"):
+        for n in (6, 10, 20, 40):
+            fid = 20.0 / n
+            for method, v in ((base, fid), (f"rx_{base}", fid * rx_gain)):
+                metrics[f"test/sweep/{method}/nfe{n}/fid"] = v
+                metrics[f"test/sweep/{method}/nfe{n}/nfe"] = float(n)
+    config = {"model": {"net": {"channels": 16}, "n_eval_samples": 360, "image_downsample": 1},
+              "data": {"dataset": dataset}, "trainer": {"max_epochs": 10}}  # fmt: skip
+    return RunRecord(Path(f"{name}/{seed}"), name, seed, metrics, {"val/loss": curve}, config)
+
+
+def test_each_image_entry_gets_its_own_fid_verdict(tmp_path):
+    falling = [(s, 1.0 - 0.05 * s) for s in range(10)]  # still improving at the end: underfit
+    flat = [(s, 0.5 + 0.3 * 0.5**s) for s in range(30)]  # converged (identical seeds: 1% rule)
+    recs = [_image_record("fmnist", s, 0.5, falling, "fashion_mnist") for s in (0, 1)]
+    recs += [_image_record("digits", s, 0.5, flat, "digits") for s in (0, 1)]
+    page = rx_dpm_report(recs, tmp_path)
+    assert (
+        "| RX improves every base solver's FID at every NFE (Fashion-MNIST U-Net) | **inconclusive: underfit** |"
+        in (page)
+    )
+    assert "| RX improves every base solver's FID at every NFE (digits U-Net) | **reproduced** |" in page
+    assert "### Trained image model: digits" in page and "sklearn's digits (fixed 80/20 train/test split), 8x8" in page
+    assert "### Trained image model: Fashion-MNIST" in page and "28x28 -> 28x28" in page
+    # RX worse on the converged subject at one budget: not reproduced, with the counts
+    worse = [_image_record("digits", 0, 0.5, flat, "digits")]
+    worse[0].metrics["test/sweep/rx_heun/nfe6/fid"] = 10.0
+    verdict = {v.claim: v for v in verdicts(worse)}["RX improves every base solver's FID at every NFE (digits U-Net)"]
+    assert verdict.verdict == "not reproduced" and "Heun -> RX-Heun: better at 3/4, worse at 1/4" in verdict.evidence
+    assert "No finished run `fmnist`" in rx_dpm_report(worse, tmp_path)
 
 
 def test_learned_lipschitz_is_converted_to_ou_time():

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from reports.rx_dpm import EULER_CLAIM, measured_order, sweep_table, verdicts
 from reports.rx_dpm import claim_report as rx_dpm_report
-from reports.rx_dpm import measured_order, sweep_table, verdicts
 from reports.sgm_lipschitz import _learned
 from suite.compare import RunRecord
 
@@ -41,6 +41,7 @@ def test_sweep_table_orders_and_verdict(tmp_path):
     assert "| RX improves every base solver at every NFE (exact-score mixture, EDM grid) | **reproduced** |" in page
     assert "| RX raises the order of every base solver (measured slope, EDM grid) | **reproduced** |" in page
     assert "| Grid-adapted coefficients beat the naive ones (EDM grid) | **reproduced** |" in page
+    assert f"| {EULER_CLAIM} (exact-score mixture, EDM grid) | **reproduced** |" in page
     worse = [_record("mixture_edm", {"euler": 1.0, "rx_euler": 0.9})]  # RX slower: loses at every budget
     assert "EDM grid) | **not reproduced** | Euler/DDIM -> RX-Euler/DDIM: better at 0/4, worse at 4/4" in rx_dpm_report(
         worse, tmp_path
@@ -79,6 +80,22 @@ def test_each_image_entry_gets_its_own_fid_verdict(tmp_path):
     worse[0].metrics["test/sweep/rx_heun/nfe6/fid"] = 10.0
     verdict = {v.claim: v for v in verdicts(worse)}["RX improves every base solver's FID at every NFE (digits U-Net)"]
     assert verdict.verdict == "not reproduced" and "Heun -> RX-Heun: better at 3/4, worse at 1/4" in verdict.evidence
+    # ... while RX-Euler alone (the official construction) still wins at every budget: its own row says so
+    euler = {v.claim: v for v in verdicts(worse)}[f"{EULER_CLAIM}, by FID (digits U-Net)"]
+    assert (
+        euler.verdict == "reproduced" and euler.evidence == "Euler/DDIM -> RX-Euler/DDIM: better at 4/4, worse at 0/4"
+    )
+    assert f"| {EULER_CLAIM}, by FID (Fashion-MNIST U-Net) | **inconclusive: underfit** |" in page
+    assert "final val/loss 0.5000 (mean of 2 seeds)" in page
+    # the coefficient ablation by FID: naive coefficients 10% better than the adapted ones at NFE 10 only
+    ablation = [_image_record("digits", 0, 0.5, flat, "digits")]
+    for n in (6, 10, 20, 40):
+        adapted = ablation[0].metrics[f"test/sweep/rx_euler/nfe{n}/fid"]
+        ablation[0].metrics[f"test/sweep/rx_euler_naive/nfe{n}/fid"] = adapted * (0.9 if n == 10 else 1.2)
+    got = {v.claim: v for v in verdicts(ablation)}[
+        "Grid-adapted coefficients beat the naive ones, by FID (digits U-Net)"
+    ]
+    assert got.verdict == "not reproduced" and "better at 3/4, worse at 1/4" in got.evidence
     assert "No finished run `fmnist`" in rx_dpm_report(worse, tmp_path)
 
 

@@ -46,9 +46,11 @@ the sweep (NFE 18-50), which on the EDM grid still include the pre-asymptotic re
 RX_CAVEATS = """## Caveats
 
 * Three seeds; within a seed the sweep uses one fixed set of starting noises for every cell (paired comparison);
-  differences of a few percent in FID are within noise of a 384-sample FID.
-* The image model is small and briefly trained on CPU (see its paragraph); the FID features come from a CNN
-  classifier trained in the suite, not Inception, so values are comparable only within this page.
+  differences of a few percent in FID are within noise of a 384- or 360-sample FID.
+* The image models are small and CPU-trained (see their paragraphs): the Fashion-MNIST U-Net is briefly trained
+  (its rows read `underfit` unless its validation loss plateaued), the digits U-Net is the smaller task sized to
+  plateau. Each run trains its own FID feature CNN (a classifier, not Inception), so an FID compares solvers within
+  a run (same features, same noises), not seeds, and never published numbers; the tables average the runs.
 * "Not better" at the lowest NFE on the EDM grid (sigma 80 -> 0.002) means the first coarse intervals span a huge
   sigma range, far outside the asymptotic regime that Richardson extrapolation assumes; the notes' own 1-D scratch
   check (`papers/rx_dpm.md`) saw the same crossover for RX-Euler and also found the naive coefficients slightly

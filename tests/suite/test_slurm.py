@@ -88,37 +88,6 @@ def test_two_task_ddp_run_of_a_real_experiment(slurm, tmp_path):
         assert metrics[key] == pytest.approx(single[key], rel=1e-3), key
 
 
-def test_a_failing_task_ends_the_whole_job(slurm, tmp_path):
-    """Rank 0 fails on a bad input before the process group forms (a one-line ConfigError, exit 2), while rank 1
-    goes on to wait for rank 0's rendezvous. Without srun's kill-on-bad-exit (``SLURM_KILL_BAD_EXIT=1``,
-    conf/launcher/slurm.yaml) rank 1 would wait there for the 30-minute rendezvous timeout or the job's time limit;
-    with it the job ends FAILED at once."""
-    sweep = tmp_path / "sweep"
-    proc = _launch(slurm, sweep, FIXTURE_CONF, "experiment=spine_fixture", "model.fail_on_rank=0")
-    env = {**os.environ, **slurm}
-    try:
-        out, _ = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        subprocess.run(["scancel", _job_id(sweep)], env=env, timeout=60)  # free the one-node cluster
-        pytest.fail("the job was still running 300 s after rank 0 failed")
-    assert proc.returncode != 0, out[-3000:]
-    assert "fixture failure on rank 0" in out, out[-3000:]  # the submitting command reports the failed task's error
-    job = _job_id(sweep)
-    err0 = (sweep / ".submitit" / job / f"{job}_0_log.err").read_text()
-    assert "fixture failure on rank 0 (model.fail_on_rank)" in err0
-    assert "fixture failure" not in (sweep / ".submitit" / job / f"{job}_1_log.err").read_text()  # rank 1 was ended
-    deadline = time.monotonic() + 120
-    while True:  # slurmctld books the final state shortly after the tasks end
-        state = subprocess.run(
-            ["sacct", "-j", job, "-X", "-n", "-o", "State"], env=env, capture_output=True, text=True, timeout=60
-        ).stdout.split()
-        if state[-1:] == ["FAILED"] or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    assert state[-1:] == ["FAILED"], state
-
-
 def _trace(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

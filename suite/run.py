@@ -331,6 +331,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     finish_loggers(trainer)
     if trainer.is_global_zero:
         print(run_summary(output_dir, metrics, "debug run" if cfg.get("smoke") else "run"), flush=True)
+    release_process_group()
     return metrics
 
 
@@ -348,6 +349,16 @@ def _test_best_weights(cfg: DictConfig, trainer: pl.Trainer) -> bool:
             "callbacks.model_checkpoint.monitor=val/<metric> callbacks.model_checkpoint.mode=min|max"
         )
     return True
+
+
+def release_process_group() -> None:
+    """Destroy the DDP process group once a run's results are written. Left to interpreter exit, gloo's background
+    threads can still be joinable when C++ statics are torn down ("terminate called without an active exception",
+    SIGABRT after a finished run); the next run of a multirun initialises a fresh group."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def finish_loggers(trainer: pl.Trainer) -> None:
@@ -380,4 +391,5 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
     if trainer.is_global_zero:
         print(run_summary(out, metrics, f"evaluation of {shown(ckpt)}"), flush=True)
+    release_process_group()
     return metrics

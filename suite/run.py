@@ -19,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from callbacks.run_config import CONFIG_KEY, ConfigInCheckpoint
 from suite.errors import CheckpointError, ConfigError, Preempted, SuiteError
 from suite.loggers import truncate_csv
+from suite.startup import StartupWatch
 from suite.summary import resume_command, run_summary, shown
 
 log = logging.getLogger(__name__)
@@ -276,9 +277,15 @@ def train(cfg: DictConfig) -> dict[str, float]:
     """Fit and/or test; writes ``config.yaml`` and ``metrics.json`` into the run folder; returns final metrics."""
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    with StartupWatch(output_dir) as watch:  # SLURM tasks: one failing before the process group forms ends all
+        return _train(cfg, output_dir, watch)
+
+
+def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, float]:
     objs = build(cfg)
     (output_dir / "config.yaml").write_text(objs["config_yaml"])
     trainer: pl.Trainer = objs["trainer"]
+    watch.arm(trainer.world_size)
     log_dir = Path(cfg.paths.log_dir) / cfg.task_name / str(cfg.experiment_slug)
     ckpt = resolve_checkpoint(cfg.get("ckpt_path"), output_dir, log_dir, _run_overrides())
     if ckpt is not None:
@@ -373,6 +380,11 @@ def finish_loggers(trainer: pl.Trainer) -> None:
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Rebuild model and data from the config saved in ``cfg.ckpt_path`` and run ``trainer.test``."""
+    with StartupWatch(cfg.paths.output_dir) as watch:
+        return _evaluate(cfg, watch)
+
+
+def _evaluate(cfg: DictConfig, watch: StartupWatch) -> dict[str, float]:
     ckpt = resolve_checkpoint(cfg.ckpt_path, Path(cfg.paths.output_dir))
     state = load_checkpoint(ckpt)
     if CONFIG_KEY not in state:
@@ -384,6 +396,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     model = instantiate(saved.model, "model")
     loggers = _instantiate_group(cfg.get("logger"), "logger")
     trainer = instantiate(cfg.trainer, "trainer", logger=loggers or False)
+    watch.arm(trainer.world_size)
     trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True, verbose=False)
     metrics = _scalars(trainer.callback_metrics)
     out = Path(cfg.paths.output_dir)

@@ -88,6 +88,45 @@ def test_two_task_ddp_run_of_a_real_experiment(slurm, tmp_path):
         assert metrics[key] == pytest.approx(single[key], rel=1e-3), key
 
 
+def test_a_task_failing_at_startup_ends_the_job(slurm, tmp_path):
+    """Rank 0 fails on a bad input before the process group forms (a one-line error, exit 2) while rank 1 goes on to
+    wait for rank 0's rendezvous; without the startup watch (suite/startup.py) rank 1 would wait there for the
+    30-minute process-group timeout or the job's time limit. With it rank 1 reads rank 0's marker and ends at once,
+    naming rank 0's error, and the job ends FAILED."""
+    sweep = tmp_path / "sweep"
+    start = time.monotonic()
+    proc = _launch(slurm, sweep, FIXTURE_CONF, "experiment=spine_fixture", "model.fail_on_rank=0")
+    env = {**os.environ, **slurm}
+    try:
+        out, _ = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        subprocess.run(["scancel", _job_id(sweep)], env=env, timeout=60)  # free the one-node cluster
+        pytest.fail("the job was still running 300 s after rank 0 failed")
+    took = time.monotonic() - start
+    assert proc.returncode != 0, out[-3000:]
+    assert "fixture failure on rank 0" in out, out[-3000:]  # the submitting command reports the failed task's error
+    job = _job_id(sweep)
+    logs = sweep / ".submitit" / job
+    assert "fixture failure on rank 0 (model.fail_on_rank)" in (logs / f"{job}_0_log.err").read_text()
+    err1 = (logs / f"{job}_1_log.err").read_text()
+    assert (
+        "error: rank 1: rank 0 failed before the process group formed (model: RuntimeError: fixture failure on rank 0"
+        in err1
+    ), err1[-3000:]
+    assert "All distributed processes registered" not in (logs / f"{job}_0_log.out").read_text()
+    deadline = time.monotonic() + 120
+    while True:  # slurmctld books the final state shortly after the tasks end
+        state = subprocess.run(
+            ["sacct", "-j", job, "-X", "-n", "-o", "State"], env=env, capture_output=True, text=True, timeout=60
+        ).stdout.split()
+        if state[-1:] == ["FAILED"] or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert state[-1:] == ["FAILED"], state
+    print(f"startup failure ended the job in {took:.0f} s")
+
+
 def _trace(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

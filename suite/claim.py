@@ -409,8 +409,11 @@ def plot_sizing(
     """Mean-over-seeds ``metric`` curve per entry; a dotted vertical line marks the stop (the last logged step), and a
     thick segment over the last 20% of training sits at the final value: solid when the entry plateaued, dashed not.
     With ``patience`` (runs ended by early stopping) the thick segment spans the last ``patience`` validations and a
-    star marks the best point of the mean curve (the weights a best-validation test scores, up to seed spread)."""
-    mean = {n: mean_curve(entry_curves(records, n, metric)) for n in judged}
+    star marks the best point of the mean curve (the weights a best-validation test scores, up to seed spread).
+    Where fewer seeds than the entry's logged a step (seeds that early stopping ended sooner), the curve is drawn
+    thin: that tail is the mean of the remaining seeds only."""
+    seeds = {n: entry_curves(records, n, metric) for n in judged}
+    mean = {n: mean_curve(c, counts=True) for n, c in seeds.items()}
     mean = {n: c for n, c in mean.items() if c}
     if not mean:
         return None
@@ -421,9 +424,15 @@ def plot_sizing(
 
     fig, ax = plt.subplots(figsize=(7, 4))
     stops = set()
+    thin_tails = False
     for i, (name, curve) in enumerate(mean.items()):
-        xs, ys = zip(*curve, strict=True)
-        ax.plot(xs, ys, color=f"C{i % 10}", lw=1.2, marker="." if len(xs) < 30 else None, label=name[:30])
+        xs, ys, ns = zip(*curve, strict=True)
+        full = max(j for j, n in enumerate(ns) if n == len(seeds[name])) + 1 if len(seeds[name]) in ns else len(xs)
+        marker = "." if len(xs) < 30 else None
+        ax.plot(xs[:full], ys[:full], color=f"C{i % 10}", lw=1.2, marker=marker, label=name[:30])
+        if full < len(xs):  # the seeds that ran on: their mean, thin
+            ax.plot(xs[full - 1 :], ys[full - 1 :], color=f"C{i % 10}", lw=0.6, alpha=0.6)
+            thin_tails = True
         x0 = xs[-1] - 0.2 * (xs[-1] - xs[0]) if patience is None else xs[max(len(xs) - 1 - patience, 0)]
         ax.hlines(ys[-1], x0, xs[-1], colors=f"C{i % 10}", lw=3, linestyles="solid" if judged[name][0] else "dashed")
         if patience is not None:
@@ -433,7 +442,8 @@ def plot_sizing(
     for s in stops:
         ax.axvline(s, color="gray", ls=":", lw=1)
     span = "last 20%" if patience is None else f"last {patience} validations; star: best"
-    ax.set_xlabel(f"step (dotted: stop; thick: {span}, solid = plateaued)")
+    tails = "; thin: fewer seeds" if thin_tails else ""
+    ax.set_xlabel(f"step (dotted: stop; thick: {span}, solid = plateaued{tails})")
     ax.set_title(f"sizing: {metric}, mean over seeds", fontsize=9)
     ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()

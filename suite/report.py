@@ -231,13 +231,16 @@ def entry_curves(records: list[Any], name: str, key: str) -> list[list[tuple[int
     return [c for c in (series(r, key) for r in records if r.name == name) if c]
 
 
-def mean_curve(curves: list[list[tuple[int, float]]]) -> list[tuple[int, float]]:
-    """Mean over seeds at every step that any seed logged (a step's mean uses the seeds that have it)."""
+def mean_curve(curves: list[list[tuple[int, float]]], counts: bool = False) -> list[tuple]:
+    """Mean over seeds at every step that any seed logged (a step's mean uses the seeds that have it); with
+    ``counts``, ``(step, mean, number of seeds)`` triples (early stopping ends seeds at different steps)."""
     by_step: dict[int, list[float]] = {}
     for c in curves:
         for step, v in c:
             if math.isfinite(v):
                 by_step.setdefault(step, []).append(v)
+    if counts:
+        return [(s, statistics.fmean(v), len(v)) for s, v in sorted(by_step.items())]
     return [(s, statistics.fmean(v)) for s, v in sorted(by_step.items())]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from suite import report
+from suite import claim, report
 from suite.compare import RunRecord
 from suite.errors import ConfigError
 from suite.report import (
@@ -274,3 +274,28 @@ def test_longer_checks_pairs_every_entry_with_a_longer_run(tmp_path):
     checks = longer_checks(recs, "acc", higher_is_better=True)
     assert list(checks) == ["a", "b"]
     assert checks["a"][0] is True and checks["b"][0] is False  # 1% of 0.5 allowed with one seed; +0.4 is not
+
+
+def test_sizing_plot_marks_the_tail_that_fewer_seeds_reach(tmp_path, monkeypatch):
+    # early stopping ended seed 0 at step 40 and seed 1 at step 60: after step 40 the mean is seed 1's alone
+    curves = [[(0, 2.0), (20, 1.5), (40, 1.2)], [(0, 2.2), (20, 1.7), (40, 1.4), (60, 1.3)]]
+    assert report.mean_curve(curves, counts=True) == [
+        (0, pytest.approx(2.1), 2),
+        (20, pytest.approx(1.6), 2),
+        (40, pytest.approx(1.3), 2),
+        (60, pytest.approx(1.3), 1),
+    ]
+    recs = [RunRecord(path=None, name="a", seed=s, curves={"val/loss": c}) for s, c in enumerate(curves)]
+    import matplotlib.axes
+
+    drawn = []
+    real_plot = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "plot",
+        lambda ax, *a, **k: drawn.append((a[0], k.get("lw"))) or real_plot(ax, *a, **k),
+    )
+    out = claim.plot_sizing(recs, "val/loss", {"a": (True, "")}, tmp_path / "s.png", patience=2)
+    assert out is not None and out.stat().st_size > 1000
+    assert ((0, 20, 40), 1.2) in drawn  # both seeds: bold
+    assert ((40, 60), 0.6) in drawn  # one seed: thin, joined to the bold part

@@ -15,6 +15,8 @@
     sizing_higher_is_better: false
     sizing_patience: 12                     # optional, runs ended by early stopping: plateaued = no new best in the
                                             # last 12 validations (suite.report.patience_plateau), not the endpoint rule
+    sizing_untrained: {exact: "exact score, nothing trained"}   # optional: entries with nothing to converge
+                                            # (their sizing row reads n/a, with the reason)
 
 Each entry becomes ``python -m train -m experiment=<slug> <overrides> seed=0,1,2``; a failing entry is reported on
 the page, not hidden. ``--report-only`` rebuilds the page from the runs already on disk. A hand-written reading of
@@ -57,7 +59,7 @@ from omegaconf import OmegaConf
 
 from suite.compare import RunRecord, aggregate, find_runs, markdown_table, plot_curves, plot_final, read_run
 from suite.errors import ConfigError, SuiteError
-from suite.report import budget_table, entry_curves, mean_curve, sizing, sizing_patience
+from suite.report import budget_table, entry_curves, mean_curve, sizing, sizing_patience, sizing_untrained
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ("cpu", "paper")
@@ -370,8 +372,10 @@ def sizing_section(slug: str, spec: dict, records: list[RunRecord], folder: Path
         return [*head, "No `sizing_metric` in the claim spec: the page cannot say whether the runs converged."]
     hib = bool(spec.get("sizing_higher_is_better", False))
     patience = sizing_patience(spec)
-    judged = sizing(records, metric, higher_is_better=hib, patience=patience)
-    if not judged:
+    untrained = sizing_untrained(spec)
+    judged = sizing([r for r in records if r.name not in untrained], metric, higher_is_better=hib, patience=patience)
+    shown_untrained = [n for n in dict.fromkeys(r.name for r in records) if n in untrained]
+    if not judged and not shown_untrained:
         return [*head, "No runs."]
     png = plot_sizing(records, metric, judged, folder / f"{slug}_sizing.png", patience=patience, higher_is_better=hib)
     better = "higher" if hib else "lower"
@@ -392,6 +396,7 @@ def sizing_section(slug: str, spec: dict, records: list[RunRecord], folder: Path
         "|---|---|---|",
     ]
     lines += [f"| {name} | {'yes' if ok else 'no'} | {why} |" for name, (ok, why) in judged.items()]
+    lines += [f"| {name} | n/a | trains nothing: {untrained[name]} |" for name in shown_untrained]
     if png:
         lines += ["", f"![sizing curves]({png.name})"]
     return lines

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import netrc
 import os
 import warnings
@@ -31,7 +32,7 @@ class ResumableCSVLogger(CSVLogger):
             warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
             experiment = super().experiment
         if old and rank_zero_only.rank == 0:
-            path.write_text(old)
+            write_atomic(path, old)
             header = old.splitlines()[0].split(",") if old.strip() else []
             experiment.metrics_keys = sorted(k for k in header if k)
         return experiment
@@ -48,11 +49,21 @@ def truncate_csv(path: Path, after_step: int) -> int:
         reader = csv.DictReader(fh)
         fields, rows = reader.fieldnames or [], list(reader)
     kept = [r for r in rows if not r.get("step") or float(r["step"]) <= after_step]
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(kept)
+    buf = io.StringIO(newline="")
+    writer = csv.DictWriter(buf, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(kept)
+    write_atomic(path, buf.getvalue())
     return len(kept)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path``'s content with ``text`` all at once (a temporary file renamed over it): a process ended
+    midway, e.g. by the startup watch, leaves the old file or the new one, never a cut-off run curve."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
 
 
 def wandb_mode(mode: str = "auto") -> str:

@@ -457,6 +457,20 @@ def sizing_spec(spec_or_slug: dict | str | None) -> tuple[str | None, bool]:
     return spec.get("sizing_metric"), bool(spec.get("sizing_higher_is_better", False))
 
 
+def sizing_untrained(spec_or_slug: dict | str | None) -> dict[str, str]:
+    """The spec's ``sizing_untrained``: entries that train nothing (an exact score, a closed-form solve), by name,
+    with the reason; their sizing row reads ``n/a`` instead of a plateau judgement. A name that is no run is a
+    ConfigError."""
+    spec = _spec(spec_or_slug)
+    value = spec.get("sizing_untrained") or {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) and v.strip() for v in value.values()):
+        raise ConfigError(f"sizing_untrained={value!r} must map entry names to the reason they train nothing")
+    unknown = sorted(set(value) - {e["name"] for e in spec.get("runs", [])})
+    if unknown:
+        raise ConfigError(f"sizing_untrained names {unknown}, which are not runs of the claim")
+    return {str(k): str(v).strip() for k, v in value.items()}
+
+
 def sizing_patience(spec_or_slug: dict | str | None) -> int | None:
     """The spec's ``sizing_patience`` (validations without a new best that count as a plateau: runs that early
     stopping ends, judged by :func:`patience_plateau`), or ``None`` for the endpoint rule of :func:`plateau`."""

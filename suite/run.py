@@ -277,7 +277,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     """Fit and/or test; writes ``config.yaml`` and ``metrics.json`` into the run folder; returns final metrics."""
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    with StartupWatch(output_dir) as watch:  # SLURM tasks: one failing before the process group forms ends all
+    with StartupWatch(output_dir) as watch:  # SLURM tasks: one failing before training starts ends them all
         return _train(cfg, output_dir, watch)
 
 
@@ -285,7 +285,6 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
     objs = build(cfg)
     (output_dir / "config.yaml").write_text(objs["config_yaml"])
     trainer: pl.Trainer = objs["trainer"]
-    watch.arm(trainer.world_size)
     log_dir = Path(cfg.paths.log_dir) / cfg.task_name / str(cfg.experiment_slug)
     ckpt = resolve_checkpoint(cfg.get("ckpt_path"), output_dir, log_dir, _run_overrides())
     if ckpt is not None:
@@ -300,6 +299,7 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
         truncate_csv(output_dir / "csv" / "metrics.csv", -1)
     metrics: dict[str, float] = {}
     best = _test_best_weights(cfg, trainer)
+    watch.arm(trainer)
     if cfg.get("train", True):
         try:
             trainer.fit(objs["model"], datamodule=objs["datamodule"], ckpt_path=ckpt, weights_only=True)
@@ -396,7 +396,7 @@ def _evaluate(cfg: DictConfig, watch: StartupWatch) -> dict[str, float]:
     model = instantiate(saved.model, "model")
     loggers = _instantiate_group(cfg.get("logger"), "logger")
     trainer = instantiate(cfg.trainer, "trainer", logger=loggers or False)
-    watch.arm(trainer.world_size)
+    watch.arm(trainer)
     trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True, verbose=False)
     metrics = _scalars(trainer.callback_metrics)
     out = Path(cfg.paths.output_dir)

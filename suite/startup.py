@@ -1,21 +1,25 @@
-"""Startup watch for multi-task SLURM runs: a task that fails before the DDP process group forms ends the others.
+"""Startup watch for multi-task SLURM runs: a task that fails before training starts ends the other tasks.
 
-Under ``srun`` every task builds its own data, model and trainer, then joins the process group. When one task fails
-before that (a file only its node lacks, an out-of-memory model build, a bad input only its rank sees), the others
-are already waiting in the rendezvous: torch's store waits for the missing rank until the process-group timeout
+Under ``srun`` every task builds its own data, model and trainer, joins the process group, then reads its data
+(``setup``), wraps the model and restores any checkpoint. When one task fails in any of that (a file only its node
+lacks, an out-of-memory model build, a bad input only its rank sees), the others are already waiting for it, in the
+rendezvous or in a collective: NCCL and torch's store wait for the missing rank until the process-group timeout
 (Lightning: 30 minutes) or the job's time limit, holding every allocated GPU. srun's kill-on-bad-exit would end them,
 but it also ends the other tasks the moment the first one exits on SIGTERM, racing with their preemption checkpoint
 (tried and reverted: the requeue test lost its checkpoint), so the suite ends them itself, and only at startup:
 
-- a task whose ``train``/``evaluate`` raises before the process group formed writes a marker file with its one-line
+- a task whose ``train``/``evaluate`` raises before its first loop started writes a marker file with its one-line
   error into the run folder (shared by all tasks of the job): ``.startup_failed.<job>.<step>.<restart>.rank<r>``;
-- every task of a multi-task run watches for the other tasks' markers from the moment its trainer exists until the
-  process group forms; on one it prints which rank failed and why, then ends its process at once (``os._exit(1)``:
-  the main thread is blocked inside the store's C++ wait and cannot be interrupted).
+- every task of a multi-task SLURM run watches for the other tasks' markers from just before ``fit``/``test`` until
+  its first loop starts (sanity check, training, validation or test); on one it prints which rank failed and why,
+  then ends its process at once (``os._exit(1)``: the main thread is blocked inside a C++ wait and cannot be
+  interrupted).
 
-Once the group has formed the watch is over: SIGTERM, preemption and requeue behave exactly as before. A requeued job
-has a new restart count, so a previous attempt's markers are not read. A task killed outright (SIGKILL, the
-kernel's OOM killer) writes no marker; then the process-group timeout still applies.
+Lightning installs its SIGTERM handling only after that setup, just before the first loop, so SIGTERM, preemption
+and requeue behave exactly as before. A requeued job has a new restart count, so a previous attempt's markers are not
+read. A task killed outright (SIGKILL, the kernel's OOM killer) writes no marker; then the timeout still applies. The
+tasks must share the run folder: ``make slurm`` (the submitit launcher) gives every task of a job the same one; a
+hand-written ``srun python -m train`` needs ``hydra.run.dir=...``, or each task stamps its own.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Any
+
+from lightning.pytorch import Callback
 
 MARKER = ".startup_failed"
 
@@ -47,12 +54,6 @@ def slurm_task() -> tuple[str, int] | None:
     return f"{job.rstrip('_')}.{env.get('SLURM_STEP_ID', '0')}.{env.get('SLURM_RESTART_COUNT', '0')}", rank
 
 
-def _group_formed() -> bool:
-    import torch.distributed as dist
-
-    return dist.is_available() and dist.is_initialized()
-
-
 def _end_process(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
     sys.stdout.flush()
@@ -66,27 +67,25 @@ def _one_line(err: BaseException) -> str:
 
 
 class StartupWatch:
-    """Context manager around a run's build and fit (see the module docstring).
+    """Context manager around a run's build, setup and first loop start (see the module docstring).
 
-    ``with StartupWatch(run_dir) as watch: ...build the trainer...; watch.arm(trainer.world_size); trainer.fit(...)``
+    ``with StartupWatch(run_dir) as watch: ...build the trainer...; watch.arm(trainer); trainer.fit(...)``: ``arm``
+    starts the watch on a multi-task SLURM trainer and adds the callback that ends it when the first loop starts.
 
-    ``task``, ``group_formed`` and ``end`` default to the SLURM task, ``torch.distributed`` and ending the process;
-    tests pass their own."""
+    ``task`` and ``end`` default to the SLURM task and ending the process; tests pass their own."""
 
     def __init__(
         self,
         run_dir: str | Path,
         poll_s: float = 0.5,
         task: tuple[str, int] | None | bool = True,
-        group_formed: Callable[[], bool] = _group_formed,
         end: Callable[[str], None] = _end_process,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.poll_s = poll_s
         self.task = slurm_task() if task is True else (task or None)
-        self.group_formed = group_formed
         self.end = end
-        self.formed = False
+        self.started = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -94,12 +93,26 @@ class StartupWatch:
         assert self.task is not None
         return self.run_dir / f"{MARKER}.{self.task[0]}.rank{rank}"
 
-    def arm(self, world_size: int) -> None:
-        """Start watching (in a daemon thread) when this run's ranks are separate SLURM tasks."""
-        if self.task is None or world_size < 2 or self._thread is not None:
+    def arm(self, trainer: Any) -> None:
+        """Start watching (in a daemon thread) when ``trainer``'s ranks are the tasks of this SLURM step, and add the
+        callback that stops the watch when the first loop starts."""
+        from lightning.fabric.plugins.environments import SLURMEnvironment
+
+        env = getattr(trainer.strategy, "cluster_environment", None)
+        if self.task is None or trainer.world_size < 2 or not isinstance(env, SLURMEnvironment):
             return
-        self._thread = threading.Thread(target=self._watch, name="suite-startup-watch", daemon=True)
-        self._thread.start()
+        self.start_thread()
+        trainer.callbacks.append(_StageStarted(self))
+
+    def start_thread(self) -> None:
+        if self._thread is None and not self.started:
+            self._thread = threading.Thread(target=self._watch, name="suite-startup-watch", daemon=True)
+            self._thread.start()
+
+    def stage_started(self) -> None:
+        """The first loop started: from here on a failure is not a startup failure and nothing is watched."""
+        self.started = True
+        self._stop.set()
 
     def failed_ranks(self) -> dict[int, str]:
         """The other tasks' startup failures of this attempt: rank -> one-line error."""
@@ -108,24 +121,23 @@ class StartupWatch:
         out = {}
         for path in self.run_dir.glob(f"{MARKER}.{launch}.rank*"):
             rank = path.name.rsplit(".rank", 1)[1]
-            if rank.isdigit() and int(rank) != me:
-                try:
-                    out[int(rank)] = path.read_text().strip()
-                except OSError:  # being written: read on the next poll
-                    continue
+            if not rank.isdigit() or int(rank) == me:
+                continue
+            try:
+                why = path.read_text().strip()
+            except OSError:
+                continue
+            out[int(rank)] = why or "no message"
         return out
 
     def _watch(self) -> None:
         assert self.task is not None
         while not self._stop.wait(self.poll_s):
-            if self.group_formed():
-                self.formed = True
-                return
             failed = self.failed_ranks()
-            if failed:
+            if failed and not self.started:
                 rank, why = min(failed.items())
                 self.end(
-                    f"error: rank {self.task[1]}: rank {rank} failed before the process group formed ({why}); "
+                    f"error: rank {self.task[1]}: rank {rank} failed before training started ({why}); "
                     f"ending this rank instead of waiting for it (its log has the details)"
                 )
                 return
@@ -138,11 +150,27 @@ class StartupWatch:
     ) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
-        if self.task is None or not isinstance(exc, Exception) or self.formed or self.group_formed():
+            self._thread.join(timeout=10)
+        # SystemExit (Lightning's SIGTERMException, the CLI's exits) and KeyboardInterrupt are not startup failures
+        if self.task is None or not isinstance(exc, Exception) or self.started:
             return
         try:  # best effort: never hide the task's own error behind a marker that could not be written
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            self.marker(self.task[1]).write_text(_one_line(exc) + "\n")
+            tmp = self.marker(self.task[1]).with_name(self.marker(self.task[1]).name + ".tmp")
+            tmp.write_text(_one_line(exc) + "\n")
+            os.replace(tmp, self.marker(self.task[1]))  # whole or absent: a watcher never reads half a message
         except OSError:
             pass
+
+
+class _StageStarted(Callback):
+    """Lightning callback: the first loop of ``fit``/``validate``/``test``/``predict`` ends the startup watch."""
+
+    def __init__(self, watch: StartupWatch) -> None:
+        super().__init__()
+        self.watch = watch
+
+    def _started(self, *args: Any) -> None:
+        self.watch.stage_started()
+
+    on_sanity_check_start = on_train_start = on_validation_start = on_test_start = on_predict_start = _started

@@ -104,3 +104,15 @@ def test_learned_lipschitz_is_converted_to_ou_time():
     ts, vals = _learned([rec], "segment")
     assert ts == pytest.approx([0.5 * math.log(2.0)]) and vals == pytest.approx([4.0])  # e^{2t} = 1 + sigma^2
     assert _learned([rec], "ring") == ([], [])
+
+
+def test_per_budget_lines_use_the_verdicts_margins(tmp_path):
+    rec = _record("mixture_edm", {"euler": 1.0, "rx_euler": 1.0})
+    for n in (6, 10, 18, 34):  # RX 0.5% better everywhere: inside the 1% margin, so neither better nor worse
+        rec.metrics[f"test/sweep/rx_euler/nfe{n}/ode_err"] *= 0.995
+    rec.metrics["test/sweep/rx_euler/nfe34/ode_err"] = 0.9 * n**-1.0  # and 10% better at NFE 34
+    page = rx_dpm_report([rec], tmp_path)
+    assert f"| {EULER_CLAIM} (exact-score mixture, EDM grid) | **inconclusive: within noise** | Euler/DDIM -> " \
+        "RX-Euler/DDIM: better at 1/4, worse at 0/4 |" in page  # fmt: skip
+    assert "- RX on Euler/DDIM (error): better at NFE [34], worse at NFE none, within 1% at NFE [6, 10, 18]" in page
+    assert "beyond a 1% relative margin on the pathwise error (5% on the FID" in page

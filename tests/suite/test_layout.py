@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.report import sizing_patience
+from suite.report import sizing_patience, sizing_untrained
 from tests.conftest import ROOT
 
 SLUGS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
@@ -82,6 +82,7 @@ def test_one_report_hook_per_claim_spec():
         if (patience := sizing_patience(spec)) is not None:  # the stopping rule judges runs that early stopping ends
             stop = re.search(r"EarlyStopping,monitor:([^,]+),patience:(\d+)", str(spec.get("overrides")))
             assert stop and stop.groups() == (spec["sizing_metric"], str(patience)), f"conf/claim/{slug}.yaml"
+        sizing_untrained(spec)  # entries exempt from the plateau rule are runs of the claim, each with its reason
     hooks = sorted(p.stem for p in (ROOT / "reports").glob("*.py") if not p.name.startswith("_"))
     assert hooks == CLAIMS, "reports/<slug>.py must match conf/claim/<slug>.yaml one to one"
 

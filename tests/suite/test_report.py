@@ -299,3 +299,23 @@ def test_sizing_plot_marks_the_tail_that_fewer_seeds_reach(tmp_path, monkeypatch
     assert out is not None and out.stat().st_size > 1000
     assert ((0, 20, 40), 1.2) in drawn  # both seeds: bold
     assert ((40, 60), 0.6) in drawn  # one seed: thin, joined to the bold part
+
+
+def test_untrained_entries_read_n_a_in_the_sizing_section(tmp_path):
+    spec = {
+        "runs": [{"name": "exact"}, {"name": "net"}],
+        "sizing_metric": "val/loss",
+        "sizing_untrained": {"exact": "exact score"},
+    }
+    recs = [RunRecord(path=None, name="exact", seed=0, curves={}, metrics={"test/err": 0.1})] + [
+        RunRecord(path=None, name="net", seed=s, curves={"val/loss": [(0, 2.0), (50, 1.0), (100, 1.0)]})
+        for s in range(2)
+    ]
+    lines = claim.sizing_section("demo", spec, recs, tmp_path)
+    assert "| exact | n/a | trains nothing: exact score |" in lines
+    assert any(line.startswith("| net | yes | plateaued") for line in lines)
+    assert not any(line.startswith("| exact | no") for line in lines)
+    with pytest.raises(ConfigError, match="not runs"):
+        report.sizing_untrained({**spec, "sizing_untrained": {"exakt": "typo"}})
+    with pytest.raises(ConfigError, match="reason"):
+        report.sizing_untrained({**spec, "sizing_untrained": ["exact"]})

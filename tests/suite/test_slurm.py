@@ -92,7 +92,7 @@ def test_a_task_failing_at_startup_ends_the_job(slurm, tmp_path):
     """Rank 0 fails on a bad input before the process group forms (a one-line error, exit 2) while rank 1 goes on to
     wait for rank 0's rendezvous; without the startup watch (suite/startup.py) rank 1 would wait there for the
     30-minute process-group timeout or the job's time limit. With it rank 1 reads rank 0's marker and ends at once,
-    naming rank 0's error, and the job ends FAILED."""
+    naming rank 0's error, and the job ends FAILED. (Both directions, without SLURM: test_startup_watch.py.)"""
     sweep = tmp_path / "sweep"
     start = time.monotonic()
     proc = _launch(slurm, sweep, FIXTURE_CONF, "experiment=spine_fixture", "model.fail_on_rank=0")
@@ -111,10 +111,9 @@ def test_a_task_failing_at_startup_ends_the_job(slurm, tmp_path):
     assert "fixture failure on rank 0 (model.fail_on_rank)" in (logs / f"{job}_0_log.err").read_text()
     err1 = (logs / f"{job}_1_log.err").read_text()
     assert (
-        "error: rank 1: rank 0 failed before the process group formed (model: RuntimeError: fixture failure on rank 0"
-        in err1
+        "error: rank 1: rank 0 failed before training started (model: RuntimeError: fixture failure on rank 0" in err1
     ), err1[-3000:]
-    assert "All distributed processes registered" not in (logs / f"{job}_0_log.out").read_text()
+    assert took < 150, took  # the 30-minute rendezvous timeout otherwise (submission and sacct polls included)
     deadline = time.monotonic() + 120
     while True:  # slurmctld books the final state shortly after the tasks end
         state = subprocess.run(

@@ -56,8 +56,6 @@ RX_CAVEATS = """## Caveats
   check (`papers/rx_dpm.md`) saw the same crossover for RX-Euler and also found the naive coefficients slightly
   better than the adapted ones."""
 
-# RX-Euler alone: the construction of the official code (RX-Euler on EDM, RX-DDIM on Stable Diffusion), so a verdict
-# that does not rest on the suite's own derivations for the second-order solvers.
 ERR_TOL = 0.01  # a budget counts as better or worse beyond 1% relative pathwise error (deterministic: exact score)
 FID_TOL = 0.05  # and beyond 5% relative FID (a few hundred samples per seed)
 VERDICT_RULE = (
@@ -68,6 +66,8 @@ VERDICT_RULE = (
     "reproduced`. The exact-score mixture trains nothing (the score is exact), so its rows need no plateau (its sizing "
     "rows read n/a); the image rows are `inconclusive: underfit` unless their U-Net plateaued."
 )
+# RX-Euler alone: the construction of the official code (RX-Euler on EDM, RX-DDIM on Stable Diffusion), so a verdict
+# that does not rest on the suite's own derivations for the second-order solvers.
 EULER_CLAIM = "RX-Euler/DDIM (the official code's construction) improves Euler at every NFE"
 
 # The spec's trained-image entries, in page order: run name -> what the page calls its subject.

@@ -141,6 +141,88 @@ def resume_in_place(argv: list[str]) -> list[str]:
     return [*argv, f"hydra.run.dir={found}"]
 
 
+LR_ALIAS = "model.lr"
+
+
+def learning_rate_keys(model: object, slug: str) -> list[str]:
+    """The key(s) of an experiment's model config that ``model.lr`` sets: its own ``lr``; else ``optimizer.lr``
+    (and a one-cycle scheduler's ``max_lr``, which overrides the optimiser's); else the ``lr`` of the solver that
+    ``optimizer`` names (leaderbot: ``newton.lr``, the first Newton step length); else every per-stage ``*_lr``
+    (tulip). Paths relative to ``model``."""
+    from omegaconf import DictConfig
+
+    if not isinstance(model, DictConfig):
+        raise SuiteError(f"{LR_ALIAS}: experiment '{slug}' has no model config")
+    if "lr" in model:
+        return ["lr"]
+    opt = model.get("optimizer")
+    if isinstance(opt, DictConfig) and "lr" in opt:
+        sched = model.get("scheduler")
+        return ["optimizer.lr"] + (["scheduler.max_lr"] if isinstance(sched, DictConfig) and "max_lr" in sched else [])
+    if isinstance(opt, str):
+        solver = model.get(opt)
+        if isinstance(solver, DictConfig) and "lr" in solver:
+            return [f"{opt}.lr"]
+        raise SuiteError(f"{LR_ALIAS}: model.optimizer={opt} of experiment '{slug}' has no learning rate")
+    stages = [str(k) for k in model if str(k).endswith("_lr")]
+    if stages:
+        return stages
+    raise SuiteError(f"{LR_ALIAS}: experiment '{slug}' has no learning rate (its model has no lr or optimizer.lr)")
+
+
+def _compose(overrides: list[str]) -> object:
+    from hydra import compose, initialize_config_dir
+
+    root = Path(__file__).resolve().parents[1]
+    with initialize_config_dir(config_dir=str(root / "conf"), version_base="1.3"):
+        return compose("train", overrides=overrides)
+
+
+def learning_rate_alias(argv: list[str]) -> list[str]:
+    """``model.lr=<v>`` (the README's sweep line) becomes the experiment's own learning-rate key(s)
+    (:func:`learning_rate_keys`): ``model.optimizer.lr=<v>`` for most; where one rate sets several keys the others
+    follow the first by interpolation, so a sweep stays one axis. Prints one line saying what it set."""
+    args = argv[1:]
+    pattern = re.compile(r"^(\+{0,2})model\.lr=(.*)$", re.S)
+    hits = [(i, m) for i, a in enumerate(args) if (m := pattern.match(a))]
+    if not hits:
+        return argv
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    rest = [a for i, a in enumerate(args) if i not in {j for j, _ in hits} and not a.startswith("-")]
+    parsed = OverridesParser.create().parse_overrides(rest)
+    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+    experiments = [o for o in parsed if o.is_sweep_override() and o.key_or_group == "experiment"]
+    slugs = list(experiments[0].sweep_string_iterator()) if experiments else [None]
+    mappings = {}
+    for slug in slugs:
+        overrides = fixed + ([f"experiment={slug}"] if slug else [])
+        cfg = _compose(overrides)
+        name = slug or str(cfg.get("experiment_slug"))
+        mappings[name] = tuple(learning_rate_keys(cfg.get("model"), name))
+    if len(set(mappings.values())) > 1:
+        raise SuiteError(
+            f"{LR_ALIAS}: the swept experiments name their learning rate differently ("
+            + "; ".join(f"{k}: model.{' + model.'.join(v)}" for k, v in mappings.items())
+            + "); set those keys instead"
+        )
+    keys = next(iter(mappings.values()))
+    if keys == ("lr",):
+        return argv
+    out = list(argv[:1])
+    for i, arg in enumerate(args):
+        match = dict(hits).get(i)
+        if match is None:
+            out.append(arg)
+            continue
+        plus, value = match.group(1), match.group(2)
+        first = f"model.{keys[0]}"
+        out += [f"{plus}{first}={value}", *(f"{plus}model.{k}=${{{first}}}" for k in keys[1:])]
+    print(f"note: {LR_ALIAS} sets {' and '.join('model.' + k for k in keys)} (this experiment's learning rate)",
+          file=sys.stderr, flush=True)  # fmt: skip
+    return out
+
+
 def run_main(hydra_main: Callable[[], object], resume: bool = False) -> None:
     """Call a ``@hydra.main`` function; print ``error: ...`` on one line and exit 2 for user errors.
 
@@ -149,7 +231,7 @@ def run_main(hydra_main: Callable[[], object], resume: bool = False) -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let exceptions reach us instead of Hydra's multi-line report
     try:
         if resume:
-            sys.argv = resume_in_place(sys.argv)
+            sys.argv = resume_in_place(learning_rate_alias(sys.argv))
         hydra_main()
     except SuiteError as err:
         fail(str(err))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 from callbacks.run_config import CONFIG_KEY, ConfigInCheckpoint
 from suite.errors import CheckpointError, ConfigError, Preempted, SuiteError
 from suite.loggers import truncate_csv
-from suite.startup import StartupWatch
+from suite.startup import StartupWatch, slurm_task
 from suite.summary import resume_command, run_summary, shown
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,61 @@ def check_value_types(node: Any, what: str) -> None:
         names = [t.__name__ for t in (int, float, bool, str) if t in allowed]
         if type(None) in allowed:
             names.append("null")
-        raise ConfigError(f"{what}.{key}={value!r} must be {' or '.join(names)}")
+        raise ConfigError(_wrong_type(node, key, f"{what}.{key}", value, " or ".join(names)))
+
+
+def _wrong_type(node: DictConfig, key: str, full_key: str, value: Any, expected: str) -> str:
+    """``<key>=<value> must be <expected>``, naming the key the user typed: a value interpolated from another key
+    (``total_steps: ${trainer.max_steps}``) is reported under that key, with the one that takes it in brackets."""
+    raw = node._get_node(key)
+    source = re.fullmatch(r"\$\{([\w.]+)\}", str(raw._value())) if raw is not None else None
+    if source and not source.group(1).startswith("."):
+        return f"{source.group(1)}={value!r} must be {expected} (it sets {full_key})"
+    return f"{full_key}={value!r} must be {expected}"
+
+
+# Typed values of the root config (conf/train.yaml, conf/eval.yaml, conf/paths/): what each must be, so that a
+# mistyped command-line value (`seed=abc`, `train=yes`) is one line naming the key, not a traceback deep inside a run.
+ROOT_TYPES: dict[str, tuple[type, ...]] = {
+    "seed": (int,),
+    "num_threads": (int, type(None)),
+    "smoke": (bool,),
+    "train": (bool,),
+    "test": (bool,),
+    "test_weights": (str,),
+    "ckpt_path": (str, type(None)),
+    "task_name": (str,),
+    "experiment_slug": (str,),
+    "group": (str,),
+    "paths.root_dir": (str,),
+    "paths.data_dir": (str,),
+    "paths.log_dir": (str,),
+    "paths.output_dir": (str,),
+}
+_TYPE_NAMES = {int: "int", float: "float", bool: "true or false", str: "a string", type(None): "null"}
+
+
+def check_root_types(cfg: DictConfig) -> None:
+    """Refuse a root-config value of the wrong type (``seed=abc``, ``train=yes``, ``paths.log_dir=5``) with one
+    line naming the key, and check the trainer's values before the model's (a model key may interpolate a trainer
+    key: ``model.scheduler.total_steps: ${trainer.max_steps}``)."""
+    for dotted, allowed in ROOT_TYPES.items():
+        parent_key, _, key = dotted.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+        if not isinstance(parent, DictConfig) or key not in parent:
+            continue
+        try:
+            value = parent[key]
+        except OmegaConfBaseException:  # an unresolvable value (`???`): reported where it is used
+            continue
+        if type(value) in allowed:
+            continue
+        expected = " or ".join(_TYPE_NAMES[t] for t in allowed)
+        if dotted.startswith("paths."):
+            expected += f" (a folder; quote a numeric name: {dotted}='{value}')"
+        raise ConfigError(_wrong_type(parent, key, dotted, value, expected))
+    if isinstance(cfg.get("trainer"), DictConfig):
+        check_value_types(cfg.trainer, "trainer")
 
 
 def instantiate(node: Any, what: str, **kwargs: Any) -> Any:
@@ -275,10 +330,27 @@ def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
 
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit and/or test; writes ``config.yaml`` and ``metrics.json`` into the run folder; returns final metrics."""
-    output_dir = Path(cfg.paths.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    with StartupWatch(output_dir) as watch:  # SLURM tasks: one failing before training starts ends them all
-        return _train(cfg, output_dir, watch)
+    output_dir = Path(str(cfg.paths.output_dir))
+    fresh = _only_hydra_files(output_dir, cfg)
+    try:
+        check_root_types(cfg)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        with StartupWatch(output_dir) as watch:  # SLURM tasks: one failing before training starts ends them all
+            return _train(cfg, output_dir, watch)
+    except ConfigError:
+        # A run refused at config time leaves nothing worth keeping: remove the folder Hydra made for it, so that
+        # `make compare` never counts it as an unfinished run. Never a folder that held anything else (a resumed
+        # run), nor one shared by the tasks of a SLURM job (they read each other's startup markers there).
+        if fresh and slurm_task() is None and _only_hydra_files(output_dir, cfg):
+            shutil.rmtree(output_dir, ignore_errors=True)
+        raise
+
+
+def _only_hydra_files(run_dir: Path, cfg: DictConfig) -> bool:
+    """Whether ``run_dir`` holds nothing but what Hydra writes at the start of a job (``.hydra/``, ``<task>.log``)."""
+    if not run_dir.is_dir():
+        return False
+    return {p.name for p in run_dir.iterdir()} <= {".hydra", f"{cfg.get('task_name')}.log"}
 
 
 def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, float]:
@@ -380,6 +452,7 @@ def finish_loggers(trainer: pl.Trainer) -> None:
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Rebuild model and data from the config saved in ``cfg.ckpt_path`` and run ``trainer.test``."""
+    check_root_types(cfg)
     with StartupWatch(cfg.paths.output_dir) as watch:
         return _evaluate(cfg, watch)
 
@@ -391,7 +464,6 @@ def _evaluate(cfg: DictConfig, watch: StartupWatch) -> dict[str, float]:
         raise CheckpointError(f"checkpoint {ckpt} has no saved suite config (was it written by this suite?)")
     saved = OmegaConf.create(state[CONFIG_KEY])
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    check_value_types(cfg.trainer, "trainer")
     datamodule = instantiate(saved.data, "data")
     model = instantiate(saved.model, "model")
     loggers = _instantiate_group(cfg.get("logger"), "logger")

@@ -62,6 +62,66 @@ def test_wrong_value_type_is_one_line_naming_the_key(override: str, expected: st
     assert code == 2 and [line for line in err.splitlines() if line.startswith("error:")] == [expected], err[-2000:]
 
 
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("seed=abc", "error: seed='abc' must be int"),
+        ("seed=1.5", "error: seed=1.5 must be int"),
+        ("train=yes", "error: train='yes' must be true or false"),
+        ("num_threads=two", "error: num_threads='two' must be int or null"),
+        ("paths.data_dir=5", "error: paths.data_dir=5 must be a string (a folder; quote a numeric name: "
+                             "paths.data_dir='5')"),
+    ],
+)  # fmt: skip
+def test_wrong_root_value_type_is_one_line_naming_the_key(override: str, expected: str, tmp_path, capsys):
+    """Typed values of the root config (issue 51, item 1): `seed=abc` was a 47-line traceback."""
+    code = run_entry(
+        "train", [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", f"paths.log_dir={tmp_path}", override]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and [line for line in err.splitlines() if line.startswith("error:")] == [expected], err[-2000:]
+    assert "Traceback" not in err
+
+
+def test_a_trainer_value_is_reported_under_the_key_the_user_typed(tmp_path, capsys):
+    """bracketire's `model.scheduler.total_steps: ${trainer.max_steps}`: the error names trainer.max_steps."""
+    code = run_entry("train", ["experiment=bracketire", "logger=csv", f"paths.log_dir={tmp_path}",
+                               "trainer.max_steps=2.5"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and [line for line in err.splitlines() if line.startswith("error:")] == [
+        "error: trainer.max_steps=2.5 must be int"
+    ], err[-2000:]
+
+
+def test_an_interpolated_value_names_its_source_key():
+    from omegaconf import OmegaConf
+
+    from suite.errors import ConfigError
+    from suite.run import check_value_types
+
+    cfg = OmegaConf.create(
+        {"trainer": {"max_steps": 2.5},
+         "model": {"scheduler": {"_target_": "torch.optim.lr_scheduler.OneCycleLR", "_partial_": True,
+                                 "max_lr": 0.1, "total_steps": "${trainer.max_steps}"}}}
+    )  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        check_value_types(cfg.model.scheduler, "model.scheduler")
+    assert str(err.value) == "trainer.max_steps=2.5 must be int or null (it sets model.scheduler.total_steps)"
+
+
+def test_make_train_with_a_mistyped_seed_is_one_line(tmp_path):
+    """`make train ARGS="seed=abc"` as a user types it: one line, exit 2, and no run folder left behind."""
+    proc = subprocess.run(
+        ["make", "-s", "--no-print-directory", "train", f"ARGS=seed=abc paths.log_dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    # make's own trailer (`make: *** [Makefile:..: train] Error 2`) is the only other line
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip() and "make: ***" not in line]
+    assert lines == ["error: seed='abc' must be int"], lines
+    assert not list(tmp_path.rglob("runs/*")), "a run that failed at config time left its folder"
+
+
 def test_random_bytes_checkpoint_is_one_line_that_never_suggests_unsafe_loading(tmp_path, capsys):
     bad = tmp_path / "random.ckpt"
     bad.write_bytes(bytes(range(256)) * 64)

@@ -10,6 +10,7 @@ import subprocess
 import time
 
 import pytest
+import yaml
 from omegaconf import OmegaConf
 
 from suite.compare import RunRecord, plot_curves
@@ -149,3 +150,42 @@ def test_quiet_console_drops_named_noise_and_keeps_real_messages(capsys):
     err = capsys.readouterr().err
     assert "Images sizes" not in err and "Tip" not in err and "a real Lightning warning" in err
     assert [str(w.message) for w in caught] == ["a real user warning"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("method", "lr_key"), [("leaderbot", "newton"), ("semdice", "optimizer")])
+def test_readme_sweep_line_as_typed(method: str, lr_key: str, tmp_path):
+    """`make sweep METHOD=x ARGS="seed=0,1,2 model.lr=1e-3,1e-4"` (README, `make help`): `model.lr` is every
+    experiment's learning rate (issue 51, item 2); debug=fdr keeps the six jobs to a batch each."""
+    args = f"ARGS=seed=0,1,2 model.lr=1e-3,1e-4 debug=fdr logger=csv paths.log_dir={tmp_path}"
+    proc = _make("sweep", f"METHOD={method}", args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"note: model.lr sets model.{lr_key}.lr (this experiment's learning rate)" in proc.stderr
+    jobs = sorted((tmp_path / "debug" / method / "multiruns").glob("*/[0-9]"))
+    assert len(jobs) == 6, jobs
+    ran = sorted((c["seed"], c["model"][lr_key]["lr"]) for c in (yaml.safe_load((j / "config.yaml").read_text())
+                                                               for j in jobs))  # fmt: skip
+    assert ran == [(s, lr) for s in (0, 1, 2) for lr in (1e-4, 1e-3)]
+
+
+def test_model_lr_names_every_experiments_learning_rate():
+    """Every experiment's `model.lr` resolves; where one rate sets several keys (grass: OneCycleLR's max_lr
+    overrides the optimiser's lr; tulip: three stage rates) they follow one value, so a sweep stays one axis."""
+    from hydra import compose, initialize_config_dir
+
+    from suite.cli import learning_rate_alias
+
+    slugs = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
+    for slug in slugs:
+        argv = learning_rate_alias(["train.py", f"experiment={slug}", "model.lr=0.00123"])
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            model = compose("train", overrides=argv[1:]).model
+        rates = {k: OmegaConf.select(model, k) for k in ("lr", "optimizer.lr", "scheduler.max_lr", "newton.lr",
+                                                         "clip_lr", "distill_lr", "expand_lr")}  # fmt: skip
+        assert 0.00123 in rates.values(), (slug, rates)
+        if slug == "grass":
+            assert rates["optimizer.lr"] == rates["scheduler.max_lr"] == 0.00123
+        if slug == "tulip":
+            assert rates["clip_lr"] == rates["distill_lr"] == rates["expand_lr"] == 0.00123
+    argv = learning_rate_alias(["train.py", "-m", "experiment=grass", "model.lr=1e-3,1e-4"])
+    assert argv[3:] == ["model.optimizer.lr=1e-3,1e-4", "model.scheduler.max_lr=${model.optimizer.lr}"]

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from suite.errors import SuiteError
+from suite.summary import is_result
 
 
 @dataclass
@@ -97,6 +98,7 @@ def read_run(run_dir: str | Path, name: str | None = None) -> RunRecord:
                 rec.metrics = {k: float(v) for k, v in wb.summary.items() if isinstance(v, (int, float)) and "/" in k}
     if not rec.metrics:
         rec.metrics = {k: v[-1][1] for k, v in rec.curves.items() if v}
+    rec.metrics = {k: v for k, v in rec.metrics.items() if is_result(k)}  # runs from before `lr-*` left metrics.json
     return rec
 
 

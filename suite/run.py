@@ -21,7 +21,7 @@ from callbacks.run_config import CONFIG_KEY, ConfigInCheckpoint
 from suite.errors import CheckpointError, ConfigError, Preempted, SuiteError
 from suite.loggers import truncate_csv
 from suite.startup import StartupWatch, slurm_task
-from suite.summary import resume_command, run_summary, shown
+from suite.summary import is_result, resume_command, run_summary, shown
 
 log = logging.getLogger(__name__)
 
@@ -323,6 +323,8 @@ def build(cfg: DictConfig) -> dict[str, Any]:
 def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
     out = {}
     for k, v in metrics.items():
+        if not is_result(k):  # the learning-rate monitor's `lr-*`: a curve, not a result
+            continue
         if isinstance(v, torch.Tensor) and v.numel() == 1 or isinstance(v, (int, float)):
             out[k] = float(v)
     return out

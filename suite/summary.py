@@ -18,6 +18,16 @@ def shown(path: str | Path) -> str:
         return str(p)
 
 
+BOOKKEEPING = ("lr-",)
+"""Prefixes of logged values that are bookkeeping, not results: Lightning's ``LearningRateMonitor`` (``lr-Adam``,
+``lr-AdamW/pg1``). They stay in the CSV/wandb curves, never in ``metrics.json``, the summary or the tables."""
+
+
+def is_result(key: str) -> bool:
+    """Whether a logged key is a result (``val/acc``) rather than bookkeeping (:data:`BOOKKEEPING`)."""
+    return not str(key).startswith(BOOKKEEPING)
+
+
 def _fmt(value: float) -> str:
     return f"{value:.6g}" if math.isfinite(value) else str(value)
 

@@ -371,8 +371,6 @@ class TulipLitModule(SuiteLitModule):
             for name, (r1, _) in r1_by_length(out["image"], out["long"], out["length"], self.length_bins).items():
                 logs[f"test/r1_len_{name}"] = r1
         self.log_dict(logs)
-        if stage == "val":
-            self.log("val/loss", -logs["val/long_r1"])
 
     def on_validation_epoch_end(self) -> None:
         self._retrieval("val")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from suite.compare import compare, find_runs, read_run
@@ -233,3 +235,13 @@ def test_stopping_a_claim_stops_its_run(tmp_path):
     finally:
         if claim.poll() is None:
             claim.kill()
+
+
+def test_learning_rate_bookkeeping_stays_out_of_the_tables(tmp_path):
+    """A run folder from before `lr-*` left metrics.json: the table never shows the learning-rate monitor's keys."""
+    from suite.compare import aggregate, read_run
+
+    (tmp_path / "metrics.json").write_text(json.dumps({"lr-Adam": 1e-3, "lr-AdamW/pg1": 2e-3, "val/acc": 0.5}))
+    rec = read_run(tmp_path, name="a")
+    assert rec.metrics == {"val/acc": 0.5}
+    assert aggregate([rec])[1] == {"a": {"val/acc": (0.5, 0.0, 1)}}

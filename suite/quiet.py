@@ -26,6 +26,7 @@ _NOISE_WARNINGS = (
     r"The dirpath has changed from",  # ModelCheckpoint on a resume from another folder's checkpoint
     r"Experiment logs directory .* exists and is not empty",  # resume in the same folder (suite.loggers)
     r"Checkpoint directory .* exists and is not empty",  # same: last.ckpt is overwritten on purpose
+    r"`torch\.jit\.script` is deprecated",  # torch_geometric scripts its own helpers at import time
 )
 
 

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from callbacks.run_config import CONFIG_KEY, ConfigInCheckpoint
+from suite.debug import overfit_verdict
 from suite.errors import CheckpointError, ConfigError, Preempted, SuiteError
 from suite.loggers import truncate_csv
 from suite.startup import StartupWatch, slurm_task
@@ -303,6 +304,10 @@ def build(cfg: DictConfig) -> dict[str, Any]:
     datamodule = instantiate(cfg.data, "data")
     model = instantiate(cfg.model, "model")
     callbacks = _instantiate_group(cfg.get("callbacks"), "callbacks")
+    if cfg.trainer.get("fast_dev_run"):  # Lightning skips checkpoints under fast_dev_run but for save_last's
+        for cb in callbacks:  # on_train_end: debug=fdr writes none, as the README and `make help` say
+            if isinstance(cb, pl.callbacks.ModelCheckpoint):
+                cb.save_last = False
     if cfg.trainer.get("enable_progress_bar") is False:  # a bar callback with bars disabled is a Lightning error
         callbacks = [cb for cb in callbacks if not isinstance(cb, pl.callbacks.ProgressBar)]
     loggers = _instantiate_group(cfg.get("logger"), "logger")
@@ -412,6 +417,8 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
     finish_loggers(trainer)
     if trainer.is_global_zero:
         print(run_summary(output_dir, metrics, "debug run" if cfg.get("smoke") else "run"), flush=True)
+        if cfg.get("train", True) and trainer.overfit_batches:  # debug=overfit: say whether the batch was learnt
+            print(overfit_verdict(output_dir / "csv" / "metrics.csv"), flush=True)
     release_process_group()
     return metrics
 

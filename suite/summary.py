@@ -80,7 +80,11 @@ def run_summary(run_dir: str | Path, metrics: dict[str, float], what: str = "run
 
 
 def resume_command(overrides: list[str], run_dir: str | Path) -> str:
-    """The exact command that resumes this run in its own folder."""
+    """The exact command that resumes this run in its own folder, as the README's ``make`` form (it works outside
+    the venv): ``make train METHOD=<slug> ARGS='<overrides> ckpt_path=last hydra.run.dir=<run>'``. Each override is
+    shell-quoted inside ARGS (the Makefile hands ARGS to the shell) and ``$`` doubled (make would expand it)."""
     keep = [o for o in overrides if not o.startswith(("ckpt_path=", "hydra.run.dir="))]
-    args = [*keep, "ckpt_path=last", f"hydra.run.dir={shown(run_dir)}"]
-    return "python -m train " + " ".join(shlex.quote(a) for a in args)
+    method = next((o.split("=", 1)[1] for o in keep if o.startswith("experiment=")), None)
+    args = [o for o in keep if not o.startswith("experiment=")] + ["ckpt_path=last", f"hydra.run.dir={shown(run_dir)}"]
+    inner = " ".join(shlex.quote(a) for a in args).replace("$", "$$")
+    return "make train" + (f" METHOD={shlex.quote(method)}" if method else "") + " ARGS=" + shlex.quote(inner)

@@ -40,7 +40,11 @@ def test_every_debug_mode_runs_through_the_train_entry_point(slug: str, mode: st
     assert any(k.startswith("test/") for k in metrics), f"{slug}/{mode}: no test metric in {sorted(metrics)}"
     assert all(math.isfinite(v) for k, v in metrics.items() if k.startswith("test/")), metrics
     assert f"debug run finished: {run}" in out.out or f"debug run finished: {run.resolve()}" in out.out
-    if mode != "fdr":  # fast_dev_run writes no checkpoint (Lightning); the others do, weights-only loadable
+    if mode == "overfit":  # says whether its batch was overfitted, against the stated threshold (suite/debug.py)
+        assert "overfit check: PASSED: " in out.out or "overfit check: FAILED " in out.out, out.out[-2000:]
+    if mode == "fdr":  # fast_dev_run writes no checkpoint (README, `make help`)
+        assert not (run / "checkpoints").exists() or not any((run / "checkpoints").iterdir()), slug
+    else:  # the others do, weights-only loadable
         state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
         assert f"experiment_slug: {slug}" in state["suite_config_yaml"]
         assert state["state_dict"], f"{slug}: empty state_dict"

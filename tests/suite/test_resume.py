@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from suite.errors import PREEMPTED_EXIT_CODE
-from tests.conftest import FIXTURE_CONF, run_cli, run_entry
+from tests.conftest import FIXTURE_CONF, ROOT, run_cli, run_entry
 
 COMMON = [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "trainer.max_epochs=3"]
 
@@ -82,13 +82,14 @@ def test_sigterm_message_exit_status_and_resume_in_the_same_folder(tmp_path, cap
     last = run / "checkpoints" / "last.ckpt"
     lines = [line for line in cut.stderr.splitlines() if line.startswith(("interrupted:", "resume"))]
     assert lines[0] == f"interrupted: stopped by SIGTERM at global step 13 (epoch 1); wrote {last}", lines
-    assert lines[1].startswith("resume (continues in the same run folder): python -m train "), lines
+    assert lines[1].startswith("resume (continues in the same run folder): make train METHOD=spine_fixture "), lines
     assert "weights_only" not in cut.stdout + cut.stderr and "Received SIGTERM" not in cut.stderr
     assert not (run / "metrics.json").exists()  # an interrupted run never looks finished
 
     # The printed command resumes exactly (same folder, named by it); plain `ckpt_path=last` finds it as well.
     printed = shlex.split(lines[1].split(": ", 1)[1])
-    assert printed[:3] == ["python", "-m", "train"] and f"hydra.run.dir={run}" in printed
+    assert printed[:3] == ["make", "train", "METHOD=spine_fixture"] and printed[3].startswith("ARGS=")
+    assert f"hydra.run.dir={run}" in shlex.split(printed[3].removeprefix("ARGS=").replace("$$", "$"))
     assert run_entry("train", [*args, "ckpt_path=last"]) == 0
     resumed = capsys.readouterr()
     assert f"note: ckpt_path=last: resuming {last} in its own folder" in resumed.err
@@ -115,3 +116,22 @@ def test_sigterm_message_exit_status_and_resume_in_the_same_folder(tmp_path, cap
     other = capsys.readouterr().err
     assert "no run under" in other and "was started with these overrides; starting a new run" in other
     assert len(list((logs / "train" / "spine_fixture" / "runs").iterdir())) == 2
+
+
+def test_printed_resume_command_is_the_make_form_that_reaches_the_entry_point_unchanged(tmp_path):
+    """The resume hint is `make train METHOD=... ARGS=...` (a bare `python -m train` fails outside the venv); what
+    make and the shell hand to `python -m train` is exactly the run's overrides (quotes, spaces and `${...}` kept)."""
+    import subprocess
+
+    from suite.summary import resume_command
+
+    overrides = ["experiment=grass", "model.optimizer.lr=0.001", "model.scheduler.max_lr=${model.optimizer.lr}",
+                 "model.net.mixer=[{kind: gated_deltanet, num_heads: 2}]", f"paths.log_dir={tmp_path}"]  # fmt: skip
+    cmd = resume_command(overrides, tmp_path / "run")
+    assert cmd.startswith("make train METHOD=grass ARGS=")
+    dry = subprocess.run(["make", "-n", "--no-print-directory", *shlex.split(cmd)[1:]], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert dry.returncode == 0, dry.stderr
+    line = next(x for x in dry.stdout.splitlines() if " -m train " in x)
+    received = shlex.split(line)[3:]
+    assert received == ["experiment=grass", *overrides[1:], "ckpt_path=last", f"hydra.run.dir={tmp_path / 'run'}"]

@@ -7,7 +7,9 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -189,3 +191,37 @@ def test_model_lr_names_every_experiments_learning_rate():
             assert rates["clip_lr"] == rates["distill_lr"] == rates["expand_lr"] == 0.00123
     argv = learning_rate_alias(["train.py", "-m", "experiment=grass", "model.lr=1e-3,1e-4"])
     assert argv[3:] == ["model.optimizer.lr=1e-3,1e-4", "model.scheduler.max_lr=${model.optimizer.lr}"]
+
+
+def test_overfit_verdict_states_pass_or_fail_against_its_threshold(tmp_path, capsys):
+    """debug=overfit says whether the batch was overfitted (issue 51, item 7), judged on the run's CSV curve."""
+    from suite.debug import overfit_verdict
+
+    def curve(name: str, values: list[float], key: str = "train/loss_step") -> Path:
+        f = tmp_path / name
+        f.write_text(f"epoch,step,{key},val/loss\n" + "".join(f"{i},{i},{v},\n" for i, v in enumerate(values)))
+        return f
+
+    rule = "threshold: the loss must fall, its last value at least 0.1% below its first"
+    assert (
+        overfit_verdict(curve("a.csv", [2.0, 1.5, 1.0]))
+        == f"overfit check: PASSED: train/loss 2 -> 1 (-50.00%); {rule}"
+    )
+    assert overfit_verdict(curve("b.csv", [2.0, 2.5, 1.9995])).startswith("overfit check: FAILED")  # -0.025%: noise
+    assert overfit_verdict(curve("c.csv", [-1.0, -2.0], "train/loss")).startswith("overfit check: PASSED")
+    assert overfit_verdict(tmp_path / "none.csv").startswith("overfit check: no train/loss curve to judge")
+    # through the entry point: the line closes the run's summary
+    base = [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "trainer.enable_progress_bar=false"]
+    assert run_entry("train", [*base, "debug=overfit", f"paths.log_dir={tmp_path / 'logs'}"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("overfit check: PASSED: train/loss ") and out[-1].endswith(rule), out[-3:]
+
+
+def test_torch_geometric_jit_deprecation_stays_off_the_console():
+    """torch_geometric scripts its helpers with `torch.jit.script` at import (a FutureWarning about its own code that
+    reached every graph run's console, issue 51 item 7); the entry points' filter drops exactly that message."""
+    code = "from suite.quiet import quiet_console; quiet_console(); import torch_geometric.nn"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "torch.jit.script" not in proc.stderr, proc.stderr[-2000:]

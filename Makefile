@@ -28,8 +28,8 @@ ifeq ($(filter $(METHOD),$(SLUGS)),)
 $(error error: unknown METHOD '$(METHOD)'; valid: $(SLUGS))
 endif
 endif
-ifneq ($(filter-out cpu paper,$(PROFILE)),)
-$(error error: unknown PROFILE '$(PROFILE)'; valid: cpu paper)
+ifneq ($(filter-out cpu paper gpu,$(PROFILE)),)
+$(error error: unknown PROFILE '$(PROFILE)'; valid: cpu paper gpu)
 endif
 
 .PHONY: help install train eval sweep claim compare bench test test-gpu lint format clean slurm

@@ -1,40 +1,50 @@
 #!/usr/bin/env bash
-# GPU check, one short prepared script (< 10 min on one GPU); prints everything to record in an issue:
-#   1. `make test-gpu`: the GPU tests (fla's Triton gated-delta-rule kernel vs the suite's chunked path: outputs,
-#      final state and gradients, T = 1024 and 4096);
+# GPU check, one short prepared script (< 8 min on one GPU); prints everything to record in an issue:
+#   0. preflight (benchmarks/gpu_preflight.py): the imports, the wheels' origin, the configs the check runs compose
+#      and instantiate on the CPU, then the CUDA device;
+#   1. the GPU tests (fla's Triton gated-delta-rule kernel vs the suite's chunked path: outputs, final state and
+#      gradients, T = 1024 and 4096);
 #   2. the gated delta rule benchmark at T = 4096 on CUDA, fla's Triton kernel beside the suite's chunked path;
-#   3. a few minutes of one cheap paper-scale profile (sgm_lipschitz: embedded data, so no dataset is needed), on the
+#   3. two epochs of one cheap paper-scale profile (sgm_lipschitz: embedded data, so no dataset is needed), on the
 #      GPU, into logs/gpu_check/ (the results pages in docs/ are not touched).
-# Usage: bash benchmarks/gpu_check.sh   (needs CUDA and the [gpu] extra: pip install -e '.[gpu]')
-# Fails at once, with one line, on a machine without CUDA.
+# Usage:
+#   bash benchmarks/gpu_check.sh               the suite's .venv (make install; pip install -e '.[gpu]' for fla)
+#   bash benchmarks/gpu_check.sh --bare        a bare GPU machine: its own python3 (torch, lightning, torchmetrics,
+#                                              timm, torch-geometric) plus the wheels of `make gpu-wheels` (.whl/,
+#                                              carried with the tree), installed into a temporary target
+#   bash benchmarks/gpu_check.sh --bare --preflight   only step 0 without CUDA (works on any machine: test it here)
+# Fails at once, with one line, on a machine without CUDA or without a wheel it needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-export PYTHONPATH="$PWD" WANDB_MODE=offline WANDB_SILENT=true
-[ -x "$PY" ] || { echo "error: $PY not found: run 'make install' first" >&2; exit 2; }
-if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-  echo "error: no CUDA device visible to torch: benchmarks/gpu_check.sh needs a GPU" >&2
-  exit 2
-fi
-if ! "$PY" -c 'import fla' 2>/dev/null; then
-  echo "error: flash-linear-attention is not installed: pip install -e '.[gpu]' (pyproject extra 'gpu')" >&2
-  exit 2
-fi
+PREFLIGHT_ONLY=0
+for arg in "$@"; do
+  case "$arg" in
+    --bare) BARE=1 ;;
+    --preflight) PREFLIGHT_ONLY=1 ;;
+    *) echo "error: unknown option $arg (valid: --bare --preflight)" >&2; exit 2 ;;
+  esac
+done
+source benchmarks/gpu_env.sh
 step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; }
-step "device"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-"$PY" -c 'import torch, fla; print("torch", torch.__version__, "cuda", torch.version.cuda, "fla", fla.__version__)'
+SGM=(trainer=gpu trainer.max_epochs=2)
 
-step "1/3 make test-gpu (fla parity)"
-timeout 240 make --no-print-directory test-gpu PYTEST_ARGS="-q -rs tests/ops/test_gated_delta_rule.py"
+step "0 preflight (${PY}${WHEEL_TARGET:+, wheels in $WHEEL_TARGET})"
+"$PY" benchmarks/gpu_preflight.py ${WHEEL_TARGET:+--target "$WHEEL_TARGET"} --fla \
+  --experiment gated_deltanet trainer=gpu --experiment sgm_lipschitz "${SGM[@]}" \
+  $([ "$PREFLIGHT_ONLY" = 1 ] || echo --cuda)
+[ "$PREFLIGHT_ONLY" = 1 ] && { step "done (preflight only)"; exit 0; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+
+step "1/3 GPU tests (fla parity)"
+timeout 240 "$PY" -m pytest -q -rs -m gpu -p no:cacheprovider tests/ops/test_gated_delta_rule.py
 
 step "2/3 gated delta rule fwd+bwd at T=4096: fla Triton vs the suite's chunked path (and the recurrent twin)"
-timeout 180 "$PY" -m benchmarks.gated_delta_rule --device cuda --T 4096 --B 2 --H 4 --D 64 --fla --threads 0 \
-  --max-recurrent-s 60
+timeout 150 "$PY" -m benchmarks.gated_delta_rule --device cuda --T 4096 --B 2 --H 4 --D 64 --fla --threads 0 \
+  --max-recurrent-s 30 --repeat 3
 
-step "3/3 a few minutes of the sgm_lipschitz paper profile (entry ring, 5 epochs, 3 seeds) on the GPU"
+step "3/3 two epochs of the sgm_lipschitz paper profile (entry ring, 3 seeds) on the GPU"
 rm -rf logs/gpu_check
-timeout 240 "$PY" -m suite.claim sgm_lipschitz --profile paper --only ring --out logs/gpu_check/sgm_lipschitz \
-  --page logs/gpu_check/sgm_lipschitz.md trainer.max_epochs=5
-sed -n '/## Final metrics/,/^$/p;/## Final metrics/,+6p' logs/gpu_check/sgm_lipschitz.md | head -12
+timeout 180 "$PY" -m suite.claim sgm_lipschitz --profile paper --only ring --out logs/gpu_check/sgm_lipschitz \
+  --page logs/gpu_check/sgm_lipschitz.md "${SGM[@]:1}"
+sed -n '/## Runs/,/## Budget/p' logs/gpu_check/sgm_lipschitz.md | head -20
 step "done"

@@ -41,6 +41,7 @@ folders, so it works on a cluster's finished runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import inspect
 import json
@@ -62,21 +63,22 @@ from suite.errors import ConfigError, SuiteError
 from suite.report import budget_table, entry_curves, mean_curve, sizing, sizing_patience, sizing_untrained
 
 ROOT = Path(__file__).resolve().parents[1]
-PROFILES = ("cpu", "paper")
+PROFILES = ("cpu", "paper", "gpu")
 PAPER_KEYS = ("published", "paper_params", "gpu_hours")  # required in every conf/claim/paper/<slug>.yaml
 
 
 def spec_path(slug: str, profile: str = "cpu") -> Path:
-    """``conf/claim/<slug>.yaml`` (cpu, the default) or ``conf/claim/paper/<slug>.yaml`` (paper)."""
+    """``conf/claim/<slug>.yaml`` (cpu, the default), ``conf/claim/paper/<slug>.yaml`` (paper) or
+    ``conf/claim/gpu/<slug>.yaml`` (gpu)."""
     if profile not in PROFILES:
         raise ConfigError(f"--profile {profile!r} must be one of {list(PROFILES)}")
-    return ROOT / "conf" / "claim" / ("paper" if profile == "paper" else "") / f"{slug}.yaml"
+    return ROOT / "conf" / "claim" / ("" if profile == "cpu" else profile) / f"{slug}.yaml"
 
 
 def load_spec(slug: str, path: str | Path | None = None, profile: str = "cpu") -> dict:
     path = Path(path) if path else spec_path(slug, profile)
     if not path.exists():
-        what = "paper-scale profile" if profile == "paper" else "claim check"
+        what = {"paper": "paper-scale profile", "gpu": "GPU profile"}.get(profile, "claim check")
         raise ConfigError(f"no {what} for '{slug}': {path} does not exist")
     try:
         spec = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
@@ -84,9 +86,9 @@ def load_spec(slug: str, path: str | Path | None = None, profile: str = "cpu") -
         raise ConfigError(f"{path}: {type(err).__name__}: {err}") from None
     if not spec.get("runs") or not all("name" in e for e in spec["runs"]):
         raise ConfigError(f"{path} must list runs, each with a name")
+    if profile != "cpu" and spec.get("profile") != profile:
+        raise ConfigError(f"{path} must say `profile: {profile}`")
     if profile == "paper":
-        if spec.get("profile") != "paper":
-            raise ConfigError(f"{path} must say `profile: paper`")
         missing = [k for k in PAPER_KEYS if k not in spec]
         if missing:
             raise ConfigError(f"{path} lacks {missing} (write null where the paper gives no number)")
@@ -95,12 +97,12 @@ def load_spec(slug: str, path: str | Path | None = None, profile: str = "cpu") -
         unknown = sorted(set(spec["published"] or {}) - {e["name"] for e in spec["runs"]})
         if unknown:
             raise ConfigError(f"{path}: published names {unknown}, which are not runs of the profile")
-        if "report" not in spec:  # the page's hook is the CPU claim's (one reports/<slug>.py per claim slug)
-            cpu = spec_path(slug, "cpu")
-            if cpu.exists():
-                hook = OmegaConf.load(cpu).get("report")
-                if hook:
-                    spec["report"] = hook
+    if profile != "cpu" and "report" not in spec:  # the CPU claim's hook (one reports/<slug>.py per claim slug)
+        cpu = spec_path(slug, "cpu")
+        if cpu.exists():
+            hook = OmegaConf.load(cpu).get("report")
+            if hook:
+                spec["report"] = hook
     return spec
 
 
@@ -234,13 +236,44 @@ def _count(n: object) -> str:
     return f"{n / 1e9:.3g} B" if n >= 1e9 else f"{n / 1e6:.3g} M" if n >= 1e6 else f"{int(n):,}"
 
 
+def point_page_at_profile(page: Path, slug: str, profile: str) -> str:
+    """The page's text with its header's command and spec path naming ``profile`` (paper, gpu)."""
+    text = page.read_text()
+    text = text.replace(f"`make claim METHOD={slug}", f"`make claim METHOD={slug} PROFILE={profile}", 1)
+    text = text.replace(f"`python -m suite.claim {slug}", f"`python -m suite.claim {slug} --profile {profile}", 1)
+    return text.replace(f"spec: `conf/claim/{slug}.yaml`", f"spec: `conf/claim/{profile}/{slug}.yaml`", 1)
+
+
 def finish_paper_page(page: Path, slug: str, spec: dict, records: list[RunRecord], argv: list[str]) -> None:
     """Point the page's header at the paper profile and append :func:`published_section`."""
-    text = page.read_text()
-    text = text.replace(f"`make claim METHOD={slug}", f"`make claim METHOD={slug} PROFILE=paper", 1)
-    text = text.replace(f"`python -m suite.claim {slug}", f"`python -m suite.claim {slug} --profile paper", 1)
-    text = text.replace(f"spec: `conf/claim/{slug}.yaml`", f"spec: `conf/claim/paper/{slug}.yaml`", 1)
+    text = point_page_at_profile(page, slug, "paper")
     page.write_text(text.rstrip() + "\n\n" + published_section(slug, spec, records, argv) + "\n")
+
+
+MACHINE_FILE = "machine.json"  # written beside the runs by a script that ran them elsewhere (benchmarks/gpu_claims.sh)
+
+
+def machine_line(out: Path) -> str | None:
+    """One line naming the machine the runs came from and the wall time of the script that ran them, read from
+    ``<out>/machine.json`` (``device``, ``host_cpus``, ``torch``, ``parallel``, ``wall_s``, ``date``); None if absent."""
+    try:
+        m = json.loads((out / MACHINE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(m, dict):
+        return None
+    parts = [f"runs made on **{m.get('device', 'an unnamed machine')}**"]
+    if m.get("host_cpus"):
+        parts.append(f"{m['host_cpus']} CPU cores")
+    if m.get("torch"):
+        parts.append(f"torch {m['torch']}")
+    if m.get("parallel"):
+        parts.append(f"up to {m['parallel']} runs at once on the one device")
+    if m.get("wall_s") is not None:
+        parts.append(f"**{float(m['wall_s']) / 60:.1f} minutes** wall for all of them")
+    if m.get("date"):
+        parts.append(f"on {m['date']}")
+    return "Machine: " + ", ".join(parts) + f" (`{MACHINE_FILE}` beside the runs)."
 
 
 SEED_KEY = "{name}@seed={seed}"  # per-seed status of a `--seeds` run, beside the entry's summed status
@@ -275,6 +308,21 @@ def record_status(
     per = [status[SEED_KEY.format(name=name, seed=s)] for s in split_seeds(status, name)]
     status[name] = (max(rc for rc, _ in per), sum(t for _, t in per))
     return status
+
+
+@contextlib.contextmanager
+def status_lock(path: Path):
+    """Hold an exclusive lock on ``<status file>.lock`` while a process reads, updates and writes the status: claim
+    processes split with ``--only`` / ``--seeds`` finish at the same moment on a machine that runs many at once."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def write_status(path: Path, status: dict) -> None:
@@ -319,6 +367,7 @@ def write_page(
         f"(`python -m suite.claim {slug}{(' ' + ' '.join(argv)) if argv else ''}`) on "
         f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}; spec: `conf/claim/{slug}.yaml`; runs in `{shown_out}`.",
         f"Seeds: {spec.get('seeds', [0])}. Every run uses the same budget: `{spec.get('overrides', '')}`.",
+        *([line] if (line := machine_line(out)) else []),
         "",
         "## Runs",
         "",
@@ -503,7 +552,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--report-only", action="store_true", help="rebuild the page from existing runs")
     parser.add_argument(
         "--profile", default="cpu", choices=PROFILES, help="cpu: conf/claim/<slug>.yaml (default); paper: the "
-        "paper's own experiment, conf/claim/paper/<slug>.yaml"
+        "paper's own experiment, conf/claim/paper/<slug>.yaml; gpu: the CPU claim at a budget that converges on one "
+        "GPU, conf/claim/gpu/<slug>.yaml (runs in logs/claim/gpu/<slug>, page docs/results/gpu/<slug>.md)"
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-page", action="store_true", help="run and record status only (many claim processes at once: build "
+        "the page afterwards with --report-only)"
     )  # fmt: skip
     parser.add_argument(
         "--only", default=None, help="comma-separated run names to (re)run; the others are reused from disk"
@@ -517,7 +571,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         spec = load_spec(args.slug, args.spec, args.profile)
         paper = args.profile == "paper"
-        default_out = ROOT / "logs" / "claim" / ("paper" if paper else "") / args.slug
+        default_out = ROOT / "logs" / "claim" / ("" if args.profile == "cpu" else args.profile) / args.slug
         out = Path(args.out or default_out).resolve()
         status_file = out / "claim_status.json"  # exit code + wall time per run, kept for --report-only
         status = load_status(status_file)
@@ -532,10 +586,11 @@ def main(argv: list[str] | None = None) -> None:
         if not args.report_only and slurm:
             results = run_entries_at_once(args.slug, todo, spec, out, args.overrides)
             out.mkdir(parents=True, exist_ok=True)
-            status = load_status(status_file)
-            for name, result in results.items():
-                status = record_status(status, name, None, result)
-            write_status(status_file, status)
+            with status_lock(status_file):
+                status = load_status(status_file)
+                for name, result in results.items():
+                    status = record_status(status, name, None, result)
+                write_status(status_file, status)
             failures = [n for n, (rc, _) in results.items() if rc]
         elif not args.report_only:
             for entry in todo:
@@ -544,16 +599,23 @@ def main(argv: list[str] | None = None) -> None:
                     result = run_entry(args.slug, entry, spec, out, args.overrides, seed)
                     if result[0]:  # this process's own runs decide its exit code, not another process's seeds
                         failures.append(name if seed is None else SEED_KEY.format(name=name, seed=seed))
-                    status = load_status(status_file)  # re-read: another invocation may have written meanwhile
-                    status = record_status(status, name, seed, result, entry_seeds(entry, spec))
-                    write_status(status_file, status)
+                    with status_lock(status_file):  # re-read: another invocation may have written meanwhile
+                        status = load_status(status_file)
+                        status = record_status(status, name, seed, result, entry_seeds(entry, spec))
+                        write_status(status_file, status)
+        if args.no_page:
+            if failures:
+                fail(f"claim runs failed: {', '.join(failures)} (no page written: --no-page)")
+            return
         records = collect(spec, out)
         page_path = Path(args.page).resolve() if args.page else None
-        if paper and page_path is None:
-            page_path = ROOT / "docs" / "results" / "paper" / f"{args.slug}.md"  # never the CPU claim's page
+        if args.profile != "cpu" and page_path is None:  # never the CPU claim's page
+            page_path = ROOT / "docs" / "results" / args.profile / f"{args.slug}.md"
         page = write_page(args.slug, spec, records, status, out, args.overrides, page_path)
         if paper:
             finish_paper_page(page, args.slug, spec, records, args.overrides)
+        elif args.profile != "cpu":
+            page.write_text(point_page_at_profile(page, args.slug, args.profile))
         print(f"wrote {page} ({len(records)} runs)")
         if failures:
             fail(f"claim runs failed: {', '.join(failures)} (see {page})")

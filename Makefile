@@ -32,7 +32,7 @@ ifneq ($(filter-out cpu paper gpu,$(PROFILE)),)
 $(error error: unknown PROFILE '$(PROFILE)'; valid: cpu paper gpu)
 endif
 
-.PHONY: help install train eval sweep claim compare bench test test-gpu lint format clean slurm
+.PHONY: help install train eval sweep claim compare bench test test-gpu gpu-wheels lint format clean slurm
 
 help: ## Show this help
 	@echo "Usage: make <target> [METHOD=<slug>] [ARGS='hydra overrides'] [PROFILE=cpu|paper (claim)]"
@@ -88,6 +88,9 @@ test: $(STAMP) ## Run the test suite (CPU; what CI runs)
 
 test-gpu: $(STAMP) ## Run the GPU tests (needs CUDA)
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
+
+gpu-wheels: ## Pure-Python wheels a bare GPU machine lacks (hydra, omegaconf, antlr4, fla) into .whl/ (needs PyPI)
+	$(PYTHON) -m suite.gpu_wheels --dest .whl
 
 lint: $(STAMP) ## ruff check + format check
 	$(VENV)/bin/ruff check .

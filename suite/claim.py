@@ -255,7 +255,7 @@ MACHINE_FILE = "machine.json"  # written beside the runs by a script that ran th
 
 def machine_line(out: Path) -> str | None:
     """One line naming the machine the runs came from and the wall time of the script that ran them, read from
-    ``<out>/machine.json`` (``device``, ``host_cpus``, ``torch``, ``parallel``, ``wall_s``, ``date``); None if absent."""
+    ``<out>/machine.json`` (device, host_cpus, torch, parallel, wall_s, date); None without one."""
     try:
         m = json.loads((out / MACHINE_FILE).read_text())
     except (OSError, ValueError):

@@ -77,7 +77,8 @@ def fetch(dest: Path, python_version: str = "3.12", python: str = sys.executable
         tmp.rename(dest)
         return sorted(dest.glob("*.whl"))
     except subprocess.CalledProcessError as err:
-        raise SystemExit(f"error: pip failed ({err.returncode}) while fetching the GPU wheels; {dest} left as it was") from None
+        msg = f"error: pip failed ({err.returncode}) while fetching the GPU wheels; {dest} left as it was"
+        raise SystemExit(msg) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

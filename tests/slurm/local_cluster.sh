@@ -6,7 +6,32 @@
 # No systemd here: every daemon is started by hand and stopped by PID. slurmdbd makes `sacct` work, without
 # which submitit hangs on a job that SLURM killed.
 set -euo pipefail
-trap 'echo "local_cluster.sh: line $LINENO failed: $BASH_COMMAND" >&2' ERR
+# The last error line of the daemons' logs, so that a failed start names the daemon's own error.
+daemon_error() {
+  local f line=""
+  for f in "${B:-/nonexistent}"/log/*.log; do
+    [ -f "$f" ] || continue
+    line=$(grep -iE 'error|fatal|fail|unable|cannot' "$f" | tail -n 1) || true
+    [ -n "$line" ] && { echo "$(basename "$f"): $line"; return; }
+  done
+  echo "no error line in ${B:-?}/log"
+}
+trap 'echo "local_cluster.sh: line $LINENO failed: $BASH_COMMAND ($(daemon_error))" >&2' ERR
+# wait_for SECONDS WHAT CMD...: poll CMD until it succeeds; past the deadline fail with the daemon's error line
+# (a daemon that cannot start must not leave its caller waiting for the caller's own timeout).
+wait_for() {
+  local secs=$1 what=$2
+  shift 2
+  local end=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if [ "$SECONDS" -ge "$end" ]; then
+      trap - ERR
+      echo "local_cluster.sh: $what did not start within ${secs} s: $(daemon_error)" >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+}
 cmd=${1:?install|start|stop}
 
 if [ "$cmd" = install ]; then
@@ -30,7 +55,8 @@ if [ "$cmd" = stop ]; then
     scancel --full --quiet --user="$(id -un)" 2>/dev/null || true
     for _ in $(seq 100); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.1; done
   fi
-  for f in "$B"/run/slurmd.pid "$B"/run/slurmctld.pid "$B"/run/slurmdbd.pid /run/mysqld/mariadbd-suite.pid /run/munge/munged-suite.pid; do
+  for f in "$B"/run/slurmd.pid "$B"/run/slurmctld.pid "$B"/run/slurmdbd.pid "$B"/run/mariadbd.pid \
+           /run/mysqld/mariadbd-suite.pid /run/munge/munged-suite.pid; do
     [ -f "$f" ] || continue
     pid=$(cat "$f")
     kill "$pid" 2>/dev/null || true
@@ -45,14 +71,17 @@ mkdir -p "$B"/{state,spool,log,run}
 install -d -o munge -g munge -m 755 /run/munge
 if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
   runuser -u munge -- /usr/sbin/munged --pid-file=/run/munge/munged-suite.pid
-  until munge -n | unmunge >/dev/null 2>&1; do sleep 0.1; done
+  wait_for 30 munged bash -c 'munge -n | unmunge'
 fi
 install -d -o mysql -g mysql "$B/mysql" /run/mysqld
 [ -d "$B/mysql/mysql" ] || mariadb-install-db --user=mysql --datadir="$B/mysql" >"$B/log/mariadb-install.log" 2>&1
 SOCK=/run/mysqld/mysqld-suite.sock
-(mariadbd --user=mysql --datadir="$B/mysql" --socket=$SOCK --skip-networking=0 --bind-address=127.0.0.1 --port=3306 \
-   --pid-file=/run/mysqld/mariadbd-suite.pid >"$B/log/mariadb.log" 2>&1 &)
-until mariadb -uroot -S $SOCK -e 'select 1' >/dev/null 2>&1; do sleep 0.2; done
+# Its PID recorded at once (mariadbd writes its own pid file only once it is up), so `stop` ends it even when it
+# never came up.
+mariadbd --user=mysql --datadir="$B/mysql" --socket=$SOCK --skip-networking=0 --bind-address=127.0.0.1 --port=3306 \
+   --pid-file=/run/mysqld/mariadbd-suite.pid >"$B/log/mariadb.log" 2>&1 </dev/null &
+echo $! >"$B/run/mariadbd.pid"
+wait_for 60 mariadbd mariadb -uroot -S $SOCK -e 'select 1'
 mariadb -uroot -S $SOCK -e "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurmtest'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;"
 cat >"$B/slurmdbd.conf" <<EOC
 AuthType=auth/munge
@@ -105,9 +134,9 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOC
 export SLURM_CONF="$B/slurm.conf"
 slurmdbd
-until sacctmgr -n list cluster >/dev/null 2>&1; do sleep 0.2; done
+wait_for 60 slurmdbd sacctmgr -n list cluster
 sacctmgr -i add cluster suite >/dev/null 2>&1 || true
 slurmctld -i
 slurmd -N localhost
-until sinfo -h -o %T 2>/dev/null | grep -qx idle; do sleep 0.2; done
+wait_for 60 "slurmctld/slurmd" bash -c 'sinfo -h -o %T | grep -qx idle'
 echo "export SLURM_CONF=$B/slurm.conf"

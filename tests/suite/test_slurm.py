@@ -1,16 +1,15 @@
 """Real single-node SLURM: a 2-task DDP run through Hydra's submitit launcher, and a requeue mid-training.
 
-Starts munge, MariaDB, slurmdbd, slurmctld and slurmd from Debian packages (installed here when running as root and
-missing; skipped with the reason otherwise), and stops every daemon by PID afterwards.
+The cluster (munge, MariaDB, slurmdbd, slurmctld and slurmd from Debian packages, installed when running as root and
+missing) is the session fixture ``slurm`` of tests/suite/conftest.py: skipped with the reason where it cannot start,
+started once per pytest run, and every daemon stopped by PID afterwards.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -18,32 +17,7 @@ import pytest
 
 from tests.conftest import FIXTURE_CONF, ROOT, run_cli
 
-SCRIPT = ROOT / "tests" / "slurm" / "local_cluster.sh"
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
-        pytest.skip("no SLURM and no apt-get to install it")
-    if os.geteuid() != 0:
-        pytest.skip("starting a local SLURM cluster needs root")
-    inst = subprocess.run(["bash", str(SCRIPT), "install"], capture_output=True, text=True, timeout=900)
-    if inst.returncode != 0:
-        pytest.skip(f"could not install SLURM packages: {inst.stderr.strip()[-300:]}")
-    # Not under pytest's tmp root (mode 700): the daemons run as the munge and mysql users.
-    state = Path(tempfile.mkdtemp(prefix="suite-slurm-"))
-    state.chmod(0o755)
-    start = subprocess.run(["bash", str(SCRIPT), "start", str(state)], capture_output=True, text=True, timeout=300)
-    try:
-        assert start.returncode == 0, start.stderr[-2000:]
-        yield {"SLURM_CONF": str(state / "slurm.conf")}
-    finally:
-        subprocess.run(["bash", str(SCRIPT), "stop", str(state)], timeout=60)
-        time.sleep(1)
-        pids = [state / "run" / f for f in ("slurmd.pid", "slurmctld.pid", "slurmdbd.pid")]
-        assert not any(p.exists() for p in pids), "a daemon pid file survived stop"
-        shutil.rmtree(state, ignore_errors=True)
 
 
 def _launch(env: dict, sweep: Path, *overrides: str, local: bool = False) -> subprocess.Popen:

@@ -2,8 +2,8 @@
 submits both entries' seeds as SLURM jobs through Hydra's submitit launcher at once, waits, and builds the page with
 the published numbers; ``--report-only`` rebuilds it from the cluster's run folders.
 
-Uses the cluster fixture of tests/suite/test_slurm.py (munge, MariaDB, slurmdbd, slurmctld, slurmd; root only, skipped
-otherwise). It uses the SLURM test cluster's fixed ports: never run two SLURM test sessions at once.
+Uses the session cluster fixture of tests/suite/conftest.py (munge, MariaDB, slurmdbd, slurmctld, slurmd; root
+only, skipped otherwise). It uses the SLURM test cluster's fixed ports: never run two SLURM test sessions at once.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import time
 import pytest
 
 from tests.conftest import ROOT
-from tests.suite.test_slurm import slurm  # noqa: F401 - the module-scoped local cluster fixture
 
 pytestmark = pytest.mark.slow
 SPEC = ROOT / "tests" / "fixtures" / "conf" / "claim_paper_spine_fixture.yaml"
@@ -30,7 +29,7 @@ def _claim(env: dict, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=1200)
 
 
-def test_two_entry_paper_claim_through_submitit(slurm, tmp_path):  # noqa: F811 - the fixture imported above
+def test_two_entry_paper_claim_through_submitit(slurm, tmp_path):
     out, page = tmp_path / "runs", tmp_path / "page.md"
     # The spec asks for trainer=gpu (a paper profile); the extra override wins, as `make claim ... ARGS=` does.
     launch = ["launcher=slurm", "trainer=cpu", "hydra.launcher.mem_gb=1", "hydra.launcher.timeout_min=20"]

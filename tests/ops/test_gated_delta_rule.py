@@ -192,31 +192,52 @@ def test_fla_backend_without_extra_raises():
         gated_delta_rule(q, k, v, beta, g, backend="fla")
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available() or not fla_available(), reason="needs CUDA and fla")
-@pytest.mark.parametrize("t", [1024, 4096])
-def test_fla_matches_reference_gpu(t):
-    """fla's Triton kernel (bf16; it rejects float32) vs our chunked algorithm in float32 on the same bf16-rounded
-    inputs, on CUDA: outputs, final state and gradients within an rms-error ratio of 0.01 (0.02 for gradients;
-    fla's own tests use 0.005-0.02 for bf16)."""
+def _fla_vs_chunk_gpu(t: int, backward: bool):
+    """fla's Triton kernel (bf16; it rejects float32) and our chunked algorithm in float32 on the same bf16-rounded
+    inputs, on CUDA: (output, final state, gradients or None) of each."""
     q, k, v, beta, g, h0 = make_inputs(2, t, 4, 64, 64, torch.float32)
     inputs = [x.cuda().bfloat16().float() for x in (q, k, v, beta, g)]
     h0 = h0.cuda()
-
-    def ratio(a, b):
-        return ((a.float() - b.float()).pow(2).mean().sqrt() / b.float().pow(2).mean().sqrt()).item()
-
     results = []
     for backend, dtype in (("chunk", torch.float32), ("fla", torch.bfloat16)):
-        leaves = [x.to(dtype).requires_grad_(True) for x in inputs]
+        leaves = [x.to(dtype).requires_grad_(backward) for x in inputs]
         o, ht = gated_delta_rule(*leaves[:4], g=leaves[4], initial_state=h0, output_final_state=True, backend=backend)
-        gen = torch.Generator(device="cuda").manual_seed(1)
-        do = torch.randn(o.shape, generator=gen, device="cuda")
-        grads = torch.autograd.grad((o.float() * do).sum(), leaves)
+        grads = None
+        if backward:
+            gen = torch.Generator(device="cuda").manual_seed(1)
+            do = torch.randn(o.shape, generator=gen, device="cuda")
+            grads = torch.autograd.grad((o.float() * do).sum(), leaves)
         results.append((o, ht, grads))
-    (o_ref, h_ref, g_ref), (o_fla, h_fla, g_fla) = results
+    return results
+
+
+def _rms_ratio(a, b):
+    return ((a.float() - b.float()).pow(2).mean().sqrt() / b.float().pow(2).mean().sqrt()).item()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or not fla_available(), reason="needs CUDA and fla")
+@pytest.mark.parametrize("t", [1024, 4096])
+def test_fla_forward_matches_reference_gpu(t):
+    """Outputs and final state within an rms-error ratio of 0.01 (fla's own tests use 0.005-0.02 for bf16)."""
+    with torch.no_grad():
+        (o_ref, h_ref, _), (o_fla, h_fla, _) = _fla_vs_chunk_gpu(t, backward=False)
     assert o_fla.dtype == torch.bfloat16 and o_fla.shape == o_ref.shape
-    assert ratio(o_fla, o_ref) < 0.01
-    assert ratio(h_fla, h_ref) < 0.01
+    assert _rms_ratio(o_fla, o_ref) < 0.01
+    assert _rms_ratio(h_fla, h_ref) < 0.01
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or not fla_available(), reason="needs CUDA and fla")
+@pytest.mark.parametrize("t", [1024, 4096])
+def test_fla_gradients_match_reference_gpu(t):
+    """Gradients of every input within an rms-error ratio of 0.02. fla 0.6 refuses its gated backward on Hopper with
+    Triton 3.4-3.7.0 (a Triton miscompile, fla issue #640): that refusal is a skip naming it, not a pass."""
+    try:
+        (_, _, g_ref), (_, _, g_fla) = _fla_vs_chunk_gpu(t, backward=True)
+    except RuntimeError as err:
+        if "#640" in str(err):
+            pytest.skip(f"fla refuses its gated backward on this GPU/Triton: {str(err).splitlines()[0][:160]}")
+        raise
     for name, a, b in zip(["q", "k", "v", "beta", "g"], g_fla, g_ref):
-        assert ratio(a, b) < 0.02, f"grad {name}"
+        assert _rms_ratio(a, b) < 0.02, f"grad {name}"

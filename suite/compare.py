@@ -253,39 +253,128 @@ def plot_final(records: list[RunRecord], keys: list[str], out: Path) -> Path:
     return out
 
 
-def plot_curves(records: list[RunRecord], keys: list[str], out: Path) -> Path:
-    """Metric curves (value vs global step) per run, one panel per metric."""
+def monotonic(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """A logged curve with steps that only go forward: where the step goes back (rows of an earlier attempt left in
+    a run's CSV, e.g. a claim entry rerun into the same folder before ``truncate_csv``), the later attempt's points
+    replace the earlier attempt's from that step on; a repeated step keeps its last value."""
+    out: list[tuple[int, float]] = []
+    for step, value in points:
+        while out and out[-1][0] >= step:
+            out.pop()
+        out.append((step, value))
+    return out
+
+
+def _series(r: RunRecord, key: str) -> list[tuple[int, float]]:
+    pts = r.curves.get(key) or r.curves.get(f"{key}_epoch") or r.curves.get(f"{key}_step") or []
+    return monotonic(pts)
+
+
+def shared_validation_metrics(records: list[RunRecord]) -> list[str]:
+    """The ``val/*`` curves every run with curves logged (``val/loss_epoch`` counts as ``val/loss``), sorted."""
+    sets = []
+    for r in records:
+        keys = {k.removesuffix("_epoch").removesuffix("_step") for k, v in r.curves.items() if v}
+        if keys:
+            sets.append({k for k in keys if k.startswith("val/")})
+    return sorted(set.intersection(*sets)) if sets else []
+
+
+def settings_and_methods(names: list[str]) -> dict[str, tuple[str, str]]:
+    """Split run-group names into (setting, method), e.g. ``school_ci_ewc`` -> (``school_ci``, ``ewc``).
+
+    A method is a name suffix (after an ``_``) that recurs under several prefixes (``ewc`` under ``school``,
+    ``school_ci`` and ``pubmed``); each name takes the split whose suffix recurs most, ties going to the prefix
+    most names share; a variant run in one setting only (``school_nforgot_wl``) takes the longest prefix that is
+    a setting (``school``, ``nforgot_wl``). Names with no recurring suffix form one setting ``""`` and are their own
+    method."""
+    splits = {n: [(n[:i], n[i + 1 :]) for i, c in enumerate(n) if c == "_" and 0 < i < len(n) - 1] for n in names}
+    prefixes_of: dict[str, set[str]] = defaultdict(set)
+    for options in splits.values():
+        for prefix, suffix in options:
+            prefixes_of[suffix].add(prefix)
+    sharing = {p: sum(n.startswith(p + "_") for n in names) for opts in splits.values() for p, _ in opts}
+    out = {}
+    for n, options in splits.items():
+        scored = [(len(prefixes_of[sfx]), sharing[pfx], -len(pfx), pfx, sfx) for pfx, sfx in options]
+        best = max(scored, default=None)
+        out[n] = (best[3], best[4]) if best and best[0] >= 2 else ("", n)
+    known = {setting for setting, _ in out.values() if setting}
+    for n, options in splits.items():  # a variant only one setting runs (school_nforgot_wl): its longest known prefix
+        if not out[n][0]:
+            out[n] = max(((p, sfx) for p, sfx in options if p in known), key=lambda ps: len(ps[0]), default=("", n))
+    if len({setting for setting, _ in out.values()}) < 2:  # one setting: keep the names whole
+        out = {n: ("", n) for n in names}
+    return out
+
+
+def curves_figure(records: list[RunRecord], keys: list[str]) -> Any:
+    """The curves as small multiples: one row of panels per setting (:func:`settings_and_methods`), one panel per
+    metric (``keys`` the runs logged, then every validation metric the runs share), one colour per method, each
+    seed a thin line of its own and the mean over seeds bold; the legend sits outside the panels, right."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.ticker import MaxNLocator
 
-    def series(r: RunRecord, k: str) -> list[tuple[int, float]]:
-        return r.curves.get(k) or r.curves.get(f"{k}_step") or r.curves.get(f"{k}_epoch") or []
-
-    keys = [k for k in keys if any(series(r, k) for r in records)] or keys[:1]
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.2), squeeze=False)
-    for ax, k in zip(axes.flat, keys, strict=False):
-        for i, r in enumerate(records):
-            pts = series(r, k)
-            if pts:
-                xs, ys = zip(*pts, strict=True)
-                ax.plot(
-                    xs,
-                    ys,
-                    color=f"C{list(dict.fromkeys(x.name for x in records)).index(r.name) % 10}",
-                    lw=1,
-                    marker="o" if len(xs) <= 20 else None,  # a one-point curve (one validation) is a visible dot
-                    ms=3,
-                    label=_wrap(r.name) if i == [x.name for x in records].index(r.name) else None,
-                )
-        ax.set_title(k, fontsize=9)
-        ax.set_xlabel("step")
-    if axes.flat[0].get_legend_handles_labels()[0]:
-        axes.flat[0].legend(fontsize=6)
+    shared = shared_validation_metrics(records)
+    metrics = [k for k in keys if any(_series(r, k) for r in records) and k not in shared] + shared or keys[:1]
+    groups = list(dict.fromkeys(r.name for r in records))
+    split = settings_and_methods(groups)
+    settings = list(dict.fromkeys(split[g][0] for g in groups))
+    methods = list(dict.fromkeys(split[g][1] for g in groups))
+    palette = plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")
+    colour = {m: palette(i % palette.N) for i, m in enumerate(methods)}
+    cols = min(4, len(metrics))
+    per_setting = math.ceil(len(metrics) / cols)
+    rows = per_setting * len(settings)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.5 * rows), squeeze=False)
+    handles: dict[str, Any] = {}
+    for si, setting in enumerate(settings):
+        for mi, key in enumerate(metrics):
+            ax = axes[si * per_setting + mi // cols][mi % cols]
+            for group in (g for g in groups if split[g][0] == setting):
+                method = split[group][1]
+                seeds = [pts for r in records if r.name == group and (pts := _series(r, key))]
+                if not seeds:
+                    continue
+                short = max(len(pts) for pts in seeds) <= 20  # a one-point curve (one validation) is a visible dot
+                style = {"color": colour[method], "marker": "o" if short else None}
+                if len(seeds) > 1:
+                    for pts in seeds:
+                        ax.plot(*zip(*pts, strict=True), lw=0.6, alpha=0.35, ms=2, **style)
+                    common = sorted(set.intersection(*({s for s, _ in pts} for pts in seeds)))
+                    mean = [(s, float(np.mean([dict(pts)[s] for pts in seeds]))) for s in common]
+                else:
+                    mean = seeds[0]
+                if mean:
+                    (line,) = ax.plot(*zip(*mean, strict=True), lw=2.0, ms=3, label=_wrap(method), **style)
+                    handles.setdefault(method, line)
+            ax.set_title(f"{setting}: {key}" if setting else key, fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.xaxis.set_major_locator(MaxNLocator(4, integer=True))
+            ax.yaxis.set_major_locator(MaxNLocator(5))
+            if si == len(settings) - 1 and mi // cols == per_setting - 1:
+                ax.set_xlabel("step", fontsize=7)
+        for extra in range(len(metrics), per_setting * cols):
+            axes[si * per_setting + extra // cols][extra % cols].axis("off")
     fig.tight_layout()
+    if handles:
+        title = "mean over seeds (bold); each seed (thin)"
+        fig.legend(list(handles.values()), [_wrap(m) for m in handles], loc="center left", bbox_to_anchor=(1.0, 0.5),
+                   fontsize=7, frameon=False, title=title, title_fontsize=7)  # fmt: skip
+    return fig
+
+
+def plot_curves(records: list[RunRecord], keys: list[str], out: Path) -> Path:
+    """Write :func:`curves_figure` (``keys``, e.g. ``train/loss``, plus every shared validation metric) to ``out``."""
+    import matplotlib.pyplot as plt
+
+    fig = curves_figure(records, keys)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=110, bbox_inches="tight")  # the legend outside the panels is kept
     plt.close(fig)
     return out
 
@@ -299,8 +388,7 @@ def compare(records: list[RunRecord], out_dir: str | Path, metrics: list[str] | 
     md = markdown_table(keys, table)
     out_dir.mkdir(parents=True, exist_ok=True)
     plot_final(records, keys, out_dir / "final_metrics.png")
-    curve_keys = ["train/loss"] + [k for k in keys if k.startswith("val/")][:2]
-    plot_curves(records, curve_keys, out_dir / "curves.png")
+    plot_curves(records, ["train/loss"], out_dir / "curves.png")  # plus every validation metric the runs share
     (out_dir / "comparison.md").write_text(
         f"# Comparison of {len(records)} runs\n\n{md}\n\n![final](final_metrics.png)\n\n![curves](curves.png)\n"
     )

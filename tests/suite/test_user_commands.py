@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,63 @@ def test_one_point_curves_are_drawn_with_markers(tmp_path, monkeypatch):
     plot_curves([rec], ["train/loss", "val/loss"], tmp_path / "c.png")
     assert [c["marker"] for c in calls] == [None, "o"]  # 50-point curve plain, one-point curve a visible dot
     assert calls[0]["label"] == "model.neuron=lif"  # the full label, never cut to a common prefix
+
+
+def test_curves_are_small_multiples_of_the_shared_validation_metrics(tmp_path):
+    """Issue 51, item 6: one row of panels per setting, one panel per metric the runs share (plus train/loss), one
+    colour per method, a thin line per seed and a bold mean, the legend outside the panels, and no line going back
+    in step (a run's CSV holding an earlier attempt's rows, as the nforgot page's did, is drawn as its last attempt)."""
+    from matplotlib.lines import Line2D
+
+    from suite.compare import curves_figure
+
+    def curve(offset: float, steps=range(0, 40, 10)) -> list[tuple[int, float]]:
+        return [(s, offset + s / 100) for s in steps]
+
+    records = []
+    for name in ("school_finetune", "school_ewc", "school_ci_finetune", "school_ci_ewc"):
+        for seed in (0, 1):
+            curves = {"train/loss": curve(1.0, range(40)), "val/acc": curve(0.1 * seed), "val/loss_epoch": curve(2.0)}
+            records.append(RunRecord(tmp_path / f"{name}{seed}", name, seed, curves=curves))
+    records[0].curves["val/only_here"] = curve(0.0)  # not shared: no panel
+    records[1].curves["val/acc"] = curve(0.5, range(0, 50, 10)) + curve(0.6)  # an earlier attempt, then a rerun
+    fig = curves_figure(records, ["train/loss"])
+    fig.canvas.draw()
+    panels = [ax for ax in fig.axes if ax.axison]
+    expected = [f"{s}: {k}" for s in ("school", "school_ci") for k in ("train/loss", "val/acc", "val/loss")]
+    assert [ax.get_title() for ax in panels] == expected
+    for ax in panels:
+        lines = [ln for ln in ax.get_lines() if isinstance(ln, Line2D)]
+        for ln in lines:
+            steps = list(ln.get_xdata())
+            assert steps == sorted(set(steps)), (ax.get_title(), steps)  # never backwards, never repeated
+        bold = [ln for ln in lines if ln.get_linewidth() == 2.0]
+        thin = [ln for ln in lines if ln.get_linewidth() < 1.0]
+        assert [ln.get_label() for ln in bold] == ["finetune", "ewc"] and len(thin) == 4, ax.get_title()
+        assert len({ln.get_color() for ln in lines}) == 2  # one colour per method, seeds included
+    first = panels[1].get_lines()  # school: val/acc, seed 0 of finetune: the rerun drawn as its own attempt
+    assert list(first[1].get_ydata()) == pytest.approx([0.6, 0.7, 0.8, 0.9])
+    colours = defaultdict(set)
+    for ln in (ln for ax in panels for ln in ax.get_lines() if ln.get_linewidth() == 2.0):
+        colours[ln.get_label()].add(ln.get_color())
+    assert [len(c) for c in colours.values()] == [1, 1] and len(set.union(*colours.values())) == 2  # in every setting
+    (legend,) = fig.legends
+    box = legend.get_window_extent()
+    assert all(box.x0 >= ax.get_window_extent().x1 for ax in panels)  # outside, right of every panel
+    assert [t.get_text() for t in legend.get_texts()] == ["finetune", "ewc"]
+
+
+def test_settings_and_methods_split_the_claim_entry_names():
+    from suite.compare import settings_and_methods
+
+    spec = OmegaConf.load(ROOT / "conf" / "claim" / "nforgot.yaml")
+    split = settings_and_methods([e.name for e in spec.runs])
+    assert {s for s, _ in split.values()} == {"school", "school_ci", "school_tgn", "pubmed"}
+    assert split["school_ci_ewc"] == ("school_ci", "ewc") and split["pubmed_nforgot_released"] == (
+        "pubmed", "nforgot_released")  # fmt: skip
+    assert split["school_nforgot_wl"] == ("school", "nforgot_wl")
+    assert settings_and_methods(["model.neuron=lif", "model.neuron=gru"]) == {
+        "model.neuron=lif": ("", "model.neuron=lif"), "model.neuron=gru": ("", "model.neuron=gru")}  # fmt: skip
 
 
 def test_quiet_console_drops_named_noise_and_keeps_real_messages(capsys):

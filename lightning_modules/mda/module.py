@@ -142,7 +142,11 @@ class MdaLitModule(SuiteLitModule):
             self._test_labels.setdefault(dataloader_idx, []).append(y[: keep - have].detach().cpu())
 
     def on_test_epoch_end(self) -> None:
-        if not self.attribution.get("enabled") or 0 not in self._test_images:
+        if not self.attribution.get("enabled"):
+            log.warning("mda: model.attribution.enabled=false: this run tested the subject ViT only, no attribution")
+            return
+        if 0 not in self._test_images:
+            log.warning("mda: attribution measured nothing: the test set gave no clean image (attr/n_images 0)")
             return
         from lightning_modules.mda.evaluation import evaluate_attributions
 
@@ -188,3 +192,24 @@ class MdaLitModule(SuiteLitModule):
         for k, v in results.items():
             self.log(k, float(v), add_dataloader_idx=False)
         self._test_images, self._test_labels = {}, {}
+        for line in measured_nothing(results, len(images), None if triggered is None else len(triggered), cfg):
+            log.warning(line)
+
+
+def measured_nothing(results: dict[str, float], tried: int, triggered: int | None, cfg: dict) -> list[str]:
+    """One line per part of the benchmark that measured nothing: no clean image passed the paper's filters
+    (``attr/n_images`` 0), or the backdoor fired on none of the triggered images (``attr/n_localisation`` 0)."""
+    lines = []
+    if int(results.get("attr/n_images", 0)) == 0:
+        lines.append(
+            f"mda: attribution measured nothing: 0 of {tried} clean test images usable "
+            f"({int(results.get('attr/skipped_wrong', 0))} misclassified, {int(results.get('attr/skipped_lowconf', 0))}"
+            f" below min_confidence={cfg.get('min_confidence', 0.6)}, {int(results.get('attr/skipped_blur', 0))} "
+            "without a blur calibration); train the subject longer or raise model.attribution.n_images"
+        )
+    if triggered and int(results.get("attr/n_localisation", 0)) == 0:
+        lines.append(
+            f"mda: localisation measured nothing: the backdoor fired on none of {triggered} triggered test images "
+            "(attr/n_localisation 0)"
+        )
+    return lines

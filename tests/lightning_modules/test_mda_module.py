@@ -148,3 +148,31 @@ def test_binary_subject_metrics_take_one_score_per_image():
     m.val_metrics.reset()
     m.validation_step((x, y), 0)  # the step itself updates the binary metrics without a shape error
     assert float(m.val_metrics.compute()["val/acc"]) == pytest.approx(acc)
+
+
+def test_default_run_measures_mda_and_a_run_that_measured_nothing_says_so(tmp_path: Path, caplog):
+    """Issue 51, item 4: `make train METHOD=mda` scores MDA (attribution on by default); a benchmark whose images all
+    fail the paper's filters says so in one line instead of logging attr/n_images 0 silently."""
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from tests.conftest import compose_train
+
+    assert compose_train(["experiment=mda"], tmp_path).model.attribution.enabled is True
+    net = tiny_vit()
+    x = torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        y = net(x).argmax(1)
+    attribution = {"enabled": True, "n_images": 2, "methods": ["mda"], "mda_variants": {"mda": {}}, "patch_count": 16,
+                   "min_confidence": 0.99}  # fmt: skip
+    trainer = pl.Trainer(default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, accelerator="cpu")  # fmt: skip
+    with caplog.at_level("WARNING", logger="lightning_modules.mda.module"):
+        trainer.test(MdaLitModule(net, num_classes=3, attribution=attribution),
+                     dataloaders=DataLoader(TensorDataset(x, y), batch_size=4))  # fmt: skip
+    assert float(trainer.callback_metrics["attr/n_images"]) == 0
+    assert [r.getMessage() for r in caplog.records if r.name == "lightning_modules.mda.module"] == [
+        "mda: attribution measured nothing: 0 of 2 clean test images usable (0 misclassified, 2 below "
+        "min_confidence=0.99, 0 without a blur calibration); train the subject longer or raise "
+        "model.attribution.n_images"
+    ]

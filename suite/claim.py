@@ -60,6 +60,7 @@ from omegaconf import OmegaConf
 
 from suite.compare import RunRecord, aggregate, find_runs, markdown_table, plot_curves, plot_final, read_run
 from suite.errors import ConfigError, SuiteError
+from suite.preflight import preflight
 from suite.report import budget_table, entry_curves, mean_curve, sizing, sizing_patience, sizing_untrained
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -581,6 +582,11 @@ def main(argv: list[str] | None = None) -> None:
             todo = [e for e in todo if e["name"] in picked]
         failures = []
         slurm = uses_slurm([*shlex.split(spec.get("overrides", "")), *args.overrides])
+        if not args.report_only and not slurm and args.profile != "cpu":  # what is missing, before anything runs
+            missing = preflight(args.slug, {e["name"]: entry_command(args.slug, e, spec, out, args.overrides)[5:]
+                                            for e in todo})  # fmt: skip
+            if missing:
+                raise SuiteError(missing)
         if not args.report_only and slurm and args.seeds is not None:
             raise ConfigError("--seeds splits local runs over processes; with launcher=slurm every seed is a job")
         if not args.report_only and slurm:
@@ -611,6 +617,8 @@ def main(argv: list[str] | None = None) -> None:
         page_path = Path(args.page).resolve() if args.page else None
         if args.profile != "cpu" and page_path is None:  # never the CPU claim's page
             page_path = ROOT / "docs" / "results" / args.profile / f"{args.slug}.md"
+            if failures or not records:  # never a page over docs/ from a failed run: it goes beside the runs
+                page_path = out / f"{args.slug}.md"
         page = write_page(args.slug, spec, records, status, out, args.overrides, page_path)
         if paper:
             finish_paper_page(page, args.slug, spec, records, args.overrides)

@@ -60,7 +60,7 @@ from omegaconf import OmegaConf
 
 from suite.compare import RunRecord, aggregate, find_runs, markdown_table, plot_curves, plot_final, read_run
 from suite.errors import ConfigError, SuiteError
-from suite.preflight import preflight
+from suite.preflight import compose_run, preflight
 from suite.report import budget_table, entry_curves, mean_curve, sizing, sizing_patience, sizing_untrained
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -541,6 +541,39 @@ def select_seeds(slug: str, spec: dict, entries: list[dict], seeds: str | None) 
     return {n: v for n, v in picked.items() if v}
 
 
+# A profile's runs on one CPU process for one batch: `--smoke` (tests/suite/test_paper_profiles uses the same).
+SMOKE_CPU = ["trainer=cpu", "trainer.devices=1", "trainer.num_nodes=1", "trainer.precision=32-true",
+             "trainer.accumulate_grad_batches=1", "data.num_workers=0", "debug=fdr", "logger=csv"]  # fmt: skip
+
+
+def smoke(slug: str, spec: dict, profile: str, out: str | None, extra: list[str]) -> None:
+    """``--smoke``: run one seed of the profile's smoke entry (``smoke: {entry, overrides}``, else its first entry) on
+    CPU for one batch (``debug=fdr``) at the reduced width of ``smoke.overrides``, on the profile's real data, into
+    ``logs/claim/<profile>-smoke/<slug>/``: the data layout, the packages and the code path, before booking GPUs.
+    Never writes a page."""
+    from suite.cli import fail
+
+    cfg = dict(spec.get("smoke") or {})
+    names = [e["name"] for e in spec["runs"]]
+    name = cfg.get("entry", names[0])
+    if name not in names:
+        raise ConfigError(f"smoke.entry={name} is not a run of the profile ({', '.join(names)})")
+    entry = spec["runs"][names.index(name)]
+    folder = Path(out or ROOT / "logs" / "claim" / f"{profile}-smoke" / slug).resolve()
+    seed = entry_seeds(entry, spec)[0]
+    base = compose_run(slug, entry_command(slug, entry, spec, folder, extra, seed)[5:])
+    cpu = [o for o in SMOKE_CPU if o != "data.num_workers=0" or "num_workers" in (base.get("data") or {})]
+    overrides = merge_overrides(shlex.split(str(cfg.get("overrides", ""))), cpu, extra)
+    missing = preflight(slug, {name: entry_command(slug, entry, spec, folder, overrides, seed)[5:]})
+    if missing:
+        raise SuiteError(missing)
+    rc, secs = run_entry(slug, entry, spec, folder, overrides, seed)
+    run = folder / name / str(entry_seeds(entry, spec).index(seed))
+    if rc:
+        fail(f"smoke of the {profile} profile of {slug} failed (exit {rc}, entry {name}); see {run}")
+    print(f"smoke of the {profile} profile of {slug} passed in {secs:.0f} s (entry {name}, seed {seed}): {run}")
+
+
 def main(argv: list[str] | None = None) -> None:
     from suite.cli import fail
 
@@ -567,10 +600,17 @@ def main(argv: list[str] | None = None) -> None:
         "--seeds", default=None, help="comma-separated seeds to (re)run of the selected entries, one process each "
         "(into the folders a full run uses), e.g. to split one entry's seeds over processes"
     )  # fmt: skip
+    parser.add_argument(
+        "--smoke", action="store_true", help="check a profile on this machine's CPU before booking GPUs: one seed of "
+        "its smoke entry, a few steps at reduced width (the spec's `smoke: overrides`), into logs/claim/<profile>-"
+        "smoke/<slug>; no page"
+    )  # fmt: skip
     args = parser.parse_intermixed_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind through run_entry's cleanup
     try:
         spec = load_spec(args.slug, args.spec, args.profile)
+        if args.smoke:
+            return smoke(args.slug, spec, args.profile, args.out, args.overrides)
         paper = args.profile == "paper"
         default_out = ROOT / "logs" / "claim" / ("" if args.profile == "cpu" else args.profile) / args.slug
         out = Path(args.out or default_out).resolve()

@@ -81,3 +81,14 @@ def test_a_failed_paper_run_writes_its_page_beside_the_runs_never_into_docs(tmp_
         ]
     finally:
         docs_page.unlink(missing_ok=True)
+
+
+def test_smoke_of_a_paper_profile_runs_one_batch_on_cpu_into_logs(tmp_path, capsys):
+    """`make claim METHOD=x PROFILE=paper ARGS=--smoke`: one seed of one entry, one batch on CPU, no page."""
+    out = tmp_path / "smoke"
+    claim_main(["spine_fixture", "--profile", "paper", "--spec", SPEC, "--smoke", "--out", str(out)])
+    run = out / "sgd_lr005" / "0"
+    assert "smoke of the paper profile of spine_fixture passed in " in capsys.readouterr().out
+    config = (run / "config.yaml").read_text()
+    assert (run / "metrics.json").is_file() and "smoke: true" in config and "fast_dev_run: true" in config
+    assert [p.name for p in out.iterdir()] == ["sgd_lr005"] and not list(tmp_path.rglob("*.md"))

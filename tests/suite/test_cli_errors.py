@@ -83,6 +83,14 @@ def test_wrong_root_value_type_is_one_line_naming_the_key(override: str, expecte
     assert "Traceback" not in err
 
 
+def test_make_eval_root_values_are_checked_too(tmp_path, capsys):
+    code = run_entry("evaluate", [f"ckpt_path={tmp_path / 'x.ckpt'}", f"paths.log_dir={tmp_path}", "seed=abc"])
+    err = capsys.readouterr().err
+    assert code == 2 and [line for line in err.splitlines() if line.startswith("error:")] == [
+        "error: seed='abc' must be int"
+    ], err[-2000:]
+
+
 def test_a_trainer_value_is_reported_under_the_key_the_user_typed(tmp_path, capsys):
     """bracketire's `model.scheduler.total_steps: ${trainer.max_steps}`: the error names trainer.max_steps."""
     code = run_entry("train", ["experiment=bracketire", "logger=csv", f"paths.log_dir={tmp_path}",

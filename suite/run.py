@@ -417,6 +417,8 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
     finish_loggers(trainer)
     if trainer.is_global_zero:
         print(run_summary(output_dir, metrics, "debug run" if cfg.get("smoke") else "run"), flush=True)
+        if cfg.get("test", True) and not any(k.startswith("test/") for k in metrics):
+            print("note: the test measured nothing (no test/* metric was logged: no test batch ran?)", flush=True)
         if cfg.get("train", True) and trainer.overfit_batches:  # debug=overfit: say whether the batch was learnt
             print(overfit_verdict(output_dir / "csv" / "metrics.csv"), flush=True)
     release_process_group()

@@ -275,6 +275,15 @@ def test_overfit_verdict_states_pass_or_fail_against_its_threshold(tmp_path, cap
     assert out[-1].startswith("overfit check: PASSED: train/loss ") and out[-1].endswith(rule), out[-3:]
 
 
+def test_a_run_whose_test_measured_nothing_says_so(tmp_path, capsys):
+    base = [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "trainer.max_epochs=1", f"paths.log_dir={tmp_path}"]
+    assert run_entry("train", [*base, "trainer.limit_test_batches=0"]) == 0
+    note = "note: the test measured nothing (no test/* metric was logged: no test batch ran?)"
+    assert capsys.readouterr().out.splitlines()[-1] == note
+    assert run_entry("train", base) == 0
+    assert note not in capsys.readouterr().out
+
+
 def test_torch_geometric_jit_deprecation_stays_off_the_console():
     """torch_geometric scripts its helpers with `torch.jit.script` at import (a FutureWarning about its own code that
     reached every graph run's console, issue 51 item 7); the entry points' filter drops exactly that message."""

@@ -9,6 +9,7 @@ its seed sweep) and names everything missing in one line before anything runs.
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +91,19 @@ def compose_run(slug: str, overrides: list[str]) -> DictConfig:
 
 
 def cuda_device_count() -> int:
+    """CUDA devices, counted through NVML: the claim process itself never initialises CUDA (its runs do; many
+    claim processes share one GPU under MPS)."""
     import torch
 
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    saved = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    try:
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    finally:
+        if saved is None:
+            os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK")
+        else:
+            os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = saved
 
 
 def preflight(slug: str, entries: dict[str, list[str]]) -> str | None:

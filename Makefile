@@ -35,7 +35,7 @@ endif
 .PHONY: help install train eval sweep claim compare bench test test-gpu gpu-wheels lint format clean slurm
 
 help: ## Show this help
-	@echo "Usage: make <target> [METHOD=<slug>] [ARGS='hydra overrides'] [PROFILE=cpu|paper (claim)]"
+	@echo "Usage: make <target> [METHOD=<slug>] [ARGS='hydra overrides'] [PROFILE=cpu|paper|gpu (claim)]"
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
 	@echo "Methods: $(SLUGS)"
 	@echo "Debug modes (ARGS=debug=...): fdr (one batch of train/val/test), limit (2 train/val/test batches, 2 epochs),"

@@ -7,7 +7,7 @@ import subprocess
 
 from tests.conftest import ROOT
 
-TARGETS = ["install", "train", "eval", "sweep", "claim", "compare", "bench", "test", "test-gpu", "lint", "format",
+TARGETS = ["install", "train", "eval", "sweep", "claim", "compare", "bench", "test", "test-gpu", "gpu-wheels", "lint", "format",
            "clean", "slurm"]  # fmt: skip
 
 

@@ -1,0 +1,193 @@
+"""The GPU path for a bare GPU machine (issues 52 item 4, 53): ``make gpu-wheels`` builds a wheel folder that installs
+with ``--no-index`` into a fresh target, from which the check's imports resolve; ``gpu_check.sh --bare --preflight``
+passes on it; the GPU claim profiles load and compose; ``benchmarks/gpu_claims.sh`` runs, packs and rebuilds a page
+(on the CPU here: ``--cpu``); the step timer leaves validation out of a step's time.
+
+The wheel folder is fetched from PyPI (the package registry every install of the suite uses; pip's cache answers a
+second time); nothing else here touches the network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from suite.claim import load_spec, machine_line, spec_path
+from suite.errors import ConfigError
+from suite.gpu_wheels import pins
+from suite.preflight import compose_run
+from tests.conftest import ROOT
+
+GPU_SPECS = sorted(p.stem for p in (ROOT / "conf" / "claim" / "gpu").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    dest = tmp_path_factory.mktemp("gpu") / "whl"
+    proc = subprocess.run([sys.executable, "-m", "suite.gpu_wheels", "--dest", str(dest)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return dest
+
+
+def test_wheel_pins_follow_pyproject():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    got = dict(p.split("==") for p in pins())
+    for name in ("hydra-core", "omegaconf", "flash-linear-attention"):
+        assert f'"{name}=={got[name]}"' in pyproject, name
+    assert got["fla-core"] == got["flash-linear-attention"]
+
+
+def test_wheels_are_pure_and_install_offline_into_a_fresh_target(wheels, tmp_path):
+    names = sorted(w.name for w in wheels.glob("*.whl"))
+    assert [n.split("-")[0] for n in names] == sorted(
+        ["antlr4_python3_runtime", "fla_core", "flash_linear_attention", "hydra_core", "omegaconf"]
+    )
+    assert all(n.endswith("-py3-none-any.whl") for n in names)
+    target = tmp_path / "target"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(target),
+         *map(str, wheels.glob("*.whl"))],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    for mod in ("hydra", "omegaconf", "antlr4", "fla"):
+        assert (target / mod / "__init__.py").exists(), mod
+
+
+def test_bare_preflight_imports_from_the_wheel_target(wheels):
+    env = {**os.environ, "GPU_WHEELS": str(wheels), "PY": sys.executable}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--bare", "--preflight"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "wheels from" in proc.stdout and "fla 0.6.0" in proc.stdout
+    assert "gated_deltanet: composes (gpu)" in proc.stdout and "preflight: ok" in proc.stdout
+
+
+def test_preflight_refuses_modules_that_do_not_come_from_the_target(tmp_path):
+    # hydra is importable from the suite's venv, but not from this (empty) target: a wheel that failed to install
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_preflight.py", "--target", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2
+    assert "hydra imports from" in proc.stderr and "not from the wheel target" in proc.stderr
+
+
+def test_bare_check_without_wheels_is_one_line(tmp_path):
+    env = {**os.environ, "GPU_WHEELS": str(tmp_path), "PY": sys.executable}
+    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--bare", "--preflight"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"error: no wheels in {tmp_path}: run 'make gpu-wheels' first"]
+
+
+@pytest.mark.parametrize("slug", GPU_SPECS)
+def test_gpu_profile_loads_and_every_entry_composes(slug):
+    spec = load_spec(slug, profile="gpu")
+    assert spec_path(slug, "gpu") == ROOT / "conf" / "claim" / "gpu" / f"{slug}.yaml"
+    cpu = load_spec(slug)
+    assert spec["report"] == cpu["report"]  # the CPU claim's hook reads the GPU runs
+    assert {e["name"] for e in cpu["runs"]} <= {e["name"] for e in spec["runs"]}  # every CPU entry, maybe more
+    assert spec["budget"]["here"]
+    for entry in spec["runs"]:
+        overrides = [*spec["overrides"].split(), *entry["overrides"].split()]
+        cfg = compose_run(slug, overrides)
+        assert cfg.trainer.accelerator == "gpu", entry["name"]
+
+
+def test_gpu_profile_must_say_so(tmp_path):
+    bad = tmp_path / "x.yaml"
+    bad.write_text("runs:\n  - {name: a, overrides: ''}\n")
+    with pytest.raises(ConfigError, match="must say `profile: gpu`"):
+        load_spec("gated_deltanet", bad, profile="gpu")
+
+
+def test_machine_line(tmp_path):
+    assert machine_line(tmp_path) is None
+    (tmp_path / "machine.json").write_text(
+        json.dumps({"device": "one NVIDIA H200 (140 GiB)", "host_cpus": 16, "parallel": 16, "wall_s": 385.5})
+    )
+    line = machine_line(tmp_path)
+    assert "**one NVIDIA H200 (140 GiB)**" in line and "16 CPU cores" in line and "**6.4 minutes**" in line
+
+
+def test_gpu_claims_script_runs_packs_and_rebuilds_a_page_on_the_cpu(wheels, tmp_path):
+    root, archive, page = tmp_path / "runs", tmp_path / "runs.tar.gz", tmp_path / "page.md"
+    env = {**os.environ, "GPU_WHEELS": str(wheels), "PY": sys.executable, "BARE": "1"}
+    cmd = ["bash", "benchmarks/gpu_claims.sh", "--cpu", "--entries", "gdn_mqar4,gdn_mqar4_long", "--seeds", "0",
+           "--parallel", "2", "--deadline-s", "240", "--out-root", str(root), "--pack", str(archive),
+           "--override", "trainer.max_steps=4", "--override", "trainer.val_check_interval=2",
+           "--override", "data.n_train=64", "gated_deltanet"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    machine = json.loads((root / "gated_deltanet" / "machine.json").read_text())
+    assert machine["runs"] == 2 and machine["finished"] == 2 and machine["parallel"] == 2
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    assert any(n.endswith("gdn_mqar4/0/step_times.json") for n in names)
+    assert any(n.endswith("gdn_mqar4_long/0/csv/metrics.csv") for n in names)
+    rebuilt = subprocess.run(
+        [sys.executable, "-m", "suite.claim", "gated_deltanet", "--profile", "gpu", "--report-only", "--out",
+         str(root / "gated_deltanet"), "--page", str(page)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
+    text = page.read_text()
+    assert "PROFILE=gpu" in text and "Machine: runs made on **no CUDA device (CPU)**" in text
+    assert "| gdn_mqar4 |" in text and "| ok |" in text
+
+
+def test_pack_leaves_checkpoints_behind(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_claims import pack
+
+    run = tmp_path / "slug" / "entry" / "0"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_text("weights")
+    (run / "model.pt").write_text("weights")
+    (run / "metrics.json").write_text("{}")
+    pack([tmp_path / "slug"], tmp_path / "a.tar.gz")
+    with tarfile.open(tmp_path / "a.tar.gz") as tar:
+        names = tar.getnames()
+    assert "slug/entry/0/metrics.json" in names
+    assert not [n for n in names if "checkpoints" in n or n.endswith((".ckpt", ".pt"))]
+
+
+class _Tiny(pl.LightningModule):
+    def __init__(self, val_sleep: float) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 1)
+        self.val_sleep = val_sleep
+
+    def training_step(self, batch, _):
+        return self.lin(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch, _):
+        time.sleep(self.val_sleep)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_step_timer_leaves_validation_out_of_the_step_time(tmp_path):
+    from callbacks.step_timer import StepTimer
+
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 2)), batch_size=4)
+    timer = StepTimer(warmup=0)
+    trainer = pl.Trainer(max_steps=15, val_check_interval=5, check_val_every_n_epoch=None, limit_val_batches=1,
+                         num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[timer], default_root_dir=tmp_path)  # fmt: skip
+    trainer.fit(_Tiny(val_sleep=0.3), data, data)
+    out = json.loads((tmp_path / "step_times.json").read_text())
+    assert out["steps"] == 15 and len(timer.intervals) == 14
+    assert out["val_s"] >= 0.3 * 2  # validations after steps 5 and 10 (and 15)
+    assert max(timer.intervals) < 0.25  # no interval carries a validation's 0.3 s
+    assert out["fit_s"] >= out["train_s"] + out["val_s"] - 0.05

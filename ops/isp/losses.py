@@ -40,8 +40,12 @@ def self_adapt_loss(outs: Sequence[Tensor], teacher_out: Tensor, t: int, w_self:
 
 @torch.no_grad()
 def ema_(teacher: nn.Module, student: nn.Module, decay: float = 0.999) -> None:
-    """Mean-teacher update after every step: ``theta_t <- decay theta_t + (1 - decay) theta_s`` (buffers copied)."""
+    """Mean-teacher update after every step: ``theta_t <- decay theta_t + (1 - decay) theta_s`` (buffers copied).
+
+    Written as ``theta_t += (1 - decay) (theta_s - theta_t)``: identical student and teacher stay bit-identical (the
+    difference is exactly 0), whereas ``theta_t * decay + (1 - decay) theta_s`` leaves a float32 rounding gap of
+    ~1e-8 that the L1 self-supervision loss turns into full-size sign gradients (issue 47, item 5)."""
     for pt, ps in zip(teacher.parameters(), student.parameters(), strict=True):
-        pt.mul_(decay).add_(ps.detach(), alpha=1.0 - decay)
+        pt.add_(ps.detach() - pt, alpha=1.0 - decay)
     for bt, bs in zip(teacher.buffers(), student.buffers(), strict=True):
         bt.copy_(bs)

@@ -105,6 +105,40 @@ def compare(
     return NOISE
 
 
+def non_inferior(
+    method: Sequence[float],
+    reference: Sequence[float],
+    *,
+    margin: float,
+    higher_is_better: bool,
+    converged: bool = True,
+    n_se: float = 2.0,
+) -> str:
+    """Verdict of a "keeps" / "matches" claim: ``method`` is no worse than ``reference`` by more than ``margin``.
+
+    With ``d`` the difference of means signed so that positive is better and ``se`` its Welch standard error:
+    ``REPRODUCED`` when the lower bound ``d - n_se * se`` lies above ``-margin`` (no worse than the margin, with
+    confidence); ``NOT_REPRODUCED`` when the upper bound ``d + n_se * se`` lies below ``-margin`` (worse by more than
+    the margin, with confidence); ``NOISE`` otherwise: a difference "within noise" is not evidence of non-inferiority
+    when the noise is wider than the margin. ``UNDERFIT`` when not ``converged``. With one value on each side there
+    is no standard error and the bound is the difference itself. The margin must be stated before the runs (in the
+    hook, beside the claim) and shown on the page.
+    """
+    if margin < 0:
+        raise ValueError(f"non-inferiority margin must be >= 0, got {margin}")
+    if not converged:
+        return UNDERFIT
+    m, vm, nm = _mean_var(method)
+    r, vr, nr = _mean_var(reference)
+    d = (m - r) if higher_is_better else (r - m)
+    se = 0.0 if nm < 2 and nr < 2 else math.sqrt(vm / nm + vr / nr)
+    if d - n_se * se > -margin:
+        return REPRODUCED
+    if d + n_se * se < -margin:
+        return NOT_REPRODUCED
+    return NOISE
+
+
 def _points(curve: Curve) -> list[tuple[float, float]]:
     pts = []
     for i, p in enumerate(curve):

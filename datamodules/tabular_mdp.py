@@ -75,6 +75,8 @@ class TabularMDPDataModule(SuiteDataModule):
         self.T: torch.Tensor | None = None
         self.p0: torch.Tensor | None = None
         self.counts: torch.Tensor | None = None
+        # the same transitions weighted by gamma^t (t = step within its trajectory): the official baselines' p_s
+        self.discounted_counts: torch.Tensor | None = None
         self.num_collected = 0
 
     # -- the MDP ---------------------------------------------------------------------------------------------------
@@ -108,6 +110,8 @@ class TabularMDPDataModule(SuiteDataModule):
         self.num_states, self.num_actions = int(self.T.shape[0]), int(self.T.shape[1])
         if self.counts is None or self.counts.shape != self.T.shape:
             self.counts = torch.zeros_like(self.T)
+        if self.discounted_counts is None or self.discounted_counts.shape != self.T.shape:
+            self.discounted_counts = torch.zeros_like(self.T)
         rounds = TensorDataset(torch.arange(self.trajectories_per_epoch))
         one = TensorDataset(torch.zeros(1))
         return {"train": rounds, "val": one, "test": one}
@@ -133,18 +137,27 @@ class TabularMDPDataModule(SuiteDataModule):
         S, A = self.num_states, self.num_actions
         u = rng.random((self.horizon, 2))
         s = int(min(np.searchsorted(np.cumsum(p0), rng.random(), side="right"), S - 1))
-        add = np.zeros((S, A, S))
+        add, add_discounted = np.zeros((S, A, S)), np.zeros((S, A, S))
         for t in range(self.horizon):
             a = int(min(np.searchsorted(cum_pi[s], u[t, 0], side="right"), A - 1))
             s2 = int(min(np.searchsorted(cum_T[s, a], u[t, 1], side="right"), S - 1))
             add[s, a, s2] += 1
+            add_discounted[s, a, s2] += self.gamma**t
             s = s2
         self.counts += torch.from_numpy(add)
+        if self.discounted_counts is None:
+            self.discounted_counts = torch.zeros_like(self.counts)
+        self.discounted_counts += torch.from_numpy(add_discounted)
         self.num_collected += 1
 
     def state_dict(self) -> dict[str, Any]:
-        return {"counts": None if self.counts is None else self.counts.clone(), "num_collected": self.num_collected}
+        return {
+            "counts": None if self.counts is None else self.counts.clone(),
+            "discounted_counts": None if self.discounted_counts is None else self.discounted_counts.clone(),
+            "num_collected": self.num_collected,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.counts = state.get("counts")
+        self.discounted_counts = state.get("discounted_counts")
         self.num_collected = int(state.get("num_collected", 0))

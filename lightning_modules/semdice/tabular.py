@@ -13,12 +13,20 @@ Correction Estimation", ICLR 2025.
   - ``d_b=official`` (the official code): the stationary distribution of the current policy under the MLE model,
     ``d^pi_{T_hat}``, recomputed after every trajectory.
 
-* Baselines (same data collection, same number of gradient steps): ``uniform`` (no learning);
-  ``pb_s``: policy gradient on the reward ``-log p_D(s)`` (state-density bonus); ``cb_s`` / ``cb_sa``: policy
-  gradient on the count bonus ``(N + 1e-4)^{-1/2}`` (min-max normalised) of states / state-actions. The policy
-  gradient is exact: autograd of ``J(theta) = sum d^{pi_theta}_{T_hat}(s, a) r(s, a)`` through the linear solve,
-  softmax policy, SGD lr 0.01, ``inner_steps`` steps per trajectory. ``maxent``: the MaxEnt-optimal policy of the true
-  MDP from the convex program (reference, :func:`ops.semdice.maxent.maxent_optimal`).
+* Baselines (same data collection, same number of update steps): ``uniform`` (no learning); ``pb_s``: a
+  state-density bonus; ``cb_s`` / ``cb_sa``: the count bonus ``(N + 1e-4)^{-1/2}`` (min-max normalised) of states /
+  state-actions. ``maxent``: the MaxEnt-optimal policy of the true MDP from the convex program (reference,
+  :func:`ops.semdice.maxent.maxent_optimal`). How the baselines' softmax logits move (``baseline_update``):
+
+  - ``official`` (default; the official ``tabular_mdp.py``): ``inner_steps`` ascent steps
+    ``theta += lr p_s(s) Q^pi(s, a)`` with ``p_s`` the *discounted* data state distribution (counts weighted by
+    ``gamma^t``, initialised at 1e-10) and ``Q`` the unnormalised action value under the MLE model, then the logits
+    reset to ``log(pi + 1e-100)`` (:func:`ops.semdice.tabular.official_pg_ascent`); ``pb_s``'s reward is ``-log p_s``
+    min-max normalised to [0, 1] (:func:`ops.semdice.tabular.official_density_reward`).
+  - ``exact``: SGD on the exact policy gradient of the normalised return ``J(theta) = sum d^{pi_theta}_{T_hat}(s, a)
+    r(s, a)`` (autograd through the linear solve), with ``pb_s``'s reward the unscaled ``-log p_D(s)`` of the
+    undiscounted state counts smoothed by 1e-4. A legitimate policy-gradient baseline, but weaker than the official
+    one on this study (the suite's default before issue 47).
 * Data: the :class:`~callbacks.online_collection.OnlineDataCollection` callback rolls out one trajectory with the
   epsilon-soft policy (``epsilon = 1 / (i + 1)``) before each training step and calls :meth:`refresh_data`.
 * Metrics (every validation): ``val/entropy`` = ``H(d^pi_s)`` of the current policy in the TRUE MDP,
@@ -26,8 +34,9 @@ Correction Estimation", ICLR 2025.
   SEMDICE also ``val/recovery_gap`` = ``|| d_recovered - d^pi_{T_hat} ||_1`` (0 when the dual has converged: the
   recovered distribution is that of the single stationary policy ``pi``).
 * ``global_step`` counts optimiser steps: 100 per trajectory with ``fused=false``, 1 per trajectory with
-  ``fused=true`` (the fused loop ends with one gradient-free ``opt.step()``), 0 for ``uniform``/``maxent``; the
-  metrics' x-axis is ``val/trajectories``.
+  ``fused=true`` or the ``official`` baseline update (a gradient-free ``opt.step()`` after the loop), 0 for
+  ``uniform``/``maxent``; the metrics' x-axis is ``val/trajectories``. ``train/loss`` of a baseline is ``-J`` (the
+  normalised return of its reward under the MLE model) whichever update moved it.
 
 The official code also reads ``gamma`` and ``p0`` of the true MDP inside the objective; here they come from the
 datamodule, which is the same (both are known to the learner in the paper's setting).
@@ -47,6 +56,7 @@ from suite.errors import ConfigError, NonFiniteLossError
 
 KINDS = ("semdice", "uniform", "pb_s", "cb_s", "cb_sa", "maxent")
 D_B = ("data", "official")
+BASELINE_UPDATES = ("official", "exact")
 
 
 class SemdiceLitModule(SuiteLitModule):
@@ -62,7 +72,10 @@ class SemdiceLitModule(SuiteLitModule):
         optimizer: Partial of the optimiser of the dual variables / policy logits (SGD lr 0.01 in the paper).
         fused: Run the ``inner_steps`` steps in numpy with closed-form gradients (:mod:`ops.semdice.fused`, the
             same iterates as ``torch.optim.SGD`` + autograd, tested; ~50x faster on these tiny tensors). Needs
-            plain SGD (no momentum, no weight decay); ``false`` steps the configured torch optimiser on autograd.
+            plain SGD (no momentum, no weight decay); ``false`` steps the configured torch optimiser on autograd
+            (the ``official`` baseline update then runs its torch twin).
+        baseline_update: ``official`` (default) or ``exact`` (module docstring); the baselines' step size is the
+            optimiser's lr either way (0.01, the official value).
     """
 
     def __init__(
@@ -75,7 +88,10 @@ class SemdiceLitModule(SuiteLitModule):
         inner_steps: int = 100,
         optimizer: Any = None,
         fused: bool = True,
+        baseline_update: str = "official",
     ) -> None:
+        if baseline_update not in BASELINE_UPDATES:
+            raise ConfigError(f"model.baseline_update={baseline_update!r} must be one of {list(BASELINE_UPDATES)}")
         if kind not in KINDS:
             raise ConfigError(f"model.kind={kind!r} must be one of {list(KINDS)}")
         if d_b not in D_B:
@@ -93,6 +109,7 @@ class SemdiceLitModule(SuiteLitModule):
         self.automatic_optimization = False
         self.kind, self.alpha, self.d_b_mode, self.inner_steps = kind, alpha, d_b, inner_steps
         self.fused = fused
+        self.baseline_update = baseline_update
         S, A = num_states, num_actions
         self.nu = torch.nn.Parameter(torch.zeros(S, dtype=torch.float64))
         self.mu = torch.nn.Parameter(torch.zeros(S, dtype=torch.float64))
@@ -104,6 +121,7 @@ class SemdiceLitModule(SuiteLitModule):
         self.T_hat: torch.Tensor | None = None
         self.d_b: torch.Tensor | None = None
         self.reward: torch.Tensor | None = None
+        self.p_s: torch.Tensor | None = None  # discounted data state distribution (official baseline update)
         self.h_opt = self.h_unif = float("nan")
         self.pi_opt: torch.Tensor | None = None
 
@@ -163,8 +181,16 @@ class SemdiceLitModule(SuiteLitModule):
             self.d_b = n_sa / n_sa.sum()
         else:
             self.d_b = tb.stationary_distribution(self.T_hat, self.p0.to(self.policy), self.policy, self.gamma)
+        if self.baseline_update == "official":
+            discounted = dm.discounted_counts
+            if discounted is None or discounted.sum() == 0:
+                discounted = counts  # a checkpoint from before discounted counts were kept: undiscounted stand-in
+            self.p_s = tb.discounted_state_distribution(discounted.to(self.policy))
         if self.kind == "pb_s":
-            self.reward = tb.state_density_reward(n_sa.sum(1))
+            if self.baseline_update == "official":
+                self.reward = tb.official_density_reward(self.p_s)
+            else:
+                self.reward = tb.state_density_reward(n_sa.sum(1))
         elif self.kind == "cb_s":
             self.reward = tb.count_bonus(n_sa.sum(1))
         elif self.kind == "cb_sa":
@@ -184,6 +210,15 @@ class SemdiceLitModule(SuiteLitModule):
         if self.kind in ("uniform", "maxent"):
             return None
         opt = self.optimizers()
+        if self.kind != "semdice" and self.baseline_update == "official":
+            self._official_steps(float(opt.param_groups[0]["lr"]))
+            opt.zero_grad(set_to_none=True)
+            opt.step()  # no gradients: global_step counts trajectories
+            with torch.no_grad():
+                self.policy.copy_(torch.softmax(self.logits, 1))
+                final = self.objective()
+            self.log("train/loss", final, on_step=True, prog_bar=True)
+            return None
         if self.fused:
             self._fused_steps(float(opt.param_groups[0]["lr"]))
             opt.zero_grad(set_to_none=True)
@@ -204,6 +239,20 @@ class SemdiceLitModule(SuiteLitModule):
             self.policy.copy_(pi)
         self.log("train/loss", final, on_step=True, prog_bar=True)
         return None
+
+    @torch.no_grad()
+    def _official_steps(self, lr: float) -> None:
+        """``inner_steps`` steps of the official baselines' update, then its logit reset (numpy when ``fused``)."""
+        if self.fused:
+            logits = fused_ops.official_pg_ascent(
+                self.logits.numpy(), self.T_hat.numpy(), self.gamma, self.reward.numpy(), self.p_s.numpy(), lr,
+                self.inner_steps,
+            )  # fmt: skip
+            self.logits.copy_(torch.from_numpy(logits))
+        else:
+            self.logits.copy_(
+                tb.official_pg_ascent(self.logits, self.T_hat, self.gamma, self.reward, self.p_s, lr, self.inner_steps)
+            )
 
     @torch.no_grad()
     def _fused_steps(self, lr: float) -> None:

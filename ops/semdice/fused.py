@@ -72,3 +72,21 @@ def policy_gradient_ascent(
         g, _ = policy_gradient(logits, T, p0, gamma, reward)
         logits += lr * g
     return logits
+
+
+def official_pg_ascent(
+    logits: np.ndarray, T: np.ndarray, gamma: float, reward: np.ndarray, p_s: np.ndarray, lr: float, steps: int
+) -> np.ndarray:
+    """The official baselines' update in numpy (twin: :func:`ops.semdice.tabular.official_pg_ascent`): ``steps``
+    steps ``theta <- theta + lr p_s(s) Q(s, a)`` with ``Q = r + gamma T (I - gamma P_pi)^{-1} r_pi``, then
+    ``theta <- log(softmax(theta) + 1e-100)``."""
+    S, A, _ = T.shape
+    r = np.broadcast_to(reward[:, None], (S, A)) if reward.ndim == 1 else reward
+    theta = logits.astype(np.float64, copy=True)
+    eye = np.eye(S)
+    weight = lr * p_s[:, None]
+    for _ in range(steps):
+        pi = _softmax(theta, 1)
+        V = np.linalg.solve(eye - gamma * np.einsum("sa,sat->st", pi, T), (pi * r).sum(1))
+        theta += weight * (r + gamma * (T @ V))
+    return np.log(_softmax(theta, 1) + 1e-100)

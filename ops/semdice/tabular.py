@@ -29,8 +29,12 @@ import torch
 
 from suite.errors import ConfigError
 
-#: Pseudo-count of the count bonus ``(N + 1e-4)^{-1/2}`` (official code), also used to smooth ``-log p_D(s)``.
+#: Pseudo-count of the count bonus ``(N + 1e-4)^{-1/2}`` (official code); the suite's ``exact`` baseline update also
+#: smooths its (unscaled) ``-log p_D(s)`` with it (the official ``pb_s`` reward is different:
+#: :func:`official_density_reward`).
 COUNT_EPS = 1e-4
+#: Initial value of every transition count in the official code (``np.zeros(...) + 1e-10``), discounted counts too.
+OFFICIAL_COUNT_INIT = 1e-10
 #: Added to the recovered weights ``w`` before normalising (official code).
 WEIGHT_EPS = 1e-10
 
@@ -248,3 +252,50 @@ def expected_reward(
     d = stationary_distribution(T, p0, torch.softmax(logits, dim=1), gamma)
     r = reward[:, None] if reward.dim() == 1 else reward
     return (d * r).sum()
+
+
+# -- the official code's baseline update (issue 47: the baselines as strong as the official ones) ---------------------
+def discounted_state_distribution(discounted_counts: torch.Tensor) -> torch.Tensor:
+    """``p_s [S]``: the *discounted* data state distribution of the official code, from the transition counts weighted
+    by ``gamma^t`` (``t`` the step within its trajectory) ``[S, A, S]``, each initialised at
+    :data:`OFFICIAL_COUNT_INIT` (so a state never visited keeps a tiny positive mass)."""
+    n = discounted_counts + OFFICIAL_COUNT_INIT
+    d_sa = n.sum(-1)
+    return (d_sa / d_sa.sum()).sum(-1)
+
+
+def minmax(r: torch.Tensor) -> torch.Tensor:
+    """Min-max normalisation to [0, 1] (a constant reward becomes zeros)."""
+    span = r.max() - r.min()
+    return (r - r.min()) / span if span > 0 else torch.zeros_like(r)
+
+
+def official_density_reward(p_s: torch.Tensor) -> torch.Tensor:
+    """The official ``pb_s`` reward: ``-log p_s`` (``p_s`` the discounted data state distribution, ``+1e-100`` against
+    log 0) min-max normalised to [0, 1] ``[S]``."""
+    return minmax(-torch.log(p_s + 1e-100))
+
+
+def policy_evaluation(T: torch.Tensor, pi: torch.Tensor, gamma: float, reward: torch.Tensor):
+    """Unnormalised values of ``pi`` under ``T``: ``V = (I - gamma P_pi)^{-1} r_pi`` ``[S]`` and ``Q = r + gamma T V``
+    ``[S, A]`` (the official ``policy_evaluation_mdp``); ``reward`` is ``[S]`` or ``[S, A]``."""
+    S, A, _ = T.shape
+    r = reward[:, None].expand(S, A) if reward.dim() == 1 else reward
+    V = torch.linalg.solve(torch.eye(S, dtype=T.dtype) - gamma * state_transition(T, pi), (pi * r).sum(1))
+    return V, r + gamma * (T @ V)
+
+
+def official_pg_ascent(
+    logits: torch.Tensor, T: torch.Tensor, gamma: float, reward: torch.Tensor, p_s: torch.Tensor, lr: float,
+    steps: int,
+) -> torch.Tensor:  # fmt: skip
+    """The official baselines' policy update (``compute_pb_entropy_policy`` / ``compute_cb_exploration_policy``):
+    ``steps`` ascent steps ``theta <- theta + lr p_s(s) Q^{pi_theta}(s, a)`` (``Q`` unnormalised under the MLE model
+    ``T``, ``p_s`` the discounted data state distribution), then the logits reset to ``log(pi + 1e-100)``. This is not
+    the policy gradient (which weighs by ``d^pi(s) pi(a|s) (Q - V)``): each state's logits move along its own ``Q``,
+    weighted by how often the data visited it. The readable twin of :func:`ops.semdice.fused.official_pg_ascent`."""
+    theta = logits.clone()
+    for _ in range(steps):
+        _, Q = policy_evaluation(T, torch.softmax(theta, 1), gamma, reward)
+        theta = theta + lr * p_s[:, None] * Q
+    return torch.log(torch.softmax(theta, 1) + 1e-100)

@@ -29,7 +29,9 @@ METRIC = "val/normalized_entropy"
 X = "val/trajectories"
 METHOD = "semdice"
 OFFICIAL = "semdice_official"
-BASELINES = ("uniform", "pb_s", "cb_s", "cb_sa")
+# pb_s / cb_s / cb_sa: the official code's update (the module's default); *_exact: the exact policy gradient of the
+# normalised return (model.baseline_update=exact, the suite's rule before issue 47). "Best baseline" is the best of all.
+BASELINES = ("uniform", "pb_s", "cb_s", "cb_sa", "pb_s_exact", "cb_s_exact", "cb_sa_exact")
 CHECKPOINTS = (10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 #: The recovered d must match the policy's own stationary distribution to this L1 gap to call it converged.
 RECOVERY_TOL = 0.05

@@ -170,7 +170,7 @@ def cmd_pilot(args: argparse.Namespace) -> None:
         names = [entry] if entry else [e["name"] for e in spec["runs"]]
         picks += [(slug, n) for n in names]
     picks = picks * max(1, args.copies)
-    out = ROOT / "logs" / "gpu_pilot"
+    out = Path(args.out_root).resolve() if args.out_root else ROOT / "logs" / "gpu_pilot"
     cmds = []
     for i, (slug, name) in enumerate(picks):
         spec = pilot_spec(slug)
@@ -217,6 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     q.add_argument("--copies", type=int, default=1, help="launch each pick this many times (load like the real run)")
     q.add_argument("--deadline-s", type=float, default=90.0)
     q.add_argument("--overrides", nargs="*", default=[])
+    q.add_argument("--out-root", default=None, help="pilot runs go here (default logs/gpu_pilot)")
     args = p.parse_args(argv)
     (cmd_run if args.cmd == "run" else cmd_pilot)(args)
 

@@ -4,7 +4,8 @@
 #   make claim METHOD=<slug> PROFILE=gpu ARGS=--report-only      -> docs/results/gpu/<slug>.md
 # Usage:
 #   bash benchmarks/gpu_claims.sh [--bare] [--deadline-s 420] [--parallel N] [--pack FILE] [--mps on|off|auto] SLUG...
-#   bash benchmarks/gpu_claims.sh [--bare] --pilot [--steps 150] [--copies 1] SLUG[:ENTRY]...   (step times only)
+#   bash benchmarks/gpu_claims.sh [--bare] --pilot [--steps 150] [--copies 1] SLUG[:ENTRY]...   (step times only,
+#   into logs/gpu_pilot or --out-root)
 #   more options: --entries a,b --seeds 0,1 (a subset), --override KEY=VALUE (every run, repeatable), --out-root DIR
 #   (default logs/claim/gpu), --cpu (no GPU: trainer=cpu, no CUDA check; a smoke test of this script)
 # --bare: the machine's own python3 plus the wheels of `make gpu-wheels` (benchmarks/gpu_env.sh). --mps: CUDA's

@@ -654,6 +654,11 @@ def main(argv: list[str] | None = None) -> None:
                 fail(f"claim runs failed: {', '.join(failures)} (no page written: --no-page)")
             return
         records = collect(spec, out)
+        if args.report_only and not records:  # a fresh clone has no runs: never blank a page that holds results
+            raise ConfigError(
+                f"--report-only found no runs under {out}: the page was left as it is (run the claim, or unpack the "
+                "run folders there first)"
+            )
         page_path = Path(args.page).resolve() if args.page else None
         if args.profile != "cpu" and page_path is None:  # never the CPU claim's page
             page_path = ROOT / "docs" / "results" / args.profile / f"{args.slug}.md"

@@ -101,6 +101,17 @@ def test_claim_unknown_spec_is_one_line(tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith("error: no claim check for 'no_such_paper'")
 
 
+def test_report_only_without_runs_leaves_the_page_alone(tmp_path):
+    """A fresh clone has no run folders: `make claim METHOD=x ARGS=--report-only` must not blank a results page."""
+    page = tmp_path / "page.md"
+    page.write_text("# results that took an hour\n")
+    proc = run_cli(["suite.claim", "spine_fixture", "--spec", FIXTURE_SPEC, "--out", str(tmp_path / "runs"),
+                    "--page", str(page), "--report-only"])  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: --report-only found no runs under")
+    assert page.read_text() == "# results that took an hour\n"
+
+
 def test_claim_only_unknown_name_is_one_line(tmp_path):
     proc = run_cli(
         ["suite.claim", "spine_fixture", "--spec", FIXTURE_SPEC,

@@ -73,12 +73,16 @@ def test_bare_preflight_imports_from_the_wheel_target(wheels):
     assert "gated_deltanet: composes (gpu)" in proc.stdout and "preflight: ok" in proc.stdout
 
 
-def test_preflight_refuses_modules_that_do_not_come_from_the_target(tmp_path):
+def test_preflight_refuses_modules_that_do_not_come_from_the_target(tmp_path, capsys):
     # hydra is importable from the suite's venv, but not from this (empty) target: a wheel that failed to install
-    proc = subprocess.run([sys.executable, "benchmarks/gpu_preflight.py", "--target", str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert proc.returncode == 2
-    assert "hydra imports from" in proc.stderr and "not from the wheel target" in proc.stderr
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_preflight import check_imports
+
+    with pytest.raises(SystemExit) as exc:
+        check_imports(tmp_path, fla=False)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "hydra imports from" in err and "not from the wheel target" in err
 
 
 def test_bare_check_without_wheels_is_one_line(tmp_path):
@@ -122,7 +126,7 @@ def test_machine_line(tmp_path):
 def test_gpu_claims_script_runs_packs_and_rebuilds_a_page_on_the_cpu(wheels, tmp_path):
     root, archive, page = tmp_path / "runs", tmp_path / "runs.tar.gz", tmp_path / "page.md"
     env = {**os.environ, "GPU_WHEELS": str(wheels), "PY": sys.executable, "BARE": "1"}
-    cmd = ["bash", "benchmarks/gpu_claims.sh", "--cpu", "--entries", "gdn_mqar4,gdn_mqar4_long", "--seeds", "0",
+    cmd = ["bash", "benchmarks/gpu_claims.sh", "--cpu", "--entries", "gdn_mqar4", "--seeds", "0,1",
            "--parallel", "2", "--deadline-s", "240", "--out-root", str(root), "--pack", str(archive),
            "--override", "trainer.max_steps=4", "--override", "trainer.val_check_interval=2",
            "--override", "data.n_train=64", "gated_deltanet"]  # fmt: skip
@@ -133,7 +137,7 @@ def test_gpu_claims_script_runs_packs_and_rebuilds_a_page_on_the_cpu(wheels, tmp
     with tarfile.open(archive) as tar:
         names = tar.getnames()
     assert any(n.endswith("gdn_mqar4/0/step_times.json") for n in names)
-    assert any(n.endswith("gdn_mqar4_long/0/csv/metrics.csv") for n in names)
+    assert any(n.endswith("gdn_mqar4/1/csv/metrics.csv") for n in names)
     rebuilt = subprocess.run(
         [sys.executable, "-m", "suite.claim", "gated_deltanet", "--profile", "gpu", "--report-only", "--out",
          str(root / "gated_deltanet"), "--page", str(page)],
@@ -142,7 +146,7 @@ def test_gpu_claims_script_runs_packs_and_rebuilds_a_page_on_the_cpu(wheels, tmp
     assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
     text = page.read_text()
     assert "PROFILE=gpu" in text and "Machine: runs made on **no CUDA device (CPU)**" in text
-    assert "| gdn_mqar4 |" in text and "| ok |" in text
+    assert "| gdn_mqar4 |" in text and "| ok |" in text and "sum of one-seed runs of seeds 0, 1" in text
 
 
 def test_pack_leaves_checkpoints_behind(tmp_path):
@@ -191,3 +195,21 @@ def test_step_timer_leaves_validation_out_of_the_step_time(tmp_path):
     assert out["val_s"] >= 0.3 * 2  # validations after steps 5 and 10 (and 15)
     assert max(timer.intervals) < 0.25  # no interval carries a validation's 0.3 s
     assert out["fit_s"] >= out["train_s"] + out["val_s"] - 0.05
+
+
+def test_gpu_claims_pilot_prints_step_times_on_the_cpu(wheels, tmp_path):
+    """The README's pilot line (`gpu_claims.sh --pilot SLUG:ENTRY ...`), on the CPU: one short run per entry, all at
+    once, each with its median step time."""
+    env = {**os.environ, "GPU_WHEELS": str(wheels), "PY": sys.executable}
+    cmd = ["bash", "benchmarks/gpu_claims.sh", "--bare", "--cpu", "--pilot", "--steps", "12", "--deadline-s", "200",
+           "--out-root", str(tmp_path), "--override", "data.n_train=64", "gated_deltanet:gdn_mqar16",
+           "gated_deltanet:mamba2_mqar16"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith("gated_deltanet.")]
+    rows = [r for r in rows if len(r) >= 6]
+    assert [r[0] for r in rows] == ["gated_deltanet.gdn_mqar16.0", "gated_deltanet.mamba2_mqar16.1"]
+    for r in rows:
+        assert r[1] == "0" and r[2] == "12" and float(r[3]) > 0  # exit 0, 12 steps, a median in ms
+    pilot = json.loads((tmp_path / "pilot.json").read_text())
+    assert len(pilot["rows"]) == 2

@@ -32,13 +32,19 @@ class ShortConvolution(nn.Module):
     Args:
         channels: Feature size ``C``.
         kernel_size: Taps; position ``t`` sees ``t - kernel_size + 1 .. t``.
+        init_std: Draw the weights from ``N(0, init_std^2)`` (fla's model init uses 0.02); ``None`` keeps PyTorch's
+            default (kaiming-uniform, bound ``1 / sqrt(kernel_size)``), which the NVlabs code keeps.
     """
 
-    def __init__(self, channels: int, kernel_size: int = 4) -> None:
+    def __init__(self, channels: int, kernel_size: int = 4, init_std: float | None = None) -> None:
         super().__init__()
         check_positive("conv_size", kernel_size)
+        if init_std is not None and not init_std > 0:
+            raise ConfigError(f"conv_init_std={init_std!r} must be positive (or null for PyTorch's default init)")
         self.kernel_size = kernel_size
         self.conv = nn.Conv1d(channels, channels, kernel_size, groups=channels, padding=0, bias=False)
+        if init_std is not None:
+            nn.init.normal_(self.conv.weight, std=init_std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, T, C] -> [B, T, C]``, causal."""

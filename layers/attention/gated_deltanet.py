@@ -46,6 +46,10 @@ class GatedDeltaNet(nn.Module):
         use_delta: Delta-rule erase (``False``: Mamba2-style gated linear attention).
         use_short_conv: Depthwise causal convolutions on q, k, v.
         conv_size: Their kernel size.
+        conv_init_std: Init of the convolutions' weights: ``None`` keeps PyTorch's default (kaiming-uniform, bound
+            ``1 / sqrt(conv_size)``, as the NVlabs code); ``0.02`` draws ``N(0, 0.02^2)``, as fla's
+            ``GatedDeltaNetForCausalLM`` init does. q and k are L2-normalised after the convolution, so under Adam a
+            small init lets the convolution's taps turn much faster (see the results notes, issue 48 item 12).
         use_output_gate: ``RMSNorm(o) * SiLU(W_g x)`` (else ``RMSNorm(o)``).
         allow_neg_eigval: ``beta = 2 sigmoid`` (range ``[0, 2)``, fla option).
         a_init_range: ``A ~ U(lo, hi)`` at init (Mamba2's ``A_init_range``; fla / the paper's code: ``(0, 16)``).
@@ -67,6 +71,7 @@ class GatedDeltaNet(nn.Module):
         use_delta: bool = True,
         use_short_conv: bool = True,
         conv_size: int = 4,
+        conv_init_std: float | None = None,
         use_output_gate: bool = True,
         allow_neg_eigval: bool = False,
         a_init_range: Sequence[float] = (0.0, 16.0),
@@ -106,6 +111,9 @@ class GatedDeltaNet(nn.Module):
         self.k_proj = nn.Linear(d_model, key_dim, bias=False)
         self.v_proj = nn.Linear(d_model, value_dim, bias=False)
         self.b_proj = nn.Linear(d_model, num_heads, bias=True)
+        # beta starts at sigmoid(W_b x) with no offset: the NVlabs recipe zeroes every Linear bias at init and fla's
+        # b_proj has none (PyTorch's default would draw it from U(+-1/sqrt(d)); zeros_ draws no random numbers)
+        nn.init.zeros_(self.b_proj.bias)
         if use_gate:
             self.a_proj = nn.Linear(d_model, num_heads, bias=False)
             # Mamba2 init: A ~ U(0, 16), dt log-uniform in [1e-3, 0.1] (floor 1e-4), dt_bias = softplus^-1(dt)
@@ -115,7 +123,9 @@ class GatedDeltaNet(nn.Module):
             dt = dt.clamp_min(min(1e-4, dt_lo))
             self.dt_bias = no_weight_decay(nn.Parameter(dt + torch.log(-torch.expm1(-dt))))
         self.convs = nn.ModuleList(
-            [ShortConvolution(n, conv_size) for n in (key_dim, key_dim, value_dim)] if use_short_conv else []
+            [ShortConvolution(n, conv_size, conv_init_std) for n in (key_dim, key_dim, value_dim)]
+            if use_short_conv
+            else []
         )
         if use_output_gate:
             self.g_proj = nn.Linear(d_model, value_dim, bias=False)

@@ -60,6 +60,40 @@ def test_gdn_default_sizes_follow_paper():
     assert (layer.A_log.exp() <= 16).all()
 
 
+def test_gdn_write_strength_starts_without_offset():
+    """beta = sigmoid(W_b x + b) starts with b = 0, as in both references (the NVlabs recipe zeroes every Linear bias
+    at init, fla's b_proj has no bias), also inside a CausalLM whose init touches only weights; PyTorch's default
+    would start each head's beta at sigmoid(U(-1/8, 1/8)) for d = 64."""
+    torch.manual_seed(0)
+    layer = GatedDeltaNet(64, num_heads=8)
+    assert torch.equal(layer.b_proj.bias, torch.zeros(8))
+    torch.testing.assert_close(layer.b_proj(torch.zeros(3, 64)).sigmoid(), torch.full((3, 8), 0.5))
+    lm = CausalLM(32, 64, 2, mixer={"kind": "gated_deltanet", "num_heads": 4, "use_gate": False})
+    for block in lm.blocks:
+        assert torch.equal(block.mixer.b_proj.bias, torch.zeros(4))
+    assert layer.b_proj.bias.requires_grad  # zero at init, trained like NVlabs' bias (not removed)
+
+
+def test_gdn_conv_init_std_option():
+    """``conv_init_std=0.02`` draws the short convolutions from N(0, 0.02^2) (fla's model init), also inside a
+    CausalLM (whose init leaves Conv1d alone); the default keeps PyTorch's kaiming-uniform (|w| <= 1/2 for 4 taps)."""
+    torch.manual_seed(0)
+    default = GatedDeltaNet(64, num_heads=2, head_dim=32, expand_v=1.0)
+    w = torch.cat([c.conv.weight.flatten() for c in default.convs])
+    assert w.abs().max() <= 0.5 and w.std() > 0.25  # U(-1/2, 1/2) has std 0.289
+    lm = CausalLM(
+        32,
+        64,
+        2,
+        mixer={"kind": "gated_deltanet", "num_heads": 2, "head_dim": 32, "expand_v": 1.0, "conv_init_std": 0.02},
+    )
+    for block in lm.blocks:
+        w = torch.cat([c.conv.weight.flatten() for c in block.mixer.convs])  # 3 x 64 channels x 4 taps = 768 draws
+        assert 0.018 < w.std() < 0.022 and w.abs().max() < 0.1
+    with pytest.raises(ConfigError, match="conv_init_std"):
+        GatedDeltaNet(64, conv_init_std=0.0)
+
+
 def test_gdn_gate_init_ranges():
     """The default init is Mamba2's / the paper's (A in [0, 16], dt in [1e-3, 0.1]) and draws the same numbers as
     before the ranges were exposed; a narrower dt range starts the gate near 1; bad ranges are config errors."""

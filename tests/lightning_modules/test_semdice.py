@@ -157,8 +157,8 @@ def test_official_density_reward_and_discounted_distribution():
     counts = torch.zeros(2, 1, 2, dtype=torch.float64)
     counts[0, 0, 1] = 1.0  # t = 0
     counts[1, 0, 0] = 0.5  # t = 1 at gamma = 0.5
-    torch.testing.assert_close(tb.discounted_state_distribution(counts), torch.tensor([2 / 3, 1 / 3], dtype=torch.float64),
-                               rtol=0, atol=1e-9)  # fmt: skip
+    expected = torch.tensor([2 / 3, 1 / 3], dtype=torch.float64)
+    torch.testing.assert_close(tb.discounted_state_distribution(counts), expected, rtol=0, atol=1e-9)
 
 
 def test_datamodule_keeps_discounted_counts(tmp_path):

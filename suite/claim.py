@@ -26,6 +26,12 @@ parallel processes). ``--seeds 1,2`` (re)runs just those seeds of the selected e
 each into the folder a full run gives it (``<entry>/<index in the entry's seeds>``), so one entry's seeds can be
 split over processes too; its status is kept per seed and summed per entry.
 
+``--profile gpu`` (``make claim METHOD=<slug> PROFILE=gpu``) reads ``conf/claim/gpu/<slug>.yaml``: the CPU claim's
+entries at a budget that converges on one GPU (``profile: gpu``; the CPU spec's report hook unless it names one), runs
+in ``logs/claim/gpu/<slug>``, page ``docs/results/gpu/<slug>.md``; ``benchmarks/gpu_claims.sh`` runs its entries many
+at once with ``--no-page`` (status only; the status file is updated under a lock) and writes ``machine.json`` beside
+the runs, which the page names (:func:`machine_line`). ``--report-only`` with no runs on disk stops and leaves the page.
+
 ``--profile paper`` (``make claim METHOD=<slug> PROFILE=paper``) reads ``conf/claim/paper/<slug>.yaml`` instead: the
 paper's own experiment (model size, schedule, real dataset, ``trainer=gpu``/``ddp``) with the same keys plus
 ``profile: paper``, ``published`` (the paper's numbers per entry and metric, ``null`` where not found),

@@ -7,6 +7,17 @@ the paper's metrics (monotonicity, positive/negative perturbation), plus **held-
 RISE insertion/deletion on a *mean-colour* substrate and, on images carrying the planted backdoor patch, ground-truth
 localisation (pointing game, IoU of the top-k patches) of the trigger.
 
+Conventions (the paper comparison uses the official evaluation's, ``docs/methods/mda.md``):
+
+* ``rise_ins`` / ``rise_del`` / ``rise_insdel``: :func:`~ops.attribution.metrics.auc` of the clipped, running-max
+  (insertion) / running-min (deletion) normalised curve, as the official ``MDATest.py`` scores "Rise Ins/Del" (the
+  last output of ``mas_single_run``); ``rise_*_raw``: the AUC of the raw probability curve (Petsiuk et al.'s and the
+  suite's earlier convention), an extra column.
+* ``mono_pos`` / ``mono_neg``: patch-wise monotonicity, both on the blur substrate as the official script
+  (``mono_neg_substrate="black"``: negative mode deletes into black, the suite's earlier choice);
+  ``mono_pix_pos`` / ``mono_pix_neg``: the official maskless pixel-step monotonicity (``W`` pixels per step, the
+  call ``MDATestMonotonicity.py`` makes), an extra column.
+
 Metric keys ``attr/<method>/<metric>`` (means over images); :data:`LOWER_IS_BETTER` lists the metrics where less
 is better.
 """
@@ -31,8 +42,17 @@ FAITHFULNESS = (
     "rise_ins", "rise_del", "rise_insdel", "mas_ins", "mas_del", "mas_insdel",
     "mono_pos", "mono_neg", "pert_pos", "pert_neg",
 )  # fmt: skip
+EXTRA = ("rise_ins_raw", "rise_del_raw", "rise_insdel_raw", "mono_pix_pos", "mono_pix_neg")
 HELD_OUT = ("heldout_rise_ins", "heldout_rise_del", "heldout_rise_insdel", "pointing", "iou_top1", "iou_topk")
-LOWER_IS_BETTER = frozenset({"rise_del", "mas_del", "pert_pos", "heldout_rise_del"})
+LOWER_IS_BETTER = frozenset({"rise_del", "rise_del_raw", "mas_del", "pert_pos", "heldout_rise_del"})
+MONO_NEG_SUBSTRATES = ("blur", "black")
+
+
+def check_mono_neg_substrate(name: str) -> str:
+    """``name`` if it is a negative-monotonicity substrate (``blur``: official, ``black``), else a ConfigError."""
+    if name not in MONO_NEG_SUBSTRATES:
+        raise ConfigError(f"mono_neg_substrate={name!r} must be one of {list(MONO_NEG_SUBSTRATES)}")
+    return name
 
 
 def model_probs(model: nn.Module) -> M.ModelFn:
@@ -57,22 +77,39 @@ def patch_grid(h: int, w: int, patch: int) -> torch.Tensor:
 
 
 def score_map(
-    fn: M.ModelFn, img: torch.Tensor, sal: torch.Tensor, target: int, blurred: torch.Tensor, grid: torch.Tensor
+    fn: M.ModelFn,
+    img: torch.Tensor,
+    sal: torch.Tensor,
+    target: int,
+    blurred: torch.Tensor,
+    grid: torch.Tensor,
+    mono_neg_substrate: str = "blur",
 ) -> dict[str, float]:
-    """All faithfulness and held-out substrate metrics of one map ``[H, W]`` on one image ``[C, H, W]``."""
+    """All faithfulness, extra and held-out substrate metrics of one map ``[H, W]`` on one image ``[C, H, W]``.
+
+    ``mono_neg_substrate``: what negative monotonicity deletes into, ``blur`` (official) or ``black``.
+    """
     h, w = sal.shape
     step = w  # one image row of pixels per step (the paper: 224 at 224 px)
     black = torch.zeros_like(img)
     mean = torch.full_like(img, float(img.mean()))
+    neg_sub = blurred if check_mono_neg_substrate(mono_neg_substrate) == "blur" else black
     out: dict[str, float] = {}
-    out["rise_ins"] = M.auc(M.rise_curve(fn, img, sal, "ins", blurred, step, target))
-    out["rise_del"] = M.auc(M.rise_curve(fn, img, sal, "del", black, step, target))
+    _, mas_i, _, _, norm_i = M.mas_single_run(fn, img, sal, "ins", blurred, step, target)
+    _, mas_d, _, _, norm_d = M.mas_single_run(fn, img, sal, "del", black, step, target)
+    raw_i = M.rise_curve(fn, img, sal, "ins", blurred, step, target)
+    raw_d = M.rise_curve(fn, img, sal, "del", black, step, target)
+    out["rise_ins"], out["rise_del"] = M.auc(norm_i), M.auc(norm_d)  # official: the normalised curve
     out["rise_insdel"] = out["rise_ins"] - out["rise_del"]
-    out["mas_ins"] = M.auc(M.mas_single_run(fn, img, sal, "ins", blurred, step, target)[1])
-    out["mas_del"] = M.auc(M.mas_single_run(fn, img, sal, "del", black, step, target)[1])
+    out["rise_ins_raw"], out["rise_del_raw"] = M.auc(raw_i), M.auc(raw_d)
+    out["rise_insdel_raw"] = out["rise_ins_raw"] - out["rise_del_raw"]
+    out["mas_ins"], out["mas_del"] = M.auc(mas_i), M.auc(mas_d)
     out["mas_insdel"] = out["mas_ins"] - out["mas_del"]
     out["mono_pos"] = M.monotonicity(fn, img, sal, "positive", blurred, target, grid)[1]
-    out["mono_neg"] = M.monotonicity(fn, img, sal, "negative", black, target, grid)[1]
+    out["mono_neg"] = M.monotonicity(fn, img, sal, "negative", neg_sub, target, grid)[1]
+    # the positive pixel-step curve is the raw RISE insertion curve on the same substrate: reuse it
+    out["mono_pix_pos"] = M.ramp_spearman(raw_i, "positive")
+    out["mono_pix_neg"] = M.pixel_monotonicity(fn, img, sal, "negative", neg_sub, step, target)[1]
     out["pert_pos"] = M.auc(M.perturbation_curve(fn, img, sal, "positive", target))
     out["pert_neg"] = M.auc(M.perturbation_curve(fn, img, sal, "negative", target))
     out["heldout_rise_ins"] = M.auc(M.rise_curve(fn, img, sal, "ins", mean, step, target))
@@ -136,8 +173,11 @@ def evaluate_attributions(
     topk: int = 1,
     example_dir: str | Path | None = None,
     n_examples: int = 3,
+    mono_neg_substrate: str = "blur",
 ) -> dict[str, float]:
     """Score every method on ``images`` ``[N, C, H, W]`` (and localisation on ``triggered`` ones).
+
+    ``mono_neg_substrate``: the substrate negative monotonicity deletes into (``blur``, official; ``black``).
 
     Returns ``attr/<method>/<metric>`` means, ``attr/<method>/seconds`` per image, counts of the images used and
     skipped (``attr/n_images``, ``attr/skipped_wrong``, ``attr/skipped_lowconf``, ``attr/skipped_blur``) and MDA's
@@ -145,6 +185,7 @@ def evaluate_attributions(
     """
     if not 0.0 <= min_confidence <= 1.0:
         raise ConfigError(f"min_confidence={min_confidence} must be in [0, 1]")
+    check_mono_neg_substrate(mono_neg_substrate)
     model.eval()
     fn = model_probs(model)
     _, _, h, w = images.shape
@@ -186,7 +227,7 @@ def evaluate_attributions(
         counts["n_images"] += 1
         maps = maps_for(x, target, cal)
         for name, sal in maps.items():
-            for k, v in score_map(fn, x, sal.to(x.dtype), target, cal[0], grid).items():
+            for k, v in score_map(fn, x, sal.to(x.dtype), target, cal[0], grid, mono_neg_substrate).items():
                 scores[name][k].append(v)
         if len(examples) < n_examples:
             examples.append((x, maps))

@@ -64,7 +64,8 @@ class MdaLitModule(SuiteLitModule):
         num_classes: classes of the data.
         subject_ckpt: weights file to load into ``net`` (see module docstring), or ``None``.
         attribution: the benchmark's settings (``enabled``, ``n_images``, ``n_triggered``, ``methods``,
-            ``mda_variants``, ``mda``, ``prior``, ``patch_count``, ``min_confidence``, ``topk``); see
+            ``mda_variants``, ``mda``, ``prior``, ``patch_count``, ``min_confidence``, ``topk``,
+            ``mono_neg_substrate``); see
             ``conf/model/mda.yaml``.
         optimizer, scheduler, scheduler_interval: see :class:`SuiteLitModule`.
     """
@@ -95,6 +96,9 @@ class MdaLitModule(SuiteLitModule):
             pc = int(self.attribution.get("patch_count", 49))
             if pc < 2:
                 raise ConfigError(f"model.attribution.patch_count={pc} must be >= 2")
+            from lightning_modules.mda.evaluation import check_mono_neg_substrate
+
+            check_mono_neg_substrate(self.attribution.get("mono_neg_substrate", "blur"))
         if subject_ckpt:
             load_subject(self.net, subject_ckpt)
         self.train_metrics = classification_metrics(num_classes, "train")
@@ -188,6 +192,7 @@ class MdaLitModule(SuiteLitModule):
                 gt_mask=gt_mask,
                 topk=int(cfg.get("topk", 1)),
                 example_dir=out_dir,
+                mono_neg_substrate=str(cfg.get("mono_neg_substrate", "blur")),
             )
         for k, v in results.items():
             self.log(k, float(v), add_dataloader_idx=False)

@@ -6,10 +6,15 @@ Conventions: ``model_fn`` maps images ``[B, C, H, W]`` to class probabilities ``
 the start image and point ``n`` the finished one.
 
 * RISE insertion / deletion (Petsiuk et al., 2018): raw target probability while the most salient pixels are
-  inserted into the substrate (or deleted into it), ``step`` pixels at a time; the score is :func:`auc`.
+  inserted into the substrate (or deleted into it), ``step`` pixels at a time (:func:`rise_curve`). Scored two ways:
+  :func:`auc` of that raw curve (Petsiuk's convention), or, as the official MDA test does (``MDATest.py``: "Rise
+  Ins" is ``auc`` of ``single_run``'s ``normalized_model_response``), :func:`auc` of the clipped, running-max/min
+  normalised curve that :func:`mas_single_run` returns last.
 * MAS (Walker et al., IJCAI 2024, the official ``MASMetric.single_run``): the curve is normalised and made monotone
   (:func:`monotone_normalize`), then penalised by its misalignment with the attribution mass moved so far.
-* Monotonicity (the official ``MonotonicityTest``): Spearman correlation of the raw curve with a linear ramp.
+* Monotonicity (the official ``MonotonicityTest``): Spearman correlation of the raw curve with a linear ramp, patch
+  by patch (:func:`monotonicity`, the metric's ``patch_mask`` form) or ``step`` pixels at a time
+  (:func:`pixel_monotonicity`, the maskless form the official evaluation script calls).
 * Positive / negative perturbation (Chefer et al., 2021): top-1 correctness while 0, 10, ..., 90% of the pixels, most
   (positive) or least (negative) salient first, are set to the substrate; the score is :func:`auc` of that curve.
 * Localisation (held out from MDA's search): pointing game and IoU of the top-k patches against a ground-truth mask.
@@ -208,6 +213,18 @@ def mas_single_run(
     return len(raw), corrected, penalty, density, normalized
 
 
+def ramp_spearman(raw: np.ndarray, mode: str) -> float:
+    """Spearman's rho of a raw curve ``[n + 1]`` with ``linspace(0, 1)`` (``positive``) or ``linspace(1, 0)``
+    (``negative``), the official monotonicity score; a constant curve (undefined rho) scores 0."""
+    from scipy.stats import spearmanr
+
+    if mode not in ("positive", "negative"):
+        raise ConfigError(f"monotonicity mode={mode!r} must be 'positive' or 'negative'")
+    raw = np.asarray(raw, dtype=np.float64)
+    ramp = np.linspace(0, 1, len(raw)) if mode == "positive" else np.linspace(1, 0, len(raw))
+    return float(spearmanr(ramp, raw).correlation) if np.ptp(raw) > 0 else 0.0
+
+
 def monotonicity(
     model_fn: ModelFn,
     img: torch.Tensor,
@@ -221,11 +238,9 @@ def monotonicity(
     """Patch-wise monotonicity (official ``MonotonicityMetric`` with a patch mask).
 
     Patches are visited in decreasing mean saliency; ``positive`` inserts them into ``substrate``, ``negative``
-    removes them from ``img``. Returns the raw curve ``[P + 1]`` and Spearman's rho against ``linspace(0, 1)``
-    (positive) or ``linspace(1, 0)`` (negative); a constant curve (undefined rho) scores 0.
+    removes them from ``img`` (the official script uses the blur substrate in both modes). Returns the raw curve
+    ``[P + 1]`` and :func:`ramp_spearman` of it.
     """
-    from scipy.stats import spearmanr
-
     if mode not in ("positive", "negative"):
         raise ConfigError(f"monotonicity mode={mode!r} must be 'positive' or 'negative'")
     s = check_saliency(img, saliency)
@@ -238,9 +253,31 @@ def monotonicity(
     start, finish = (substrate, img) if mode == "positive" else (img, substrate)
     images = path_images(start.to(img), finish.to(img), pix_rank, torch.arange(p + 1))
     raw = probabilities(model_fn, images, target, batch_size)
-    ramp = np.linspace(0, 1, p + 1) if mode == "positive" else np.linspace(1, 0, p + 1)
-    rho = spearmanr(ramp, raw).correlation if np.ptp(raw) > 0 else 0.0
-    return raw, float(rho)
+    return raw, ramp_spearman(raw, mode)
+
+
+def pixel_monotonicity(
+    model_fn: ModelFn,
+    img: torch.Tensor,
+    saliency: torch.Tensor,
+    mode: str,
+    substrate: torch.Tensor,
+    step: int,
+    target: int,
+    batch_size: int = 64,
+) -> tuple[np.ndarray, float]:
+    """Pixel-step (maskless) monotonicity: the official ``MonotonicityMetric.single_run`` without ``patch_mask``.
+
+    ``step`` pixels at a time in decreasing saliency (the official evaluation passes the image width, 224): the
+    ``positive`` curve inserts them into ``substrate`` (it is the raw RISE insertion curve), the ``negative`` curve
+    replaces them in ``img`` by ``substrate``. Returns the raw curve ``[ceil(H*W / step) + 1]`` and
+    :func:`ramp_spearman` of it.
+    """
+    if mode not in ("positive", "negative"):
+        raise ConfigError(f"monotonicity mode={mode!r} must be 'positive' or 'negative'")
+    raw = causal_curve(model_fn, img, saliency, "ins" if mode == "positive" else "del", substrate, step, target,
+                       batch_size)  # fmt: skip
+    return raw, ramp_spearman(raw, mode)
 
 
 def segment_means(values: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:

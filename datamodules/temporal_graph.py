@@ -16,9 +16,12 @@
 
 Node features where the data has none (``node_features=svd``): the ``feature_dim`` leading singular vectors (times
 the square root of their singular values, then standardised) of the symmetric-normalised log-count interaction
-matrix, i.e. a label-free spectral embedding of who interacts with whom. It is transductive (it sees the whole
-stream), as the given node features of the paper's datasets are; ``degree`` (log temporal degree only), ``random``
-(fixed seeded Gaussian) and ``zeros`` are the alternatives; ``file`` reads the ``.npy`` (real data only).
+matrix, i.e. a label-free spectral embedding of who interacts with whom. By default (``feature_fit=first_task``)
+it is fitted on the first task's events and extended to later nodes from the events available at their own task,
+so a continual learner never sees a later task through its features; ``feature_fit=stream`` fits it on the whole
+stream (transductive, as the given node features of the paper's datasets are). ``degree`` (log temporal degree
+over the whole stream), ``random`` (fixed seeded Gaussian) and ``zeros`` are the alternatives; ``file`` reads the
+``.npy`` (real data only).
 
 Bad input, each one line naming the file and row: events out of time order; a node with two different classes;
 a feature file with fewer rows than the largest node id + 1 (more rows are nodes without events); a task with no
@@ -47,6 +50,7 @@ from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 DATASETS = ("primary_school", "pubmed")
 FEATURES = ("svd", "degree", "random", "zeros", "file")
+FEATURE_FITS = ("first_task", "stream")
 HOW_TO_GET = (
     "N-ForGOT's processed Reddit/Yelp/Taobao/Amazon files (<name>.csv + <name>_node.npy) come from the authors' "
     "Google-Drive link; DyGLib's processed benchmarks (ml_<name>.csv + ml_<name>_node.npy) from DyGLib's README."
@@ -86,8 +90,14 @@ def node_labels(nodes: np.ndarray, labels: np.ndarray, num_nodes: int, path: Pat
     return y
 
 
-def read_jodie(data_dir: str | Path, name: str, node_features: str, feature_dim: int, seed: int) -> TemporalGraph:
-    """Read ``<name>.csv`` (+ ``<name>_node.npy``) in the JODIE / DyGLib / N-ForGOT layout (see module doc)."""
+def read_jodie(
+    data_dir: str | Path, name: str, node_features: str, feature_dim: int, seed: int,
+    classes_per_task: int | None = None,
+) -> TemporalGraph:  # fmt: skip
+    """Read ``<name>.csv`` (+ ``<name>_node.npy``) in the JODIE / DyGLib / N-ForGOT layout (see module doc).
+
+    ``classes_per_task``: fit generated ``svd`` features on the first task only (see :func:`structural_features`);
+    ``None`` fits them on the whole stream."""
     root = Path(data_dir)
     csv = next((p for p in (root / f"{name}.csv", root / f"ml_{name}.csv") if p.exists()), None)
     if csv is None:
@@ -145,7 +155,7 @@ def read_jodie(data_dir: str | Path, name: str, node_features: str, feature_dim:
         raise DataFormatError(f"{csv}: no node has a class label (all labels empty or negative)")
     g = TemporalGraph(torch.tensor(u), torch.tensor(i), torch.tensor(ts), x, torch.tensor(y), str(csv))
     if x is None:
-        g.x = structural_features(g, node_features, feature_dim, seed)
+        g.x = structural_features(g, node_features, feature_dim, seed, classes_per_task)
     return g
 
 
@@ -190,8 +200,42 @@ def read_pubmed() -> TemporalGraph:
     )  # fmt: skip
 
 
-def structural_features(g: TemporalGraph, kind: str, dim: int, seed: int) -> torch.Tensor:
-    """Label-free node features for graphs without any (see the module doc)."""
+def _normalised_log_counts(src: np.ndarray, dst: np.ndarray, n: int):
+    """Symmetric log-count interaction matrix ``log(1 + count)`` (scipy CSR ``[n, n]``)."""
+    import scipy.sparse as sp
+
+    a = sp.coo_matrix((np.ones(len(src)), (src, dst)), shape=(n, n)).tocsr()
+    a = a + a.T
+    a.data = np.log1p(a.data)
+    return a
+
+
+def _leading_pairs(a, dim: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``dim`` leading singular pairs ``(U [n, dim], s [dim])`` of a symmetric sparse matrix, sorted."""
+    from scipy.sparse.linalg import svds
+
+    n = a.shape[0]
+    if dim >= n - 1:
+        raise ConfigError(f"data.feature_dim={dim} must be < number of nodes - 1 ({n - 1}) for svd features")
+    u, s, _ = svds(a.astype(np.float64), k=dim, v0=np.ones(n) / np.sqrt(n), random_state=seed)
+    order = np.argsort(-s)
+    return u[:, order], s[order]
+
+
+def structural_features(
+    g: TemporalGraph, kind: str, dim: int, seed: int, classes_per_task: int | None = None
+) -> torch.Tensor:
+    """Label-free node features for graphs without any (see the module doc).
+
+    ``svd`` with ``classes_per_task`` (the default ``data.feature_fit=first_task``): no future task is seen. The
+    spectral basis ``(U, s)`` is fitted on the first task's events only (events whose endpoints' largest task is 0,
+    unlabelled-only events included); every node ``v`` is then placed in that basis by the Nystrom extension of
+    the same map, ``f(v) = (r_v / sqrt(d_v)) D_B^{-1/2} U s^{-1/2}``, where ``r_v`` are its log interaction counts
+    with the basis nodes over the events available when its own task arrives (tasks ``<= task(v)``; unlabelled
+    nodes: task 0), ``d_v = sum r_v`` and ``D_B`` the basis nodes' degrees. For a first-task node this is exactly
+    ``U_v sqrt(s_v)``, the whole-stream map's form. Standardised with the first-task nodes' statistics.
+    ``classes_per_task=None``: the transductive whole-stream fit (every event, future tasks included).
+    """
     n = g.num_nodes
     if kind == "zeros":
         return torch.zeros(n, dim)
@@ -202,20 +246,37 @@ def structural_features(g: TemporalGraph, kind: str, dim: int, seed: int) -> tor
         d = torch.log1p(deg)
         return ((d - d.mean()) / d.std().clamp_min(1e-12)).float().view(-1, 1).expand(n, dim).contiguous()
     import scipy.sparse as sp
-    from scipy.sparse.linalg import svds
 
-    a = sp.coo_matrix((np.ones(len(g.src)), (g.src.numpy(), g.dst.numpy())), shape=(n, n)).tocsr()
-    a = a + a.T
-    a.data = np.log1p(a.data)
-    inv = 1.0 / np.sqrt(np.maximum(np.asarray(a.sum(1)).ravel(), 1e-12))
-    a = sp.diags(inv) @ a @ sp.diags(inv)
-    if dim >= n - 1:
-        raise ConfigError(f"data.feature_dim={dim} must be < number of nodes - 1 ({n - 1}) for svd features")
-    u, s, _ = svds(a.astype(np.float64), k=dim, v0=np.ones(n) / np.sqrt(n), random_state=seed)
-    order = np.argsort(-s)
-    f = u[:, order] * np.sqrt(s[order])
-    f *= np.sign(f[np.abs(f).argmax(0), np.arange(dim)])  # deterministic signs
-    f = (f - f.mean(0)) / np.maximum(f.std(0), 1e-12)
+    src, dst = g.src.numpy(), g.dst.numpy()
+    if classes_per_task is None:
+        a = _normalised_log_counts(src, dst, n)
+        inv = 1.0 / np.sqrt(np.maximum(np.asarray(a.sum(1)).ravel(), 1e-12))
+        u, s = _leading_pairs(sp.diags(inv) @ a @ sp.diags(inv), dim, seed)
+        f = u * np.sqrt(s)
+        ref = np.ones(n, dtype=bool)
+    else:
+        y = g.y.numpy()
+        node_task = np.where(y >= 0, y // classes_per_task, -1)
+        event_task = np.maximum(node_task[src], node_task[dst])
+        first = event_task <= 0
+        a0 = _normalised_log_counts(src[first], dst[first], n)
+        d0 = np.asarray(a0.sum(1)).ravel()
+        basis = d0 > 0
+        inv0 = np.where(basis, 1.0 / np.sqrt(np.maximum(d0, 1e-12)), 0.0)
+        u, s = _leading_pairs(sp.diags(inv0) @ a0 @ sp.diags(inv0), dim, seed)
+        # r_v: each node's log counts with basis nodes over the events of tasks <= its own task
+        own = np.maximum(node_task, 0)
+        rows, cols = np.concatenate([src, dst]), np.concatenate([dst, src])
+        et = np.concatenate([event_task, event_task])
+        keep = (et <= own[rows]) & basis[cols]
+        r = sp.coo_matrix((np.ones(int(keep.sum())), (rows[keep], cols[keep])), shape=(n, n)).tocsr()
+        r.data = np.log1p(r.data)
+        dv = np.asarray(r.sum(1)).ravel()
+        invv = np.where(dv > 0, 1.0 / np.sqrt(np.maximum(dv, 1e-12)), 0.0)
+        f = np.asarray(sp.diags(invv) @ r @ sp.diags(inv0) @ u) / np.sqrt(np.maximum(s, 1e-12))
+        ref = basis
+    f *= np.sign(f[ref][np.abs(f[ref]).argmax(0), np.arange(dim)])  # deterministic signs
+    f = (f - f[ref].mean(0)) / np.maximum(f[ref].std(0), 1e-12)
     return torch.as_tensor(f, dtype=torch.float32)
 
 
@@ -230,6 +291,9 @@ class TemporalGraphDataModule(SuiteDataModule):
         epochs_per_task: epochs of each task before the next arrives.
         cumulative: serve tasks ``0..t`` at task ``t`` (Joint training, the upper bound).
         node_features: ``svd`` | ``degree`` | ``random`` | ``zeros`` | ``file`` (real only).
+        feature_fit: what the ``svd`` features may see: ``first_task`` (default; the first task's events, later
+            nodes placed by the Nystrom extension from the events available at their own task, so no task sees a
+            later one) or ``stream`` (the whole stream, future tasks included: transductive).
         feature_dim: width of generated features (ignored for ``file``).
         train_frac: fraction of each task's nodes used for training (the rest: half val, half test).
         split_seed: seed of the node splits (42 in the official code) and of subsampling.
@@ -251,6 +315,7 @@ class TemporalGraphDataModule(SuiteDataModule):
         epochs_per_task: int = 1,
         cumulative: bool = False,
         node_features: str = "svd",
+        feature_fit: str = "first_task",
         feature_dim: int = 16,
         train_frac: float = 0.8,
         split_seed: int = 42,
@@ -265,13 +330,15 @@ class TemporalGraphDataModule(SuiteDataModule):
             raise ConfigError("data.name must name the real dataset file stem (<data_dir>/<name>.csv)")
         if node_features not in FEATURES or (node_features == "file" and source != "real"):
             raise ConfigError(f"data.node_features={node_features!r} must be one of {list(FEATURES)} (file: real only)")
+        if feature_fit not in FEATURE_FITS:
+            raise ConfigError(f"data.feature_fit={feature_fit!r} must be one of {list(FEATURE_FITS)}")
         if classes_per_task < 1 or epochs_per_task < 1 or feature_dim < 1:
             raise ConfigError("data.classes_per_task, data.epochs_per_task and data.feature_dim must be >= 1")
         if not 0.0 < train_frac < 1.0:
             raise ConfigError(f"data.train_frac={train_frac} must be in (0, 1)")
         self.dataset, self.name = dataset, name
         self.classes_per_task, self.epochs_per_task, self.cumulative = classes_per_task, epochs_per_task, cumulative
-        self.node_features, self.feature_dim = node_features, feature_dim
+        self.node_features, self.feature_dim, self.feature_fit = node_features, feature_dim, feature_fit
         self.train_frac, self.split_seed = train_frac, split_seed
         self.max_train, self.max_eval = max_train_examples_per_task, max_eval_examples_per_task
         self.chronological = chronological
@@ -279,11 +346,17 @@ class TemporalGraphDataModule(SuiteDataModule):
 
     def load_embedded(self) -> dict[str, Any]:
         g = read_primary_school() if self.dataset == "primary_school" else read_pubmed()
-        g.x = structural_features(g, self.node_features, self.feature_dim, self.split_seed)
+        g.x = structural_features(g, self.node_features, self.feature_dim, self.split_seed, self._fit_classes())
         return {"graph": g}
 
+    def _fit_classes(self) -> int | None:
+        return self.classes_per_task if self.feature_fit == "first_task" else None
+
     def load_real(self) -> dict[str, Any]:
-        return {"graph": read_jodie(self.data_dir, self.name, self.node_features, self.feature_dim, self.split_seed)}
+        g = read_jodie(
+            self.data_dir, self.name, self.node_features, self.feature_dim, self.split_seed, self._fit_classes()
+        )
+        return {"graph": g}
 
     def setup(self, stage: str | None = None) -> None:
         if self.stream is not None:

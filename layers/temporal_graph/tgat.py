@@ -22,6 +22,8 @@ from torch_geometric.nn.models.tgn import TimeEncoder
 
 from layers.temporal_graph.sampler import Neighbors, TemporalNeighborSampler
 
+SUBTREE_NEIGHBOURS = ("states", "reembed")
+
 
 def masked_multihead_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, heads: int) -> Tensor:
     """Scaled dot-product attention ``[B, D] x [B, K, D] -> [B, D]``; rows whose mask is all False give zeros."""
@@ -123,9 +125,22 @@ class TGAT(nn.Module):
         ctx: Any = None,
     ) -> tuple[Tensor, Neighbors | None]:
         """``h^layer`` of ``nodes [B]`` at ``times [B]`` -> (``[B, D]``, the top layer's sampled neighbours)."""
+        out, nb, _ = self._embed_with_neighbors(x, sampler, nodes, times, layer, ctx)
+        return out, nb
+
+    def _embed_with_neighbors(
+        self,
+        x: Tensor,
+        sampler: TemporalNeighborSampler,
+        nodes: Tensor,
+        times: Tensor,
+        layer: int | None = None,
+        ctx: Any = None,
+    ) -> tuple[Tensor, Neighbors | None, Tensor | None]:
+        """As :meth:`embed`, plus the neighbours' ``h^{layer-1}`` states the top layer attended to ``[B, k, D]``."""
         layer = self.num_layers if layer is None else layer
         if layer == 0:
-            return self.base(x, nodes, ctx), None
+            return self.base(x, nodes, ctx), None, None
         nb = sampler.sample(nodes.cpu(), times.cpu(), self.k)  # the event tables live on the CPU
         b = nodes.numel()
         h_self, _ = self.embed(x, sampler, nodes, times, layer - 1, ctx)
@@ -136,26 +151,49 @@ class TGAT(nn.Module):
         dt = times.cpu().double().unsqueeze(1) - nb.times
         phi0 = self.phi(torch.zeros(b, device=h_self.device, dtype=h_self.dtype))
         out = self.layers[layer - 1](h_self, phi0, h_nbr, self.phi(dt.to(h_self.device)), nb.mask.to(h_self.device))
-        return out, nb
+        return out, nb, h_nbr
 
     def forward(self, x: Tensor, sampler: TemporalNeighborSampler, nodes: Tensor, times: Tensor) -> Tensor:
         """``[B, D]`` embeddings of ``nodes`` at ``times`` (only events strictly before each time are used)."""
         return self.embed(x, sampler, nodes, times, ctx=self.context(sampler, nodes, times))[0]
 
     def subtree(
-        self, x: Tensor, sampler: TemporalNeighborSampler, nodes: Tensor, times: Tensor
+        self,
+        x: Tensor,
+        sampler: TemporalNeighborSampler,
+        nodes: Tensor,
+        times: Tensor,
+        neighbours: str = "states",
     ) -> tuple[Tensor, Tensor]:
         """Depth-1 temporal subtree of each query, as N-ForGOT's discrepancy term reads it.
 
+        Args:
+            neighbours: what the ``k`` neighbour rows hold.
+                * ``states`` (default; the official composition, ``forward_with_neighbors`` of the released TGAT):
+                  the neighbours' layer-``(L-1)`` states that the top attention layer read, **without gradient**.
+                  For the official 1-layer TGAT these are the raw input features, constant in the parameters, so
+                  the discrepancy can move only the node's own embedding (the last row); here ``h^0 = W_in x``
+                  (+ the memory for TGN), detached to keep that property.
+                * ``reembed``: each neighbour re-embedded by the full encoder at its own event time, with gradient
+                  (the suite's earlier composition: every row is trainable, so the discrepancy can move the whole
+                  neighbourhood).
+
         Returns:
-            ``h [B, D]`` (the node's embedding) and ``S [B, k + 1, D]``: the embeddings of its ``k`` most recent
-            neighbours at their own event times (zeros where padded), then its own embedding.
+            ``h [B, D]`` (the node's embedding) and ``S [B, k + 1, D]``: the ``k`` neighbour rows (zeros where
+            padded), then the node's own embedding.
         """
+        if neighbours not in SUBTREE_NEIGHBOURS:
+            raise ValueError(f"neighbours={neighbours!r} must be one of {list(SUBTREE_NEIGHBOURS)}")
         ctx = self.context(sampler, nodes, times)
-        h, nb = self.embed(x, sampler, nodes, times, ctx=ctx)
         b = nodes.numel()
-        h_nbr, _ = self.embed(
-            x, sampler, nb.nodes.reshape(-1), nb.times.reshape(-1), ctx=self.expand_context(ctx, self.k)
-        )
-        h_nbr = h_nbr.view(b, self.k, -1) * nb.mask.unsqueeze(-1).to(device=h.device, dtype=h.dtype)
+        if neighbours == "states":
+            h, nb, h_nbr = self._embed_with_neighbors(x, sampler, nodes, times, ctx=ctx)
+            h_nbr = h_nbr.detach()
+        else:
+            h, nb = self.embed(x, sampler, nodes, times, ctx=ctx)
+            h_nbr, _ = self.embed(
+                x, sampler, nb.nodes.reshape(-1), nb.times.reshape(-1), ctx=self.expand_context(ctx, self.k)
+            )
+            h_nbr = h_nbr.view(b, self.k, -1)
+        h_nbr = h_nbr * nb.mask.unsqueeze(-1).to(device=h.device, dtype=h.dtype)
         return h, torch.cat([h_nbr, h.unsqueeze(1)], 1)

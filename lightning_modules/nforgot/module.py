@@ -59,6 +59,9 @@ from suite.errors import ConfigError
 METHODS = ("finetune", "joint", "ewc", "lwf", "replay", "nforgot")
 ENCODERS = ("tgat", "tgn")
 DISCREPANCIES = ("linear_mmd", "mk_mmd", "wl", "none")
+SUBTREE_NEIGHBOURS = ("states", "reembed")
+MEMORY_SAMPLES = ("auto", "window", "random")
+PROTOTYPE_SETS = ("previous", "all")
 
 
 class NForGOTLitModule(SuiteLitModule):
@@ -78,6 +81,16 @@ class NForGOTLitModule(SuiteLitModule):
         discrepancy: ``linear_mmd | mk_mmd | wl | none``.
         detach_plugins: the released no-gradient L_class / L_disc (ablation).
         kd_official_head: distil the current head (released code) instead of the old heads.
+        subtree_neighbours: the discrepancy's subtree rows, ``states`` (official: the neighbours' layer-(L-1)
+            states, no gradient) or ``reembed`` (each neighbour re-embedded with gradient); see
+            :meth:`layers.temporal_graph.tgat.TGAT.subtree`.
+        memory_sample: the previous task's events paired with the batch in L_disc: ``auto`` (the batch's own
+            structure: an iid sample when training queries are shuffled, the same index window when they are
+            served in time order, as the official loop does), ``window`` (always the index window) or ``random``.
+        class_prototypes: the stored prototypes L_class compares with: ``previous`` (the previous task's classes,
+            as the official ``class_loss``) or ``all`` (every earlier class).
+        log_grad_norms: every this many training steps (0: never), log the gradient norm of each weighted loss
+            term over the model's parameters (``train/gradnorm_<term>``); costs one extra backward per term.
         ewc_lambda, ewc_batches: EWC strength and batches used for the Fisher.
         replay_per_class: buffer size per old class for ``replay``.
         wl_neighbors, wl_iterations, wl_time_scale, wl_time_buckets: temporal WL relabelling (``ops/nforgot/wl.py``;
@@ -111,6 +124,10 @@ class NForGOTLitModule(SuiteLitModule):
         discrepancy: str = "linear_mmd",
         detach_plugins: bool = False,
         kd_official_head: bool = False,
+        subtree_neighbours: str = "states",
+        memory_sample: str = "auto",
+        class_prototypes: str = "previous",
+        log_grad_norms: int = 0,
         ewc_lambda: float = 5000.0,
         ewc_batches: int = 10,
         replay_per_class: int = 20,
@@ -133,6 +150,15 @@ class NForGOTLitModule(SuiteLitModule):
             raise ConfigError(f"model.memory_batch={memory_batch} must be >= 1")
         if discrepancy not in DISCREPANCIES:
             raise ConfigError(f"model.discrepancy={discrepancy!r} must be one of {list(DISCREPANCIES)}")
+        for key, value, allowed in (
+            ("subtree_neighbours", subtree_neighbours, SUBTREE_NEIGHBOURS),
+            ("memory_sample", memory_sample, MEMORY_SAMPLES),
+            ("class_prototypes", class_prototypes, PROTOTYPE_SETS),
+        ):
+            if value not in allowed:
+                raise ConfigError(f"model.{key}={value!r} must be one of {list(allowed)}")
+        if log_grad_norms < 0:
+            raise ConfigError(f"model.log_grad_norms={log_grad_norms} must be >= 0")
         if classes_per_task < 1 or num_classes % classes_per_task:
             raise ConfigError(
                 f"model.num_classes={num_classes} must be a multiple of model.classes_per_task={classes_per_task}"
@@ -165,6 +191,7 @@ class NForGOTLitModule(SuiteLitModule):
         self.finished = 0  # tasks whose end-of-task bookkeeping is done
         self.current_task = 0
         self.prototypes = torch.zeros(0, self.hparams.dim)
+        self.prototype_task = torch.zeros(0, dtype=torch.long)  # the task each prototype row belongs to
         self.prev: nn.Module | None = None
         self.fisher: dict[str, Tensor] = {}
         self.anchor: dict[str, Tensor] = {}
@@ -210,7 +237,7 @@ class NForGOTLitModule(SuiteLitModule):
             sel = tasks == k
             sampler = self.stream.samplers[int(k)]
             if subtree:
-                hk, sk = enc.subtree(x, sampler, nodes[sel], times[sel])
+                hk, sk = enc.subtree(x, sampler, nodes[sel], times[sel], self.hparams.subtree_neighbours)
                 S = sk.new_zeros(nodes.numel(), *sk.shape[1:]) if S is None else S
                 S[sel] = sk
             else:
@@ -247,6 +274,7 @@ class NForGOTLitModule(SuiteLitModule):
         z, target = self._logits(z_all, tasks, y, task)
         ce = F.cross_entropy(z, target)
         loss, n = ce, y.numel()
+        parts = {"ce": ce}  # weighted loss terms, for the gradient-norm diagnostic
         self.log("train/ce", ce, batch_size=n)
         if task > 0 and self.prev is not None and self.method in ("lwf", "nforgot"):
             with torch.no_grad():
@@ -256,10 +284,13 @@ class NForGOTLitModule(SuiteLitModule):
             self.log("train/l_kd", l_kd, batch_size=n)
             w_kd = self.hparams.alpha * (self.hparams.distill_loss if self.method == "nforgot" else 1.0)
             loss = loss + w_kd * l_kd
+            parts["kd"] = w_kd * l_kd
             if self.method == "nforgot":
-                plug, terms = self._plugins(h, h0, S, nodes, t, y, task, batch_idx)
+                weighted, terms = self._plugins(h, h0, S, nodes, t, y, task, batch_idx)
                 self.log_dict({f"train/{k}": v for k, v in terms.items()}, batch_size=n)
-                loss = loss + plug
+                for k, v in weighted.items():
+                    loss = loss + v
+                    parts[k] = v
         if task > 0 and self.method == "ewc" and self.fisher:
             pen = sum((self.fisher[k] * (p - self.anchor[k]).pow(2)).sum() for k, p in self.named_parameters()
                       if k in self.fisher)  # fmt: skip
@@ -274,8 +305,21 @@ class NForGOTLitModule(SuiteLitModule):
             ce_r = F.cross_entropy(zr, tr)
             self.log("train/replay_ce", ce_r, batch_size=n)
             loss = loss + ce_r
+        every = self.hparams.log_grad_norms
+        if every and task > 0 and batch_idx % every == 0:
+            self._log_grad_norms(parts, n)
         self.log("train/loss", loss, prog_bar=True, batch_size=n)
         return loss
+
+    def _log_grad_norms(self, parts: dict[str, Tensor], n: int) -> None:
+        """``train/gradnorm_<term>``: the L2 norm over all parameters of each weighted term's gradient."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        for name, term in parts.items():
+            if not term.requires_grad:
+                continue
+            grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True)
+            sq = sum(g.detach().pow(2).sum() for g in grads if g is not None)
+            self.log(f"train/gradnorm_{name}", torch.as_tensor(sq, dtype=torch.float32).sqrt(), batch_size=n)
 
     def _kd(self, z: Tensor, z0: Tensor, tasks: Tensor, task: int) -> Tensor:
         C = self.C
@@ -294,15 +338,19 @@ class NForGOTLitModule(SuiteLitModule):
 
     def _plugins(
         self, h: Tensor, h0: Tensor, S: Tensor | None, nodes: Tensor, t: Tensor, y: Tensor, task: int, b: int
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """alpha class_loss L_class + beta mmd_loss L_disc (detached in the released code's behaviour), terms."""
+    ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        """Weighted ``alpha class_loss L_class`` and ``beta mmd_loss L_disc`` (detached in the released code's
+        behaviour) by name, and their unweighted values for logging."""
         hp = self.hparams
         detach = hp.detach_plugins
-        out, terms = h.new_zeros(()), {}
-        if hp.class_loss and self.prototypes.numel():
-            l_cls = prototype_distance_loss(h.detach() if detach else h, h0, y, self.prototypes.to(h))
+        weighted, terms = {}, {}
+        # official class_loss: the previous task's classes only; "all": every class of an earlier task
+        keep = self.prototype_task == task - 1 if hp.class_prototypes == "previous" else self.prototype_task < task
+        protos = self.prototypes[keep.to(self.prototypes.device)]
+        if hp.class_loss and protos.numel():
+            l_cls = prototype_distance_loss(h.detach() if detach else h, h0, y, protos.to(h))
             terms["l_class"] = l_cls.detach()
-            out = out + hp.alpha * hp.class_loss * l_cls
+            weighted["class"] = hp.alpha * hp.class_loss * l_cls
         if S is not None:
             mem = self._memory_batch(task - 1, y.numel(), b)
             mt = mem.task.to(self.device)
@@ -317,18 +365,29 @@ class NForGOTLitModule(SuiteLitModule):
                 ly = self._wl_labels(mem.node, mem.t, task - 1)
                 l_disc = wl_kernel_mmd(X, Y, lx.to(X.device), ly.to(X.device))
             terms["l_disc"] = l_disc.detach()
-            out = out + hp.beta * hp.mmd_loss * l_disc
-        return out, terms
+            weighted["disc"] = hp.beta * hp.mmd_loss * l_disc
+        return weighted, terms
 
     def _memory_batch(self, task: int, n: int, batch_idx: int) -> Examples:
-        """The previous task's raw training events for the discrepancy: the same index window as the current
-        batch (``Memory.pre_batch``), or a seeded random sample when the window runs past its end."""
+        """The previous task's raw training events paired with the batch in L_disc (``model.memory_sample``).
+
+        The linear-time MMD pairs consecutive rows, so both samples need the same structure: two samples of one
+        distribution then average to 0. ``auto`` follows the batch: shuffled training queries (TGAT) get an iid
+        sample of the previous task's events; time-ordered ones (TGN) get the same index window as the batch
+        (``Memory.pre_batch`` of the released code), or a seeded random sample when the window runs past the end.
+        A time-ordered window paired with a shuffled batch leaves a floor of 0.2-0.3 between two samples of the
+        same task (adjacent events are dependent), which the optimiser can only lower by moving old subtrees.
+        """
         ex = self.stream.examples[task]["train"]
         n = max(2, n)
         lo = batch_idx * n
-        if lo + n <= len(ex):
+        mode = self.hparams.memory_sample
+        if mode == "auto":
+            dm = self.trainer.datamodule if self._trainer is not None else None
+            mode = "window" if getattr(dm, "chronological", False) else "random"
+        g = torch.Generator().manual_seed(int(self.global_step) + 7919 * task + 104729 * batch_idx)
+        if mode == "window" and lo + n <= len(ex):
             return ex.subset(torch.arange(lo, lo + n))
-        g = torch.Generator().manual_seed(int(self.global_step) + 7919 * task)
         return ex.subset(torch.randint(0, len(ex), (n,), generator=g))
 
     def _wl_labels(self, nodes: Tensor, times: Tensor, task: int) -> Tensor:
@@ -375,6 +434,7 @@ class NForGOTLitModule(SuiteLitModule):
         h = torch.cat([self._embed(b.node, b.t, b.task.to(self.device)) for b in self._batches(sample, 1000)])
         for c in self.stream.task_classes[task]:
             self.prototypes = torch.cat([self.prototypes.to(h), h[sample.y.to(h.device) == c].mean(0, keepdim=True)])
+            self.prototype_task = torch.cat([self.prototype_task, torch.tensor([task])])
         if task > 0:
             prev = self.stream.examples[task - 1]["train"]
             a = sample.subset(torch.randperm(len(sample), generator=g)[:512])  # random, not the earliest events
@@ -469,6 +529,7 @@ class NForGOTLitModule(SuiteLitModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["continual"] = {
             "acc": self.acc, "wl_shift": self.wl_shift, "finished": self.finished, "prototypes": self.prototypes.cpu(),
+            "prototype_task": self.prototype_task,
             "prev": None if self.prev is None else {k: v.cpu() for k, v in self.prev.state_dict().items()},
             "fisher": self.fisher, "anchor": self.anchor,
             "replay": {f: getattr(self.replay, f) for f in ("node", "t", "task", "y")},
@@ -480,6 +541,8 @@ class NForGOTLitModule(SuiteLitModule):
             return
         self.acc, self.wl_shift, self.finished = state["acc"], state["wl_shift"], int(state["finished"])
         self.prototypes, self.fisher, self.anchor = state["prototypes"], state["fisher"], state["anchor"]
+        default_tasks = torch.arange(self.prototypes.shape[0]) // self.C  # checkpoints from before the field
+        self.prototype_task = state.get("prototype_task", default_tasks)
         self.replay = Examples(**state["replay"])
         if state["prev"] is not None:
             self._set_prev(self._snapshot())

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from datamodules.temporal_graph import TemporalGraphDataModule, read_jodie
-from suite.errors import DataFormatError, MissingDataError
+from layers.temporal_graph.continual import TemporalGraph
+from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 # 7 nodes (ids 1..6, DyGLib's 0 is padding); classes 0..3; node 6 is unlabelled (label -1)
 ROWS = [(1, 2, 0.0, 0), (3, 4, 1.0, 2), (2, 1, 2.0, 1), (4, 5, 3.0, 3), (1, 5, 3.0, 0), (5, 6, 4.0, 3),
@@ -115,3 +116,28 @@ def test_embedded_primary_school_and_pubmed():
     assert (g.num_nodes, g.src.numel()) == (19717, 44335)
     assert torch.bincount(g.y).tolist() == [4103, 7875, 7739]
     assert (g.t[1:] >= g.t[:-1]).all() and float(g.t.max()) == 2010 - 1967
+
+
+def test_svd_features_never_see_a_later_task():
+    """``feature_fit=first_task``: a node's features depend only on the events of tasks up to its own task, so
+    deleting the last task's events leaves every earlier node's features unchanged (the whole-stream fit moves)."""
+    from datamodules.temporal_graph import read_primary_school, structural_features
+
+    g = read_primary_school()
+    y = g.y
+    node_task = torch.where(y >= 0, y // 2, torch.full_like(y, -1))
+    event_task = torch.maximum(node_task[g.src], node_task[g.dst])
+    keep = event_task < 4  # drop the last task's events (grade 5)
+    cut = TemporalGraph(g.src[keep], g.dst[keep], g.t[keep], g.x, g.y)
+    earlier = (node_task < 4).nonzero().view(-1)
+    full, part = structural_features(g, "svd", 8, 0, 2), structural_features(cut, "svd", 8, 0, 2)
+    torch.testing.assert_close(full[earlier], part[earlier], rtol=0, atol=1e-5)
+    # the first task's nodes sit where the first task's own spectral map puts them; later nodes are placed too
+    assert full[node_task == 4].abs().sum() > 0 and torch.isfinite(full).all()
+    whole, whole_cut = structural_features(g, "svd", 8, 0), structural_features(cut, "svd", 8, 0)
+    assert (whole[earlier] - whole_cut[earlier]).abs().max() > 1e-2  # the transductive fit sees the future
+    dm = TemporalGraphDataModule(max_train_examples_per_task=50, max_eval_examples_per_task=20)
+    dm.setup()
+    torch.testing.assert_close(dm.stream.graph.x, structural_features(g, "svd", 16, 42, 2))
+    with pytest.raises(ConfigError, match="data.feature_fit='all'"):
+        TemporalGraphDataModule(feature_fit="all")

@@ -57,7 +57,8 @@ def plugin_grad(model, dm, task=1):
     h, S = model._embed(b.node, b.t, b.task, subtree=True)
     with torch.no_grad():
         h0 = model._embed(b.node, b.t, b.task, net=model.prev)
-    loss, _ = model._plugins(h, h0, S, b.node, b.t, b.y, task, 0)
+    weighted, _ = model._plugins(h, h0, S, b.node, b.t, b.y, task, 0)
+    loss = sum(weighted.values())
     model.zero_grad()
     if loss.requires_grad:
         loss.backward()
@@ -118,7 +119,8 @@ def test_tgn_encoder_trains_nforgot_in_time_order_with_gradients_everywhere(tmp_
     h, S = model._embed(b.node, b.t, b.task, subtree=True)
     with torch.no_grad():
         h0 = model._embed(b.node, b.t, b.task, net=model.prev)
-    plug, _ = model._plugins(h, h0, S, b.node, b.t, b.y, 1, 0)
+    weighted, _ = model._plugins(h, h0, S, b.node, b.t, b.y, 1, 0)
+    plug = sum(weighted.values())
     z, target = model._logits(model._raw_logits(h), b.task, b.y, 1)
     model.zero_grad()
     (F.cross_entropy(z, target) + plug).backward()
@@ -126,3 +128,104 @@ def test_tgn_encoder_trains_nforgot_in_time_order_with_gradients_everywhere(tmp_
         assert p.grad is not None and p.grad.abs().sum() > 0, name
     with pytest.raises(ConfigError, match="model.encoder='gru'"):
         NForGOTLitModule(encoder="gru")
+
+
+# -- issue 46: the discrepancy is wired as the official model (subtree rows, pairing, prototypes) ----------------
+
+
+def neighbour_row_grad(model, b):
+    """Parameter-gradient norm that flows *through the neighbour rows* of the subtrees, and through the own row,
+    when the discrepancy between two halves of ``b`` is backpropagated."""
+    from ops.nforgot.losses import linear_time_mmd
+
+    h, S = model._embed(b.node, b.t, b.task, subtree=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    out = []
+    for rows in (slice(0, -1), slice(-1, None)):
+        part = torch.zeros_like(S)
+        part[:, rows] = 1.0
+        x = S * part + (S * (1 - part)).detach()  # gradient only through the chosen rows
+        loss = linear_time_mmd(x[: len(b) // 2], x[len(b) // 2 :])
+        grads = torch.autograd.grad(loss, params, allow_unused=True, retain_graph=True)
+        out.append(sum(float(g.abs().sum()) for g in grads if g is not None))
+    return out
+
+
+@pytest.mark.parametrize("encoder", ["tgat", "tgn"])
+def test_discrepancy_neighbour_rows_carry_no_gradient_as_the_official_subtree(tmp_path, encoder):
+    dm, model, trainer = make(tmp_path, events=300, epochs_per_task=1, encoder=encoder, memory_batch=25)
+    dm.setup()
+    model.stream, model.x = dm.stream, dm.stream.graph.x
+    train = dm.stream.examples[1]["train"]
+    b = train.subset(torch.arange(len(train) - 40, len(train)))  # late queries: every row has neighbours
+    nbr, own = neighbour_row_grad(model, b)
+    assert nbr == 0.0 and own > 0  # official: only the node's own embedding moves
+    model.hparams.subtree_neighbours = "reembed"  # the suite's earlier composition: the whole neighbourhood moves
+    nbr, own = neighbour_row_grad(model, b)
+    assert nbr > 0 and own > 0
+
+
+def test_memory_sample_has_the_batch_structure_so_one_task_scores_zero():
+    """Two samples of the *same* task's events, built as the module builds them (a shuffled training batch and
+    ``_memory_batch``), give a linear-time MMD that averages to about 0; the time-ordered window paired with a
+    shuffled batch leaves the positive floor the optimiser could only remove by moving old subtrees."""
+    from ops.nforgot.losses import linear_time_mmd
+
+    dm = TemporalGraphDataModule(max_train_examples_per_task=2000, max_eval_examples_per_task=100)
+    dm.setup()
+    torch.manual_seed(0)
+    model = NForGOTLitModule(dim=32, time_dim=16, head_hidden=16, dropout=0.0)
+    model.stream, model.x = dm.stream, dm.stream.graph.x
+    model.eval()
+    train = dm.stream.examples[0]["train"]
+    g = torch.Generator().manual_seed(1)
+
+    def mean_mmd(mode):
+        model.hparams.memory_sample = mode
+        vals = []
+        with torch.no_grad():
+            for step, idx in enumerate(torch.randperm(len(train), generator=g)[:1600].split(200)):
+                batch = train.subset(idx)  # what the shuffled loader serves
+                mem = model._memory_batch(0, 200, step)
+                _, X = model._embed(batch.node, batch.t, batch.task, subtree=True)
+                _, Y = model._embed(mem.node, mem.t, mem.task, subtree=True)
+                vals.append(float(linear_time_mmd(X, Y)))
+        return float(np.mean(vals))
+
+    auto, window = mean_mmd("auto"), mean_mmd("window")  # no trainer: auto = shuffled batches = iid sample
+    assert abs(auto) < 0.05, auto
+    assert window > 0.1, window
+
+
+def test_class_loss_compares_with_the_previous_task_prototypes_only(tmp_path):
+    from ops.nforgot.losses import prototype_distance_loss
+
+    dm, model, trainer = make(tmp_path, classes=(0, 1, 2, 3, 4, 5), events=450, epochs_per_task=1, class_loss=1.0,
+                              discrepancy="none")  # fmt: skip
+    trainer.fit(model, datamodule=dm)
+    assert model.finished == 3 and model.prototype_task.tolist() == [0, 0, 1, 1, 2, 2]
+    b = dm.stream.examples[2]["train"].subset(torch.arange(20))
+    with torch.no_grad():
+        for p in model.encoder.parameters():  # the student has moved away from the previous-task teacher
+            p.add_(0.1 * torch.randn_like(p))
+        h = model._embed(b.node, b.t, b.task)
+        h0 = model._embed(b.node, b.t, b.task, net=model.prev)
+        prev_only = prototype_distance_loss(h, h0, b.y, model.prototypes[2:4])
+        every = prototype_distance_loss(h, h0, b.y, model.prototypes[:4])
+        _, terms = model._plugins(h, h0, None, b.node, b.t, b.y, 2, 0)
+        assert float(terms["l_class"]) == pytest.approx(float(prev_only), rel=1e-6)
+        assert float(every) != pytest.approx(float(prev_only), rel=1e-3)
+        model.hparams.class_prototypes = "all"
+        _, terms = model._plugins(h, h0, None, b.node, b.t, b.y, 2, 0)
+        assert float(terms["l_class"]) == pytest.approx(float(every), rel=1e-6)
+
+
+def test_gradient_norms_of_each_term_are_logged(tmp_path):
+    dm, model, trainer = make(tmp_path, events=300, epochs_per_task=1, class_loss=1.0, log_grad_norms=1)
+    trainer.fit(model, datamodule=dm)
+    m = trainer.callback_metrics
+    for term in ("ce", "kd", "class", "disc"):
+        assert float(m[f"train/gradnorm_{term}"]) > 0, term
+    for key, value in (("subtree_neighbours", "all"), ("memory_sample", "iid"), ("class_prototypes", "last")):
+        with pytest.raises(ConfigError, match=f"model.{key}='{value}'"):
+            NForGOTLitModule(**{key: value})

@@ -78,7 +78,7 @@ def test_a_near_zero_metric_cannot_carry_the_average_claim(tmp_path: Path):
 
 def test_attention_rollout_is_a_compared_baseline(tmp_path: Path):
     """The paper's seven are worse than MDA on every metric, rollout is better on every metric."""
-    assert COMPARED == (*BASELINES, "rollout")
+    assert (*BASELINES, "rollout") == COMPARED
 
     def value(meth, metric, seed):
         lower = metric in LOWER_IS_BETTER

@@ -13,9 +13,15 @@ Two stages (Sec. 3.4), one module selected by ``stage``:
 
 The forecast horizon follows the curriculum of each stage (:func:`ops.occupancy.schedule.horizon_schedule`).
 Where the official code differs from the paper, the paper is the default and the official behaviour is a flag:
-``official_depth`` (rendered depth ``39 sum w s`` with s = t/(1+t) against metric ground truth), ``roll_state=False``
-(the ego state is re-embedded from the current state at every step, never rolled forward) and
-``official_label_offset`` (forecast step k scored against frame k+1 at test, the +2 of ``simple_test``).
+``depth_mode=official`` (rendered depth ``39 sum w s`` with s = t/(1+t) against metric ground truth; the default
+``contracted`` is the metric distance to the contracted sample, :mod:`ops.occupancy.render`), ``roll_state=False``
+(the ego state is re-embedded from the current state at every step, never rolled forward),
+``official_label_offset`` (pre-train-only evaluation scores forecast step k against frame k+1: the +2 labels of the
+non-fine-tuned branch of ``simple_test``; its fine-tuned branch uses +1, as here), and the official 3D-loss forms
+``loss_camera_mask=false`` (unmasked), ``focal_form=sigmoid`` (``CustomFocalLoss``: sigmoid focal x100, free-class
+weight 0, radial voxel weight) and ``lovasz_drop_free=true`` (Lovasz without free voxels). Official by default:
+bin-midpoint ray samples (``ray_midpoints``), the background length ``(half-extent - radius) / radius``
+(``bg_len=null``) and the trajectory loss summed over forecast steps (``traj_reduction=sum``).
 
 Baselines at the same budget: ``init_from=null`` (no pre-training), ``ego_conditioning=false``; the copy-last-frame
 forecaster and the constant-velocity planner are scored in every evaluation beside the model (``*_copy_last``,
@@ -33,11 +39,12 @@ from layers.occupancy.preworld import AttributeHeads, Forecaster, LiftSplat, Occ
 from lightning_modules._base import SuiteLitModule
 from lightning_modules.preworld.metrics import IGNORE, OccupancyIoU, collisions
 from ops.occupancy import losses as L
-from ops.occupancy.render import render_rays
+from ops.occupancy.render import DEPTH_MODES, render_rays
 from ops.occupancy.schedule import horizon_schedule, ray_sampling_weights
 from suite.errors import CheckpointError, ConfigError, NonFiniteLossError
 
 STAGES = ("pretrain", "finetune")
+FOCAL_FORMS = ("softmax", "sigmoid")
 
 
 class PreWorldLitModule(SuiteLitModule):
@@ -54,11 +61,16 @@ class PreWorldLitModule(SuiteLitModule):
         horizon: Largest forecast step K; ``curriculum`` follows the stage's schedule up to it.
         n_rays: Rays per frame per item drawn (class-balanced, without replacement) for the rendering losses.
         n_inner, interval, center, radius, bg_len: ray sampling and raw2alpha (official: radius 39 of a 40 m
-            grid, centre z 2.2, interval 0.5).
-        w_*: loss weights. focal_gamma: focal CE exponent. camera_mask: 3D losses and metrics on camera-visible
-            voxels only (Occ3D's mask_camera).
+            grid, centre z 2.2, interval 0.5; ``bg_len=None``: the official ``(half-extent - radius) / radius``).
+        ray_midpoints: samples at bin midpoints (official) or at the bin edges (former form).
+        depth_mode: rendered-depth convention, ``contracted`` | ``official`` | ``uncontracted``.
+        w_*: loss weights. focal_gamma: focal exponent. camera_mask: metrics on camera-visible voxels only
+            (Occ3D's mask_camera). loss_camera_mask: the 3D losses on camera-visible voxels only (official: false).
+        focal_form: ``softmax`` (class-weighted focal CE) or ``sigmoid`` (official ``CustomFocalLoss``);
+            focal_alpha: its alpha. lovasz_drop_free: Lovasz term without free voxels (official).
+        traj_reduction: ``sum`` (official) or ``mean`` of the per-step trajectory losses.
         density_threshold: pretrain-only prediction: occupied iff density > it (official 8.5).
-        ego_conditioning, roll_state, official_depth, official_label_offset: see the module docstring.
+        ego_conditioning, roll_state, official_label_offset: see the module docstring.
     """
 
     def __init__(
@@ -84,7 +96,9 @@ class PreWorldLitModule(SuiteLitModule):
         interval: float = 0.5,
         center: tuple[float, float, float] = (0.0, 0.0, 1.0),
         radius: float = 7.8,
-        bg_len: float = 0.2,
+        bg_len: float | None = None,
+        ray_midpoints: bool = True,
+        depth_mode: str = "contracted",
         w_depth: float = 1.0,
         w_sem: float = 1.0,
         w_rgb: float = 1.0,
@@ -97,10 +111,14 @@ class PreWorldLitModule(SuiteLitModule):
         w_lovasz: float = 1.0,
         focal_gamma: float = 2.0,
         camera_mask: bool = True,
+        loss_camera_mask: bool = True,
+        focal_form: str = "softmax",
+        focal_alpha: float = 0.25,
+        lovasz_drop_free: bool = False,
+        traj_reduction: str = "sum",
         density_threshold: float = 8.5,
         ego_conditioning: bool = True,
         roll_state: bool = True,
-        official_depth: bool = False,
         official_label_offset: bool = False,
         optimizer=None,
         scheduler=None,
@@ -111,6 +129,12 @@ class PreWorldLitModule(SuiteLitModule):
             raise ConfigError(f"model.stage={stage!r} must be one of {list(STAGES)}")
         if horizon < 0 or n_rays < 1 or num_classes < 2:
             raise ConfigError("model.horizon must be >= 0, model.n_rays >= 1 and model.num_classes >= 2")
+        for key, val, ok in (("depth_mode", depth_mode, DEPTH_MODES), ("focal_form", focal_form, FOCAL_FORMS),
+                             ("traj_reduction", traj_reduction, ("sum", "mean"))):  # fmt: skip
+            if val not in ok:
+                raise ConfigError(f"model.{key}={val!r} must be one of {list(ok)}")
+        if bg_len is None and not (pc_range[3] - pc_range[0]) / 2 > radius > 0:
+            raise ConfigError(f"model.radius={radius} must be below the grid's half-extent for bg_len=null")
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         self.stage, self.init_from = stage, init_from
         self.grid, self.pc_range, self.num_classes, self.horizon = tuple(grid), tuple(pc_range), num_classes, horizon
@@ -186,11 +210,16 @@ class PreWorldLitModule(SuiteLitModule):
             *idx.shape, *x.shape[3:]))  # fmt: skip
         return {key: take(batch[key]) for key in ("rays_o", "rays_d", "ray_depth", "ray_sem", "ray_rgb", "ray_valid")}
 
+    def render(self, v: torch.Tensor, rays: dict) -> dict[str, torch.Tensor]:
+        """Volume rendering (Sec. 3.2, Eq. 5) of the attributes of V along ``rays`` (``rays_o``/``rays_d`` [B, R, 3]):
+        :func:`ops.occupancy.render.render_rays` with this module's sampling and depth convention."""
+        h = self.hparams
+        return render_rays(self.attrs(v), rays["rays_o"], rays["rays_d"], self.pc_range, tuple(h.center), h.radius,
+                           h.bg_len, h.n_inner, h.interval, 0.0, h.depth_mode, h.ray_midpoints)  # fmt: skip
+
     def render_loss(self, v: torch.Tensor, rays: dict) -> dict[str, torch.Tensor]:
         """Sec. 3.2 losses of one frame's rays rendered from the volume V."""
-        h = self.hparams
-        out = render_rays(self.attrs(v), rays["rays_o"], rays["rays_d"], self.pc_range, tuple(h.center), h.radius,
-                          h.bg_len, h.n_inner, h.interval, 0.0, h.official_depth)  # fmt: skip
+        out = self.render(v, rays)
         ok = rays["ray_valid"]
         losses = {
             "depth": L.silog(out["depth"][ok], rays["ray_depth"][ok]),
@@ -198,20 +227,28 @@ class PreWorldLitModule(SuiteLitModule):
             "rgb": L.l1_color(out["rgb"].flatten(0, 1), rays["ray_rgb"].flatten(0, 1)),
             "entropy": L.background_entropy(out["t_last"]),
         }
-        s = out["s"]
-        iv = torch.cat([s[1:] - s[:-1], s[-1:] - s[-2:-1]])
-        losses["distortion"] = L.distortion_loss(out["weights"].flatten(0, 1), (s + iv / 2)[None], iv)
+        losses["distortion"] = L.distortion_loss(out["weights"].flatten(0, 1), out["s"][None], out["s_interval"])
         return losses
 
     def occ_loss(self, logits: torch.Tensor, occ: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Sec. 3.4 losses: logits [B, C, X, Y, Z] vs occ [B, X, Y, Z] (camera-visible voxels if camera_mask)."""
-        y = torch.where(mask, occ, torch.full_like(occ, IGNORE)) if self.hparams.camera_mask else occ
+        """Sec. 3.4 losses: logits [B, C, X, Y, Z] vs occ [B, X, Y, Z] (camera-visible voxels if loss_camera_mask;
+        the official ``loss_voxel`` passes ``camera_mask=None``). ``focal_form=sigmoid`` and ``lovasz_drop_free``
+        select the official focal and Lovasz forms (:func:`ops.occupancy.losses.sigmoid_focal`)."""
+        h, free = self.hparams, self.num_classes - 1
+        y = torch.where(mask, occ, torch.full_like(occ, IGNORE)) if h.loss_camera_mask else occ
         z, y = logits.permute(0, 2, 3, 4, 1).reshape(-1, self.num_classes), y.reshape(-1)
+        if h.focal_form == "sigmoid":  # official: class weights with 0 for free, radial weight, x100
+            cw = torch.cat([self.class_w[:free], self.class_w.new_zeros(1)])
+            b, _, x, yy, zz = logits.shape
+            rw = L.radial_weight(x, yy, logits.device, logits.dtype)[None, :, :, None].expand(b, x, yy, zz)
+            focal = L.sigmoid_focal(z, y, cw, rw.reshape(-1), h.focal_gamma, h.focal_alpha, ignore_index=IGNORE)
+        else:
+            focal = L.focal_ce(z, y, self.class_w, h.focal_gamma, IGNORE)
         return {
-            "focal": L.focal_ce(z, y, self.class_w, self.hparams.focal_gamma, IGNORE),
+            "focal": focal,
             "sem_scal": L.sem_scal(z, y, IGNORE),
-            "geo_scal": L.geo_scal(z, y, self.num_classes - 1, IGNORE),
-            "lovasz": L.lovasz_softmax(z, y, IGNORE),
+            "geo_scal": L.geo_scal(z, y, free, IGNORE),
+            "lovasz": L.lovasz_softmax(z, y, IGNORE, drop_class=free if h.lovasz_drop_free else None),
         }
 
     def losses(self, batch: dict, steps: int) -> dict[str, torch.Tensor]:
@@ -236,7 +273,7 @@ class PreWorldLitModule(SuiteLitModule):
         if steps:
             gt = batch["waypoints"][:, :steps]
             gt_off = torch.cat([gt[:, :1], gt[:, 1:] - gt[:, :-1]], 1)
-            traj = L.trajectory_loss(offsets.reshape(-1, 2), gt_off.reshape(-1, 2))
+            traj = L.trajectory_loss(offsets, gt_off, reduction=h.traj_reduction)  # Sec. 3.3, per step
             parts["traj"] = traj.detach()
             total = total + h.w_traj * traj
         parts["loss"] = total if torch.is_tensor(total) else torch.zeros((), device=self.device, requires_grad=True)
@@ -271,7 +308,8 @@ class PreWorldLitModule(SuiteLitModule):
         self.log(f"{split}/loss", parts["loss"], batch_size=bs, prog_bar=split == "val")
         preds = [self.predict_occ(v) for v in vols]
         mask = batch["mask_camera"] if self.hparams.camera_mask else None
-        shift = 1 if self.hparams.official_label_offset else 0
+        # official +2 labels: only simple_test's non-fine-tuned (density threshold) branch; the fine-tuned one is +1
+        shift = 1 if self.hparams.official_label_offset and self.stage == "pretrain" else 0
         for k, p in enumerate(preds):
             t = k + shift if k else 0
             if t > kmax:

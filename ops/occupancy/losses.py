@@ -3,7 +3,10 @@
 2D (Sec. 3.2, RenderOcc): SILog depth, class-weighted CE on rendered semantics, L1 colour, the entropy of the
 background transmittance and the Mip-NeRF360 distortion loss (O(n) form of ``torch_efficient_distloss``).
 3D (Sec. 3.4, BEVDet-Occ/MonoScene): class-weighted focal CE, scene-class affinity ``sem_scal``/``geo_scal`` and
-Lovasz-softmax (Berman et al. 2018). Loop twins live in ``naive.py``.
+Lovasz-softmax (Berman et al. 2018). The official 3D forms are here too: the sigmoid focal loss of its
+``CustomFocalLoss`` (:func:`sigmoid_focal`, with :func:`radial_weight`) and a Lovasz term without free voxels
+(``drop_class``). Trajectory: the official per-step L2 terms summed over steps (:func:`trajectory_loss`).
+Loop twins live in ``naive.py``.
 """
 
 from __future__ import annotations
@@ -67,6 +70,43 @@ def focal_ce(
     return (-(wy * (1.0 - logp.exp()).pow(gamma) * logp)).sum() / wy.sum()
 
 
+def radial_weight(x: int, y: int, device=None, dtype=None) -> torch.Tensor:
+    """Official per-voxel weight of ``CustomFocalLoss`` [X, Y]: ``1 + r / r_max`` with r the distance of the voxel
+    index (i, j) from (X/2, Y/2), so 1 at the ego and 2 at the grid's corner (far voxels count up to twice)."""
+    i = torch.arange(x, device=device, dtype=dtype or torch.get_default_dtype()) - x / 2
+    j = torch.arange(y, device=device, dtype=i.dtype) - y / 2
+    r = torch.sqrt(i[:, None] ** 2 + j[None, :] ** 2)
+    return 1.0 + r / r.max().clamp_min(1e-12)
+
+
+def sigmoid_focal(
+    logits: torch.Tensor, target: torch.Tensor, class_weight: torch.Tensor, voxel_weight: torch.Tensor | None = None,
+    gamma: float = 2.0, alpha: float = 0.25, scale: float = 100.0, ignore_index: int = 255,
+) -> torch.Tensor:  # fmt: skip
+    """Official 3D focal loss (``CustomFocalLoss``, sigmoid focal loss of Lin et al. 2017 over one-hot channels):
+
+        scale * mean_i sum_c  w_c r_i a_t (1 - p_t)^gamma BCE(sigmoid(z_ic), y_ic),
+        p_t = p if y = 1 else 1 - p,  a_t = alpha if y = 1 else 1 - alpha,
+
+    over non-ignored voxels i. ``class_weight`` [C] weights each class *channel* for every voxel (the official
+    passes ``1/log(freq + 1e-3)`` with 0 for the free class, so the free logit gets no focal gradient);
+    ``voxel_weight`` [N] is :func:`radial_weight` per voxel (official), ones if None; ``scale`` is the official
+    ``loss_weight`` 100. logits [N, C], target [N]."""
+    keep = target != ignore_index
+    z, y = logits[keep], target[keep]
+    if y.numel() == 0:
+        return logits.sum() * 0.0
+    onehot = F.one_hot(y, z.shape[-1]).to(z.dtype)
+    p = torch.sigmoid(z)
+    p_t = onehot * p + (1 - onehot) * (1 - p)
+    a_t = onehot * alpha + (1 - onehot) * (1 - alpha)
+    bce = F.binary_cross_entropy_with_logits(z, onehot, reduction="none")
+    w = class_weight.to(z.dtype)[None, :]
+    if voxel_weight is not None:
+        w = w * voxel_weight.to(z.dtype)[keep][:, None]
+    return scale * (w * a_t * (1 - p_t).pow(gamma) * bce).sum(-1).mean()
+
+
 def sem_scal(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = 255) -> torch.Tensor:
     """MonoScene scene-class affinity loss on semantics: per class present, BCE of precision, recall and
     specificity against 1, averaged over those classes. logits [N, C], target [N]."""
@@ -117,9 +157,16 @@ def lovasz_grad(gt_sorted: torch.Tensor) -> torch.Tensor:
     return jac
 
 
-def lovasz_softmax(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = 255) -> torch.Tensor:
-    """Lovasz-softmax over the classes present (Berman et al. 2018, Eq. 12). logits [N, C], target [N]."""
+def lovasz_softmax(
+    logits: torch.Tensor, target: torch.Tensor, ignore_index: int = 255, drop_class: int | None = None
+) -> torch.Tensor:
+    """Lovasz-softmax over the classes present (Berman et al. 2018, Eq. 12). logits [N, C], target [N].
+
+    ``drop_class`` (official: the free class, ``lovasz_softmax(..., ignore=17)``) removes the voxels of that label
+    as well; the softmax still runs over all C classes, and the dropped class, never present, adds no term."""
     keep = target != ignore_index
+    if drop_class is not None:
+        keep = keep & (target != drop_class)
     p = F.softmax(logits[keep], dim=-1)
     y = target[keep]
     losses = []
@@ -133,10 +180,27 @@ def lovasz_softmax(logits: torch.Tensor, target: torch.Tensor, ignore_index: int
     return torch.stack(losses).mean() if losses else logits.sum() * 0.0
 
 
-def trajectory_loss(pred: torch.Tensor, gt: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
-    """Sum over the 2 coordinates of the mean squared waypoint error. pred/gt [N, 2], valid [N] bool."""
-    if valid is not None:
-        pred, gt = pred[valid], gt[valid]
-    if pred.numel() == 0:
+def trajectory_loss(
+    pred: torch.Tensor, gt: torch.Tensor, valid: torch.Tensor | None = None, reduction: str = "sum"
+) -> torch.Tensor:
+    """Trajectory loss (Sec. 3.3): per forecast step k, the sum over the 2 coordinates of the mean squared waypoint
+    error over the batch; ``reduction="sum"`` adds the steps (official: one ``loss_traj_{k}s`` term per step,
+    summed by mmdet's loss parser), ``"mean"`` averages them (the suite's former form, K times weaker).
+
+    pred/gt [B, K, 2] (or [N, 2]: one step), valid [B, K] (or [N]) bool: invalid waypoints are left out."""
+    if reduction not in ("sum", "mean"):
+        raise ValueError(f"trajectory reduction={reduction!r} must be 'sum' or 'mean'")
+    if pred.dim() == 2:
+        pred, gt = pred[:, None], gt[:, None]
+        valid = None if valid is None else valid[:, None]
+    if valid is None:
+        valid = torch.ones(pred.shape[:2], dtype=torch.bool, device=pred.device)
+    terms = []
+    for k in range(pred.shape[1]):
+        ok = valid[:, k]
+        if ok.any():
+            terms.append((pred[ok, k] - gt[ok, k]).pow(2).mean(0).sum())
+    if not terms:
         return pred.sum() * 0.0
-    return (pred - gt).pow(2).mean(0).sum()
+    total = torch.stack(terms).sum()
+    return total if reduction == "sum" else total / len(terms)

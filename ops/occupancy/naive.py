@@ -64,6 +64,21 @@ def naive_render(w: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def naive_sample_depths(t, points, origins, radius: float, mode: str) -> torch.Tensor:
+    """Per-sample depth by its definition, one sample at a time (twin of ``render.sample_depths``)."""
+    out = points.new_zeros(points.shape[:2])
+    for r in range(points.shape[0]):
+        for i in range(points.shape[1]):
+            if mode == "contracted":
+                diff = points[r, i] - origins[r]
+                out[r, i] = torch.sqrt((diff * diff).sum())
+            elif mode == "official":
+                out[r, i] = radius * (1 - 1 / (1 + t[i]))
+            else:
+                out[r, i] = radius * t[i]
+    return out
+
+
 def naive_distortion(w: torch.Tensor, s: torch.Tensor, interval: torch.Tensor | float) -> torch.Tensor:
     """O(S^2) double sum of Mip-NeRF360's Eq. (15)."""
     s = s.expand_as(w)
@@ -93,6 +108,24 @@ def naive_sem_scal(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
             loss = loss - torch.log((((1 - pc) * (1 - y)).sum() / (1 - y).sum()).clamp(1e-7, 1))
         terms.append(loss)
     return torch.stack(terms).mean()
+
+
+def naive_sigmoid_focal(logits, target, class_weight, voxel_weight, gamma=2.0, alpha=0.25, scale=100.0):
+    """Sigmoid focal loss voxel by voxel and class by class (twin of ``losses.sigmoid_focal``): per class channel
+    a binary focal term against the one-hot label, weighted by the channel's class weight and the voxel weight,
+    summed over channels, averaged over non-ignored voxels, times ``scale``."""
+    total, n = logits.new_zeros(()), 0
+    for i in range(logits.shape[0]):
+        if int(target[i]) == 255:
+            continue
+        n += 1
+        for c in range(logits.shape[1]):
+            y = 1.0 if int(target[i]) == c else 0.0
+            p = 1 / (1 + torch.exp(-logits[i, c]))
+            p_t = p if y else 1 - p
+            a_t = alpha if y else 1 - alpha
+            total = total - class_weight[c] * voxel_weight[i] * a_t * (1 - p_t) ** gamma * torch.log(p_t)
+    return scale * total / n
 
 
 def naive_lovasz_class(err: torch.Tensor, fg: torch.Tensor) -> torch.Tensor:

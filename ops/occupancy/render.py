@@ -1,14 +1,27 @@
 """Differentiable volume rendering of a voxel volume along rays (PreWorld Sec. 3.2, RenderOcc/DVGO style).
 
 Rays are sampled in the unbounded-contracted space of DVGO/Mip-NeRF360: origins are normalised by the scene centre
-and radius, samples are uniform in ``t`` on ``[0, 2]`` (inner) and ``2 / linspace(1, 1/64)`` beyond (outer), and a
-point with ``|p| > 1`` is contracted to ``p / |p| * ((1 + bg) - bg / |p|)``. The volume's attributes are read at the
-(un-normalised) contracted points by trilinear interpolation, then
+and radius, samples sit at the midpoints of the bins ``linspace(0, 2, n_inner + 1)`` (inner) and
+``2 / linspace(1, 1/64, n_outer + 1)`` beyond (outer), as in the official ``sample_ray``, and a point with
+``|p| > 1`` is contracted to ``p / |p| * ((1 + bg) - bg / |p|)`` with the official background length
+``bg = (half-extent - radius) / radius`` (1/39 for radius 39 of a 40 m grid), so that the contracted space fills
+the grid. The volume's attributes are read at the (un-normalised) contracted points by trilinear interpolation, then
 
     alpha_i = 1 - (1 + exp(sigma_i + shift)) ** (-interval)                  (raw2alpha, DVGO Eq. 4)
     w_i     = alpha_i * prod_{j<i} (1 - alpha_j)                              (alphas_to_weights)
-    D       = radius * sum_i w_i * s_i,  s = t / (1 + t)   (official) or  radius * sum_i w_i * t_i   (metric)
+    D       = sum_i w_i * d_i                                                 (rendered depth, Eq. 5 with d for c)
     S, C    = sum_i w_i * semantic_logits_i,  sum_i w_i * rgb_i              (Eq. 5 of the paper)
+
+with the per-sample depth ``d_i`` of one of three conventions (:data:`DEPTH_MODES`):
+
+* ``contracted`` (default): the metric distance from the ray origin to the point where the volume is read,
+  ``|center + radius * contract(o' + t d) - o|``. It equals ``radius * t`` inside the ball and stays within the grid
+  outside it, so a surface in the contracted shell renders at its grid distance and leftover background weight
+  cannot inflate the depth beyond the grid;
+* ``official``: ``radius * t / (1 + t)`` (the official ``render_depth``, ``s = 1 - 1/(1 + t)``), a normalised
+  distance carried over from RenderOcc/DVGO and compared there with metric LiDAR depth;
+* ``uncontracted``: ``radius * t``, the uncontracted distance (the suite's former default): metric inside the ball,
+  but a sample of the shell counts at its uncontracted distance (the last outer sample at ``radius * 66``).
 
 All functions work on a dense ``[R, S]`` layout (R rays, S samples per ray) so that the exclusive cumulative
 product replaces the CUDA segment kernel of the official code; ``naive.py`` holds the loop twins.
@@ -32,9 +45,37 @@ def contract(p: torch.Tensor, bg_len: float) -> torch.Tensor:
     return torch.where(norm > 1.0, outer, p)
 
 
-def ray_distances(n_inner: int, n_outer: int | None = None, device=None, dtype=None) -> torch.Tensor:
-    """Sample distances ``t`` [S] in normalised units: ``linspace(0, 2, n_inner)`` then ``2 / linspace(1, 1/64)``
-    (``n_outer`` defaults to ``n_inner // 15`` as in the official code; the outer samples start after t = 2)."""
+DEPTH_MODES = ("contracted", "official", "uncontracted")
+
+
+def background_length(pc_range: tuple[float, ...], radius: float) -> float:
+    """Official background length ``(half-extent - radius) / radius`` of ``NerfHead`` (x half-extent of
+    ``pc_range``): the contracted shell ``[radius, radius (1 + bg)]`` then ends at the grid's edge."""
+    half = (pc_range[3] - pc_range[0]) / 2.0
+    if not half > radius > 0:
+        raise ValueError(f"radius={radius} must be in (0, {half}), the grid's half-extent, for a background length")
+    return (half - radius) / radius
+
+
+def ray_bins(n_inner: int, n_outer: int | None = None, device=None, dtype=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bin edges ``(lo, hi)`` [S] in normalised units: ``linspace(0, 2, n_inner + 1)`` then
+    ``2 / linspace(1, 1/64, n_outer + 1)`` (``n_outer`` defaults to ``n_inner // 15`` as in the official code)."""
+    n_outer = max(1, n_inner // 15) if n_outer is None else n_outer
+    inner = torch.linspace(0.0, 2.0, n_inner + 1, device=device, dtype=dtype)
+    outer = 2.0 / torch.linspace(1.0, 1.0 / 64.0, n_outer + 1, device=device, dtype=dtype)
+    return torch.cat([inner[:-1], outer[:-1]]), torch.cat([inner[1:], outer[1:]])
+
+
+def ray_distances(
+    n_inner: int, n_outer: int | None = None, device=None, dtype=None, midpoints: bool = True
+) -> torch.Tensor:
+    """Sample distances ``t`` [S = n_inner + n_outer] in normalised units.
+
+    ``midpoints=True`` (official ``sample_ray``): the midpoints of :func:`ray_bins`. ``False`` (the suite's former
+    samples): ``linspace(0, 2, n_inner)`` then ``2 / linspace(1, 1/64, n_outer + 1)[1:]``."""
+    if midpoints:
+        lo, hi = ray_bins(n_inner, n_outer, device, dtype)
+        return (lo + hi) / 2
     n_outer = max(1, n_inner // 15) if n_outer is None else n_outer
     inner = torch.linspace(0.0, 2.0, n_inner, device=device, dtype=dtype)
     outer = 2.0 / torch.linspace(1.0, 1.0 / 64.0, n_outer + 1, device=device, dtype=dtype)[1:]
@@ -96,10 +137,23 @@ def render_values(w: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     return torch.einsum("rs,rsc->rc", w, values)
 
 
-def render_depth(w: torch.Tensor, t: torch.Tensor, radius: float, normalised: bool = True) -> torch.Tensor:
-    """Rendered depth [R]: ``radius * sum w s`` with ``s = t/(1+t)`` (official quirk) or ``radius * sum w t``."""
-    d = t / (1.0 + t) if normalised else t
-    return radius * (w * d[None, :]).sum(-1)
+def sample_depths(t: torch.Tensor, points: torch.Tensor, origins: torch.Tensor, radius: float, mode: str):
+    """Per-sample depth [R, S] of one of :data:`DEPTH_MODES` (module docstring): t [S] normalised distances,
+    points [R, S, 3] the contracted world points of :func:`sample_ray_points`, origins [R, 3] world."""
+    if mode == "contracted":
+        return (points - origins[:, None, :]).norm(dim=-1)
+    if mode == "official":
+        d = t / (1.0 + t)
+    elif mode == "uncontracted":
+        d = t
+    else:
+        raise ValueError(f"depth_mode={mode!r} must be one of {list(DEPTH_MODES)}")
+    return (radius * d)[None, :].expand(points.shape[0], -1)
+
+
+def render_depth(w: torch.Tensor, depths: torch.Tensor) -> torch.Tensor:
+    """Rendered depth [R]: ``sum_i w_i d_i``, w [R, S], per-sample depths [R, S] of :func:`sample_depths`."""
+    return (w * depths).sum(-1)
 
 
 def render_rays(
@@ -109,34 +163,49 @@ def render_rays(
     pc_range: tuple[float, ...],
     center: tuple[float, float, float],
     radius: float,
-    bg_len: float = 0.2,
+    bg_len: float | None = None,
     n_inner: int = 32,
     interval: float = 0.5,
     threshold: float = 0.0,
-    depth_normalised: bool = True,
+    depth_mode: str = "contracted",
+    midpoints: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Render a volume of raw attributes along rays.
 
     Args:
         volume: [B, 1 + C_sem + 3, X, Y, Z]: raw density, semantic logits, RGB (already activated by the heads).
         origins, dirs: [B, R, 3] world rays (dirs unit length).
+        bg_len: background length; ``None`` is the official :func:`background_length` of ``pc_range``.
+        depth_mode: per-sample depth convention (:data:`DEPTH_MODES`). midpoints: bin-midpoint samples (official).
     Returns:
         ``depth`` [B, R], ``semantic`` [B, R, C_sem], ``rgb`` [B, R, 3], ``weights`` [B, R, S], ``t_last`` [B, R],
-        ``s`` [S] (normalised distances for the distortion loss) and ``interval`` [S].
+        and for the distortion loss ``s`` [S] (sample positions in ``s = t/(1+t)``) and ``s_interval`` [S] (their
+        bin lengths in s).
     """
     b, r, _ = origins.shape
-    t = ray_distances(n_inner, device=volume.device, dtype=volume.dtype)
+    if bg_len is None:
+        bg_len = background_length(pc_range, radius)
+    t = ray_distances(n_inner, device=volume.device, dtype=volume.dtype, midpoints=midpoints)
     c = volume.new_tensor(center)
-    pts = sample_ray_points(origins.reshape(-1, 3), dirs.reshape(-1, 3), t, c, radius, bg_len)  # [B*R, S, 3]
+    o = origins.reshape(-1, 3)
+    pts = sample_ray_points(o, dirs.reshape(-1, 3), t, c, radius, bg_len)  # [B*R, S, 3]
     feats = sample_volume(volume, pts.reshape(b, -1, 3), pc_range).reshape(b * r, t.numel(), -1)
     alpha = raw2alpha(feats[..., 0], interval=interval)
     w, t_last = alphas_to_weights(alpha, threshold)
     n_sem = volume.shape[1] - 4
+    s = t / (1.0 + t)
+    if midpoints:
+        lo, hi = ray_bins(n_inner, device=volume.device, dtype=volume.dtype)
+        s_mid, s_iv = s, hi / (1.0 + hi) - lo / (1.0 + lo)
+    else:  # former form: samples as left edges, each bin up to the next sample
+        s_iv = torch.cat([s[1:] - s[:-1], s[-1:] - s[-2:-1]])
+        s_mid = s + s_iv / 2
     return {
-        "depth": render_depth(w, t, radius, depth_normalised).reshape(b, r),
+        "depth": render_depth(w, sample_depths(t, pts, o, radius, depth_mode)).reshape(b, r),
         "semantic": render_values(w, feats[..., 1 : 1 + n_sem]).reshape(b, r, n_sem),
         "rgb": render_values(w, feats[..., 1 + n_sem :]).reshape(b, r, 3),
         "weights": w.reshape(b, r, -1),
         "t_last": t_last.reshape(b, r),
-        "s": t / (1.0 + t),
+        "s": s_mid,
+        "s_interval": s_iv,
     }

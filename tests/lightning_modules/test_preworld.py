@@ -90,8 +90,8 @@ def test_every_parameter_used_by_its_stage_gets_a_gradient(stage, batch):
     assert keys <= set(parts) and "traj" in parts
 
 
-def test_official_depth_flag_changes_the_rendered_depth(batch):
-    m1, m2 = _model(), _model(official_depth=True)
+def test_official_depth_mode_changes_the_rendered_depth(batch):
+    m1, m2 = _model(), _model(depth_mode="official")
     v = torch.randn(2, 8, 16, 16, 4)
     rays = m1._draw_rays(batch, 0)
     d1, d2 = m1.render_loss(v, rays)["depth"], m2.render_loss(v, rays)["depth"]

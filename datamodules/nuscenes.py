@@ -13,8 +13,10 @@ same item layout. Items (F = horizon + 1 frames: the current one and its futures
     img [N, 3, H, W]  intrins [N, 3, 3]  cam2ego [N, 4, 4]              cameras of the current frame
     rays_o, rays_d [F, R, 3]  ray_depth [F, R]  ray_sem [F, R] (255 = none)  ray_rgb [F, R, 3]  ray_valid [F, R]
     occ [F, X, Y, Z] (num_classes - 1 = free)  mask_camera [F, X, Y, Z]  labelled (has 3D labels, bool)
-    ego_state [21] (vx, vy, yaw rate at 7 frames)  waypoints [K, 2]  obstacles [K, X, Y] (future non-drivable
-    columns in the current ego frame, for the collision rate)
+    ego_state [21] (vx, vy, yaw rate at 7 frames)  waypoints [K, 2]  ego_poses [F, 4, 4] (each frame's ego in the
+    current ego frame: the warped copy-last)  obstacles [K, X, Y] (future non-drivable columns in the current ego
+    frame: the point collision form)  agents [K, H, W] + agents_range [4] (x0, y0, x1, y1): the other agents' boxes
+    in the current ego frame on a BEV raster (ST-P3's box collision target; real data: Occ3D's agent-class columns)
 
 Semi-supervision: ``label_fraction`` of the training scenes keep their 3D labels (a seeded choice of scenes);
 ``train_split=labelled`` trains on those only (the fine-tuning and from-scratch budget), ``all`` on every scene.
@@ -42,6 +44,9 @@ for _src, _dst in {2: 7, 3: 7, 4: 7, 6: 7, 9: 1, 12: 8, 14: 2, 15: 3, 16: 3, 17:
                    24: 11, 25: 12, 26: 13, 27: 14, 28: 15, 30: 16}.items():  # fmt: skip
     LIDARSEG_TO_OCC3D[_src] = _dst
 OCC3D_DRIVABLE = (11, 12, 13, 14)  # flat classes: not obstacles for the collision rate
+# Occ3D's agents (bicycle, bus, car, construction vehicle, motorcycle, pedestrian, trailer, truck): their voxel
+# columns stand in for the annotated boxes ST-P3 rasterises for its collision rate
+OCC3D_AGENTS = (2, 3, 4, 5, 6, 7, 9, 10)
 HOW_TO_GET = (
     "Get nuScenes (v1.0-trainval or v1.0-mini: tables, samples/, sweeps/, maps/, lidarseg/) from nuscenes.org and "
     "Occ3D-nuScenes gts/ from github.com/Tsinghua-MARS-Lab/Occ3D into data.data_dir; it is read with " + DEVKIT
@@ -171,6 +176,11 @@ class NuScenesDataModule(SuiteDataModule):
         gen = torch.Generator().manual_seed(self.seed)
         empty = self.num_classes - 1
         reach = float(torch.tensor(self.pc_range).abs().view(2, 3).max(0).values.norm())  # farthest grid corner
+        # the agents' BEV (ST-P3 collision target) reaches 1.5x the grid at 4x its resolution, so that the ego box
+        # at the last waypoint stays on it
+        x0, y0, _, x1, y1, _ = self.pc_range
+        extent = (1.5 * x0, 1.5 * y0, 1.5 * x1, 1.5 * y1)
+        cells = 6 * self.grid[0]
         scenes = []
         for s in range(self.n_scenes):
             sc = world.scene(s, self.frames_per_scene + self.horizon)
@@ -193,11 +203,15 @@ class NuScenesDataModule(SuiteDataModule):
                 obst = torch.stack(
                     [_obstacle_bev(world.occupancy(sc, f + k, origin_frame=f), (0,), empty) for k in fut[1:]]
                 ) if self.horizon else torch.zeros(0, *self.grid[:2], dtype=torch.bool)  # fmt: skip
+                agents = torch.stack(
+                    [world.agent_bev(sc, f + k, f, extent, cells) for k in fut[1:]]
+                ) if self.horizon else torch.zeros(0, cells, cells, dtype=torch.bool)  # fmt: skip
                 item = {"img": img, "intrins": intrins, "cam2ego": cam2ego,
                         "occ": torch.stack([frames[k][0] for k in fut]),
                         "mask_camera": torch.stack([frames[k][1] for k in fut]),
                         "ego_state": world.ego_state(sc, f), "waypoints": world.waypoints(sc, f, self.horizon),
-                        "obstacles": obst, "labelled": torch.tensor(True)}  # fmt: skip
+                        "ego_poses": world.ego_poses(sc, f, self.horizon), "obstacles": obst, "agents": agents,
+                        "agents_range": torch.tensor(extent), "labelled": torch.tensor(True)}  # fmt: skip
                 for key in frames[f][2]:
                     item[key] = torch.stack([frames[k][2][key] for k in fut])
                 items.append(item)
@@ -256,6 +270,11 @@ def _obstacle_bev(occ: torch.Tensor, drivable: tuple[int, ...], empty: int) -> t
     for c in drivable:
         obst &= occ != c
     return obst.any(-1)
+
+
+def _class_bev(occ: torch.Tensor, classes: tuple[int, ...]) -> torch.Tensor:
+    """Columns [X, Y] holding any of ``classes``."""
+    return torch.isin(occ, torch.tensor(classes)).any(-1)
 
 
 class _NuScenesReader:
@@ -381,13 +400,17 @@ class _NuScenesReader:
             a, b = rel[7 - h], rel[6 - h]
             state += [a[0, 3] - b[0, 3], a[1, 3] - b[1, 3], yaw[7 - h] - yaw[6 - h]]
         wps = torch.tensor(np.array([[r[0, 3], r[1, 3]] for r in rel[8:]]), dtype=torch.float32).reshape(-1, 2)
-        obst = []
+        obst, agents = [], []
         for k in range(1, dm.horizon + 1):
             obst.append(_warp_bev(_obstacle_bev(occs[k][0], OCC3D_DRIVABLE, empty), rel[7 + k], dm.grid, dm.pc_range))
+            agents.append(_warp_bev(_class_bev(occs[k][0], OCC3D_AGENTS), rel[7 + k], dm.grid, dm.pc_range))
+        none = torch.zeros(0, *dm.grid[:2], dtype=torch.bool)
         item = {"img": img, "intrins": intrins, "cam2ego": cam2ego,
                 "occ": torch.stack([o[0] for o in occs]), "mask_camera": torch.stack([o[1] for o in occs]),
                 "ego_state": torch.tensor(state, dtype=torch.float32), "waypoints": wps,
-                "obstacles": torch.stack(obst) if obst else torch.zeros(0, *dm.grid[:2], dtype=torch.bool),
+                "ego_poses": torch.tensor(np.stack(rel[7:]), dtype=torch.float32),
+                "obstacles": torch.stack(obst) if obst else none, "agents": torch.stack(agents) if agents else none,
+                "agents_range": torch.tensor([dm.pc_range[i] for i in (0, 1, 3, 4)], dtype=torch.float32),
                 "labelled": torch.tensor(True)}  # fmt: skip
         for key in rays[0]:
             item[key] = torch.stack([r[key] for r in rays])

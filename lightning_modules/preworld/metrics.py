@@ -1,5 +1,7 @@
-"""Occupancy metrics of PreWorld's evaluation: Occ3D IoU / mIoU (camera-mask aware), forecasting mIoU per horizon,
-planning L2 and collision rate, accumulated with torchmetrics objects."""
+"""Occupancy metrics of PreWorld's evaluation: Occ3D IoU / mIoU (camera-masked, or unmasked as the official 4D
+evaluation), forecasting mIoU per horizon, the ST-P3 planning metric (L2 and ego-box collisions averaged over the
+steps up to each horizon; the waypoint-in-obstacle point form kept beside it), and the occupancy warp by known ego
+poses that the standard copy-last baseline needs. Accumulated with torchmetrics objects in the module."""
 
 from __future__ import annotations
 
@@ -56,3 +58,74 @@ def collisions(waypoints: torch.Tensor, obstacles: torch.Tensor, pc_range) -> to
     ki = torch.arange(k, device=waypoints.device)[None, :].expand(b, k)
     hit = obstacles[bi, ki, ix.clamp(0, nx - 1), iy.clamp(0, ny - 1)]
     return (hit & ok).float()
+
+
+# -- ST-P3 planning metric (as PreWorld's and OccWorld's evaluations load it) ---------------------------------------
+EGO_LENGTH, EGO_WIDTH, EGO_OFFSET = 4.084, 1.85, 0.5  # ST-P3's ego box, centred 0.5 m ahead of the ego origin
+
+
+def horizon_average(per_step: torch.Tensor) -> torch.Tensor:
+    """ST-P3's horizon convention: the value at horizon k is the mean over steps 1..k. per_step [..., K] ->
+    [..., K] (the nuScenes table's 1 s / 2 s / 3 s are the means up to steps 2 / 4 / 6 at 2 Hz)."""
+    steps = torch.arange(1, per_step.shape[-1] + 1, device=per_step.device, dtype=per_step.dtype)
+    return per_step.cumsum(-1) / steps
+
+
+def ego_box_collisions(
+    waypoints: torch.Tensor,
+    agents: torch.Tensor,
+    extent: torch.Tensor,
+    length: float = EGO_LENGTH,
+    width: float = EGO_WIDTH,
+    offset: float = EGO_OFFSET,
+) -> torch.Tensor:
+    """ST-P3's box collision: 1 where the ego box at waypoint k covers a cell of the other agents' BEV map at step k.
+
+    The box (``length`` x ``width``, centred ``offset`` ahead of the waypoint) stays aligned with the current ego
+    frame, as ST-P3 rasterises it (no heading), and covers the cells whose centres it contains.
+
+    Args:
+        waypoints: [B, K, 2] ego positions in the current ego frame (m).
+        agents: [B, K, H, W] bool, other agents' boxes at step k on a BEV raster of the current ego frame.
+        extent: [B, 4] or [4], (x0, y0, x1, y1) metres the raster covers.
+
+    Returns:
+        [B, K] float, 1 = collision.
+    """
+    b, k, h, w = agents.shape
+    ext = extent.to(waypoints.dtype).reshape(-1, 4).expand(b, 4)
+    xs = ext[:, None, 0] + (ext[:, None, 2] - ext[:, None, 0]) * (torch.arange(h, device=agents.device) + 0.5) / h
+    ys = ext[:, None, 1] + (ext[:, None, 3] - ext[:, None, 1]) * (torch.arange(w, device=agents.device) + 0.5) / w
+    dx = (xs[:, None, :, None] - waypoints[..., 0, None, None] - offset).abs() <= length / 2  # [B, K, H, 1]
+    dy = (ys[:, None, None, :] - waypoints[..., 1, None, None]).abs() <= width / 2  # [B, K, 1, W]
+    return (dx & dy & agents).flatten(2).any(-1).float()
+
+
+def stp3_collisions(
+    plan: torch.Tensor, gt: torch.Tensor, agents: torch.Tensor, extent: torch.Tensor, **box
+) -> torch.Tensor:
+    """ST-P3's ``evaluate_coll``: box collisions of the plan [B, K], not counted at steps where the ground-truth
+    trajectory's own box collides (those steps count as no collision; the denominator keeps every sample)."""
+    gt_col = ego_box_collisions(gt, agents, extent, **box) > 0
+    return ego_box_collisions(plan, agents, extent, **box) * (~gt_col).float()
+
+
+def warp_occupancy(occ: torch.Tensor, pose: torch.Tensor, pc_range, fill: int) -> torch.Tensor:
+    """The occupancy of a source frame [B, X, Y, Z] resampled into a target ego frame (nearest voxel): each target
+    voxel centre p goes to ``pose @ p`` in the source frame (pose [B, 4, 4]: the target ego in the source ego frame);
+    centres that land outside the source grid get ``fill`` (free). Exact for motions that map voxel centres onto
+    voxel centres (whole-voxel shifts, quarter turns)."""
+    b, nx, ny, nz = occ.shape
+    lo = torch.tensor(pc_range[:3], dtype=pose.dtype, device=occ.device)
+    hi = torch.tensor(pc_range[3:], dtype=pose.dtype, device=occ.device)
+    n = torch.tensor([nx, ny, nz], device=occ.device)
+    size = (hi - lo) / n
+    axes = [lo[i] + size[i] * (torch.arange(int(n[i]), device=occ.device, dtype=pose.dtype) + 0.5) for i in range(3)]
+    centres = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 3)  # [P, 3]
+    src = torch.einsum("bij,pj->bpi", pose[:, :3, :3], centres) + pose[:, None, :3, 3]
+    idx = torch.floor((src - lo) / size + 1e-6).long()
+    ok = ((idx >= 0) & (idx < n)).all(-1)
+    idx = torch.minimum(idx.clamp_min(0), n - 1)
+    flat = (idx[..., 0] * ny + idx[..., 1]) * nz + idx[..., 2]
+    out = torch.gather(occ.reshape(b, -1), 1, flat)
+    return torch.where(ok, out, torch.full_like(out, fill)).view(b, nx, ny, nz)

@@ -30,6 +30,7 @@ forecaster and the constant-velocity planner are scored in every evaluation besi
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -37,13 +38,28 @@ import torchmetrics
 
 from layers.occupancy.preworld import AttributeHeads, Forecaster, LiftSplat, OccHead, forecast
 from lightning_modules._base import SuiteLitModule
-from lightning_modules.preworld.metrics import IGNORE, OccupancyIoU, collisions
+from lightning_modules.preworld.metrics import (
+    IGNORE,
+    OccupancyIoU,
+    collisions,
+    horizon_average,
+    stp3_collisions,
+    warp_occupancy,
+)
 from ops.occupancy import losses as L
 from ops.occupancy.render import DEPTH_MODES, render_rays
 from ops.occupancy.schedule import horizon_schedule, ray_sampling_weights
 from suite.errors import CheckpointError, ConfigError, NonFiniteLossError
 
+log = logging.getLogger(__name__)
 STAGES = ("pretrain", "finetune")
+# forecasters scored unmasked per horizon: the model; copy-last warped into each future ego frame by the known poses
+# (the standard baseline); the same with the ground-truth current occupancy (an upper reference, not a baseline);
+# the model's current prediction copied without ego-motion compensation (the suite's former copy-last)
+FORECASTERS = ("fore", "copy", "copy_gt", "copy_unwarped")
+FORECAST_KEYS = {"fore": "", "copy": "_copy_last", "copy_gt": "_copy_last_gt", "copy_unwarped": "_copy_last_unwarped"}
+# planning per step: L2 and ST-P3 ego-box collisions of the model and of constant velocity, and the point form
+PLANNING = ("l2", "l2_cv", "col", "col_cv", "col_point", "col_point_cv")
 FOCAL_FORMS = ("softmax", "sigmoid")
 
 
@@ -148,11 +164,15 @@ class PreWorldLitModule(SuiteLitModule):
         self.metrics = torch.nn.ModuleDict()
         for split in ("val", "test"):
             for k in range(horizon + 1):
-                self.metrics[f"{split}_occ_{k}"] = OccupancyIoU(num_classes)
+                self.metrics[f"{split}_occ_{k}"] = OccupancyIoU(num_classes)  # camera-masked (if camera_mask)
                 if k:
-                    self.metrics[f"{split}_copy_{k}"] = OccupancyIoU(num_classes)
-                    for name in ("l2", "l2_cv", "col", "col_cv"):
+                    for name in FORECASTERS:  # unmasked: the official 4D evaluation
+                        self.metrics[f"{split}_{name}_{k}"] = OccupancyIoU(num_classes)
+                    self.metrics[f"{split}_copy_masked_{k}"] = OccupancyIoU(num_classes)
+                    for name in PLANNING:  # per step; horizon-averaged (ST-P3) at the end of the epoch
                         self.metrics[f"{split}_{name}_{k}"] = torchmetrics.MeanMetric()
+            self.metrics[f"{split}_occupied"] = torchmetrics.MeanMetric()
+            self.metrics[f"{split}_density_max"] = torchmetrics.MaxMetric()
 
     # -- set-up ---------------------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
@@ -306,63 +326,111 @@ class PreWorldLitModule(SuiteLitModule):
             parts = self.losses(batch, min(self.horizon, kmax))
             vols, offsets = self.volumes(batch, min(self.horizon, kmax))
         self.log(f"{split}/loss", parts["loss"], batch_size=bs, prog_bar=split == "val")
-        preds = [self.predict_occ(v) for v in vols]
+        with torch.no_grad():
+            self.score(batch, split, [self.predict_occ(v) for v in vols], offsets)
+            if self.stage == "pretrain":
+                self.metrics[f"{split}_density_max"].update(self.attrs(vols[0])[:, 0].max())
+
+    def score(self, batch: dict, split: str, preds: list[torch.Tensor], offsets: torch.Tensor) -> None:
+        """Update the metrics of one batch: occupancy labels ``preds`` [1 + K] x [B, X, Y, Z] (current frame first)
+        and waypoint offsets [B, K, 2], with every baseline on the same batch."""
+        kmax, free = batch["waypoints"].shape[1], self.num_classes - 1
         mask = batch["mask_camera"] if self.hparams.camera_mask else None
         # official +2 labels: only simple_test's non-fine-tuned (density threshold) branch; the fine-tuned one is +1
         shift = 1 if self.hparams.official_label_offset and self.stage == "pretrain" else 0
+        self.metrics[f"{split}_occupied"].update((preds[0] != free).float().mean())
         for k, p in enumerate(preds):
             t = k + shift if k else 0
             if t > kmax:
                 continue
-            m = None if mask is None else mask[:, t]
-            self.metrics[f"{split}_occ_{k}"].update(p, batch["occ"][:, t], m)
-            if k:
-                self.metrics[f"{split}_copy_{k}"].update(preds[0], batch["occ"][:, t], m)
-        if offsets.shape[1]:
-            wps = offsets.cumsum(1)
-            v_now = batch["ego_state"][:, :2]
-            cv = v_now[:, None] * torch.arange(1, wps.shape[1] + 1, device=wps.device, dtype=wps.dtype)[None, :, None]
-            gt = batch["waypoints"][:, : wps.shape[1]]
-            obst = batch["obstacles"][:, : wps.shape[1]]
-            col, col_cv = collisions(wps, obst, self.pc_range), collisions(cv, obst, self.pc_range)
+            m, target = None if mask is None else mask[:, t], batch["occ"][:, t]
+            self.metrics[f"{split}_occ_{k}"].update(p, target, m)
+            if not k:
+                continue
+            pose = batch["ego_poses"][:, t]
+            copy = warp_occupancy(preds[0], pose, self.pc_range, free)
+            fore = {"fore": p, "copy": copy, "copy_gt": warp_occupancy(batch["occ"][:, 0], pose, self.pc_range, free),
+                    "copy_unwarped": preds[0]}  # fmt: skip
+            for name, pred in fore.items():
+                self.metrics[f"{split}_{name}_{k}"].update(pred, target)
+            self.metrics[f"{split}_copy_masked_{k}"].update(copy, target, m)
+        if not offsets.shape[1]:
+            return
+        wps = offsets.cumsum(1)
+        steps = torch.arange(1, wps.shape[1] + 1, device=wps.device, dtype=wps.dtype)
+        cv = batch["ego_state"][:, None, :2] * steps[None, :, None]  # constant velocity: k x the last displacement
+        gt = batch["waypoints"][:, : wps.shape[1]]
+        obst = batch["obstacles"][:, : wps.shape[1]]
+        vals = {
+            "l2": (wps - gt).norm(dim=-1),
+            "l2_cv": (cv - gt).norm(dim=-1),
+            "col_point": collisions(wps, obst, self.pc_range),
+            "col_point_cv": collisions(cv, obst, self.pc_range),
+        }
+        if "agents" in batch:
+            agents, ext = batch["agents"][:, : wps.shape[1]], batch["agents_range"]
+            vals["col"], vals["col_cv"] = stp3_collisions(wps, gt, agents, ext), stp3_collisions(cv, gt, agents, ext)
+        for name, v in vals.items():
             for k in range(wps.shape[1]):
-                self.metrics[f"{split}_l2_{k + 1}"].update((wps[:, k] - gt[:, k]).norm(dim=-1))
-                self.metrics[f"{split}_l2_cv_{k + 1}"].update((cv[:, k] - gt[:, k]).norm(dim=-1))
-                self.metrics[f"{split}_col_{k + 1}"].update(col[:, k])
-                self.metrics[f"{split}_col_cv_{k + 1}"].update(col_cv[:, k])
+                self.metrics[f"{split}_{name}_{k + 1}"].update(v[:, k])
 
-    def _log_epoch(self, split: str) -> None:
-        fore, copy = [], []
+    def epoch_metrics(self, split: str) -> dict[str, torch.Tensor]:
+        """Compute and reset the split's metrics. Occupancy: ``miou``/``iou`` of the current frame (camera-masked
+        if ``camera_mask``, Occ3D's 3D convention); per horizon ``miou_h{k}`` unmasked (the official 4D
+        evaluation) beside ``miou_masked_h{k}``, and the baselines ``miou_copy_last*_h{k}``; their means over the
+        horizons ``miou_forecast*``. Planning (ST-P3): ``l2_h{k}``, ``col_h{k}`` averaged over steps 1..k, and
+        the mean over the horizons (``l2``, ``col``, the table's Avg.)."""
+        out: dict[str, torch.Tensor] = {}
+        means: dict[str, list[torch.Tensor]] = {}
         for k in range(self.horizon + 1):
             m = self.metrics[f"{split}_occ_{k}"]
             if not m.cm.update_called:
                 continue
             res = m.compute()
             if k == 0:
-                self.log(f"{split}/miou", res["miou"])
-                self.log(f"{split}/iou", res["iou"])
-            else:
-                c = self.metrics[f"{split}_copy_{k}"].compute()
-                self.log(f"{split}/miou_h{k}", res["miou"])
-                self.log(f"{split}/miou_copy_last_h{k}", c["miou"])
-                self.log(f"{split}/iou_h{k}", res["iou"])
-                fore.append(res["miou"])
-                copy.append(c["miou"])
-                for name in ("l2", "l2_cv", "col", "col_cv"):
-                    mm = self.metrics[f"{split}_{name}_{k}"]
-                    if mm.update_called:
-                        self.log(f"{split}/{name}_h{k}", mm.compute())
-                    mm.reset()
-                self.metrics[f"{split}_copy_{k}"].reset()
-            m.reset()
-        if fore:
-            self.log(f"{split}/miou_forecast", torch.stack(fore).mean())
-            self.log(f"{split}/miou_forecast_copy_last", torch.stack(copy).mean())
-        for name in ("l2", "l2_cv", "col", "col_cv"):
-            vals = [self.trainer.callback_metrics.get(f"{split}/{name}_h{k}") for k in range(1, self.horizon + 1)]
-            vals = [v for v in vals if v is not None]
-            if vals:
-                self.log(f"{split}/{name}", torch.stack([torch.as_tensor(v) for v in vals]).mean())
+                out["miou"], out["iou"] = res["miou"], res["iou"]
+                continue
+            copy_masked = self.metrics[f"{split}_copy_masked_{k}"].compute()["miou"]
+            named = {"_masked": res["miou"], "_copy_last_masked": copy_masked}
+            for name in FORECASTERS:
+                r = self.metrics[f"{split}_{name}_{k}"].compute()
+                named[FORECAST_KEYS[name]] = r["miou"]
+                if name == "fore":
+                    out[f"iou_h{k}"] = r["iou"]
+            for suffix, v in named.items():
+                out[f"miou{suffix}_h{k}"] = v
+                means.setdefault(suffix, []).append(v)
+        for suffix, vs in means.items():
+            out[f"miou_forecast{suffix}"] = torch.stack(vs).mean()
+        for name in PLANNING:
+            per_step = [self.metrics[f"{split}_{name}_{k}"] for k in range(1, self.horizon + 1)]
+            per_step = [mm.compute() for mm in per_step if mm.update_called]
+            if per_step:
+                hz = horizon_average(torch.stack(per_step))
+                for k, v in enumerate(hz, 1):
+                    out[f"{name}_h{k}"] = v
+                out[name] = hz.mean()
+        for key in ("occupied", "density_max"):
+            mm = self.metrics[f"{split}_{key}"]
+            if mm.update_called:
+                out[key] = mm.compute()
+        for mm in self.metrics.values():
+            if isinstance(mm, torchmetrics.Metric) and mm.update_called:
+                mm.reset()
+        return out
+
+    def _log_epoch(self, split: str) -> None:
+        out = self.epoch_metrics(split)
+        for key, v in out.items():
+            self.log(f"{split}/{key}", v)
+        if self.stage == "pretrain" and "occupied" in out and float(out["occupied"]) == 0.0:
+            dmax = float(out.get("density_max", torch.tensor(float("nan"))))
+            log.warning(
+                "preworld: %s/iou and %s/miou are 0 because no voxel is predicted occupied: after pre-training alone "
+                "a voxel is occupied iff its density exceeds model.density_threshold=%s (the official test_threshold), "
+                "and the largest density is %.2f. Rendering trains densities up slowly; the 3D occupancy is scored "
+                "after stage 2 (model.stage=finetune), or lower model.density_threshold to read these densities.",
+                split, split, self.hparams.density_threshold, dmax)  # fmt: skip
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._eval(batch, "val")

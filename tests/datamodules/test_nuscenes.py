@@ -188,7 +188,7 @@ def test_embedded_world_is_consistent():
 
 def test_label_fraction_picks_scenes_for_the_labelled_split():
     world = DrivingWorld()
-    assert world.scene(0, 4)["boxes"].shape[1] == 8
+    assert world.scene(0, 4)["agents"].shape[1] == 9  # (s0, v0, v1, t0, T, d0, d1, tl, Tl) per car
     k, c = camera_rig(4, 8, 16)
     o, d = pixel_rays(k, c, 8, 16)
     assert o.shape == (4 * 8 * 16, 3) and torch.allclose(d.norm(dim=-1), torch.ones(len(d)))

@@ -141,6 +141,11 @@ class Forecaster(nn.Module):
 
     ``forward(v, e)`` with V [B, C, X, Y, Z] and the ego embedding e [B, C] returns (V', e', waypoint [B, 2]).
     ``embed(ego_state)`` is MLP_plan (state_dim -> 8C -> 8C -> C).
+
+    Differences from the official ``PreWorld4DTraj`` (docs/methods/preworld.md): the downscale block uses kernel 3,
+    padding 1 and ReLUs where ``DownScaleModule3DCustom`` uses kernel 2, no padding, no activation (three unpadded
+    halvings of the embedded grid's 4 z-voxels would reach 0); MLP_ego and MLP_traj use ReLU where the official
+    ``ego_fusion_head`` and ``traj_head`` use Softplus (MLP_plan ReLU and MLP_fuse Softplus match).
     """
 
     def __init__(self, channels: int, state_dim: int = 21) -> None:

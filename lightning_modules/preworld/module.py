@@ -23,9 +23,13 @@ weight 0, radial voxel weight) and ``lovasz_drop_free=true`` (Lovasz without fre
 bin-midpoint ray samples (``ray_midpoints``), the background length ``(half-extent - radius) / radius``
 (``bg_len=null``) and the trajectory loss summed over forecast steps (``traj_reduction=sum``).
 
-Baselines at the same budget: ``init_from=null`` (no pre-training), ``ego_conditioning=false``; the copy-last-frame
-forecaster and the constant-velocity planner are scored in every evaluation beside the model (``*_copy_last``,
-``*_cv`` keys), on the same predictions.
+Baselines at the same budget: ``init_from=null`` (no pre-training), ``ego_conditioning=false``; copy-last (the current
+prediction warped into each future ego frame by the known poses; ``*_copy_last``), with the ground-truth copy-last
+(``*_copy_last_gt``, an upper reference) and the unwarped copy (``*_copy_last_unwarped``) beside it, and the
+constant-velocity planner (``*_cv``) are scored in every evaluation beside the model, on the same predictions.
+Evaluation conventions (:meth:`PreWorldLitModule.epoch_metrics`): current-frame mIoU camera-masked (Occ3D), 4D mIoU
+unmasked (the official 4D evaluation; ``*_masked`` beside it), planning by the ST-P3 metric (L2 and ego-box
+collisions averaged over the steps up to each horizon; the point form as ``col_point``).
 """
 
 from __future__ import annotations

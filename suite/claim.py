@@ -17,6 +17,20 @@
                                             # last 12 validations (suite.report.patience_plateau), not the endpoint rule
     sizing_untrained: {exact: "exact score, nothing trained"}   # optional: entries with nothing to converge
                                             # (their sizing row reads n/a, with the reason)
+    headline:                               # optional: the weak-baseline rule's settings (defaults in brackets)
+      start: val/acc                        # compared at step 0 and at the end [sizing_metric]
+      metric: test/acc                      # compared with the reference [start's final value]
+      higher_is_better: true                # [sizing_higher_is_better]
+      baselines: [softmax]                  # [every entry but the first]
+      reference: {value: 0.1, what: chance} # or {entry: <run>} or {metric: test/<key of the same run>}; [none]
+
+The weak-baseline rule (:mod:`suite.report`): every entry runs with ``eval_at_start=true``, so its runs record the
+headline validation metric of the untrained model (``val/acc@start`` in ``metrics.json``, :mod:`suite.start_metrics`)
+beside its final value. The page lists each baseline's start, end and reference reading; a baseline that ends no
+better than its start or than the reference (mean gain over seeds within two standard errors, or under 1%) is weak,
+and any ``reproduced`` verdict that the hook reads against it (its ``Verdict.against``, else the entry names in its
+claim or evidence) becomes ``inconclusive: weak baseline``, with a line under the verdict table saying so. Runs from
+before the rule read "start not recorded" and change no verdict.
 
 Each entry becomes ``python -m train -m experiment=<slug> <overrides> seed=0,1,2``; a failing entry is reported on
 the page, not hidden. ``--report-only`` rebuilds the page from the runs already on disk. A hand-written reading of
@@ -67,7 +81,17 @@ from omegaconf import OmegaConf
 from suite.compare import RunRecord, aggregate, find_runs, markdown_table, plot_curves, plot_final, read_run
 from suite.errors import ConfigError, SuiteError
 from suite.preflight import compose_run, preflight
-from suite.report import budget_table, entry_curves, mean_curve, sizing, sizing_patience, sizing_untrained
+from suite.report import (
+    baseline_section,
+    budget_table,
+    entry_curves,
+    headline_spec,
+    mean_curve,
+    sizing,
+    sizing_patience,
+    sizing_untrained,
+    weak_baseline_rule,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ("cpu", "paper", "gpu")
@@ -93,6 +117,7 @@ def load_spec(slug: str, path: str | Path | None = None, profile: str = "cpu") -
         raise ConfigError(f"{path}: {type(err).__name__}: {err}") from None
     if not spec.get("runs") or not all("name" in e for e in spec["runs"]):
         raise ConfigError(f"{path} must list runs, each with a name")
+    headline_spec(spec)  # a malformed `headline:` fails here, before any run
     if profile != "cpu" and spec.get("profile") != profile:
         raise ConfigError(f"{path} must say `profile: {profile}`")
     if profile == "paper":
@@ -153,6 +178,7 @@ def entry_command(
     else:
         pinned = [f"seed={seed}", f"hydra.sweep.subdir={seeds.index(seed)}"]
     overrides = merge_overrides(
+        ["eval_at_start=true"],  # the step-0 value of the weak-baseline rule (a spec or entry may turn it off)
         shlex.split(spec.get("overrides", "")), shlex.split(entry.get("overrides", "")), extra,
         [*pinned, f"logger={spec.get('logger', 'csv')}", "trainer.enable_progress_bar=false",
          f"hydra.sweep.dir={out / entry['name']}"],
@@ -401,13 +427,16 @@ def write_page(
         lines += ["", f"![final metrics]({plot.name})", "", f"![training loss]({curves.name})"]
     lines += ["", "## Budget: the paper's and the one run here", "", budget_table(spec.get("budget"))]
     lines += ["", *sizing_section(slug, spec, records, page.parent)]
+    weak_lines, weak = baseline_section(records, spec)
+    lines += ["", *weak_lines]
     hook = spec.get("report")
     if hook:
         mod, fn = hook.split(":")
         try:
             func = getattr(importlib.import_module(mod), fn)
             kwargs = {"spec": spec} if "spec" in inspect.signature(func).parameters else {}
-            extra = func(records, page.parent, **kwargs)
+            with weak_baseline_rule(weak):  # every hook's verdict_table applies the weak-baseline rule
+                extra = func(records, page.parent, **kwargs)
         except Exception as err:  # noqa: BLE001 - a broken report hook must not lose the table above
             extra = f"Report hook `{hook}` failed: {type(err).__name__}: {err}"
         lines += ["", extra]

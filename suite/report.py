@@ -7,7 +7,28 @@ A claim page states one :class:`Verdict` per claim of the paper, from a fixed vo
 * ``inconclusive: underfit``: the runs had not converged, so they cannot show the effect either way;
 * ``inconclusive: phenomenon absent``: what the claim is about never appeared in the subject (e.g. no massive
   activations by the census's own criteria);
-* ``inconclusive: within noise``: converged runs whose difference is within the seed noise.
+* ``inconclusive: within noise``: converged runs whose difference is within the seed noise;
+* ``inconclusive: weak baseline``: a ``reproduced`` read against a baseline that ends no better than its own start
+  (the untrained model, measured at step 0) or than a trivial reference (chance, the uniform policy, copy-last).
+
+The weak-baseline rule (:func:`baseline_checks`, :func:`weak_baseline_rule`): every claim entry records its
+headline validation metric before training (``eval_at_start``, :mod:`suite.start_metrics`) beside its final value.
+The claim spec's ``headline:`` names the metric, its direction, the baselines and an optional trivial reference::
+
+    headline:
+      start: val/normalized_entropy      # compared at step 0 and at the end (default: sizing_metric)
+      metric: test/normalized_entropy    # compared with the reference (default: the start key's final value)
+      higher_is_better: true             # default: sizing_higher_is_better
+      baselines: [pb_s, cb_s, cb_sa]     # default: every entry but the first (the method)
+      reference: {value: 0.0, what: "the uniform policy"}   # or {entry: <name>} or {metric: test/<key>}
+
+A baseline is weak when, over its seeds, its final value is no better than its start, or its headline metric no
+better than the reference: the mean gain is at most two standard errors of it, or 1% of the start (reference). A
+claim page lists every baseline's reading (:func:`baseline_section`); while the hook runs, :func:`verdict_table`
+turns each ``reproduced`` whose verdict is read against a weak baseline (its ``against`` entries, else the entry
+names its claim or evidence text mentions) into ``inconclusive: weak baseline`` and adds a line under the table
+saying so. ``not reproduced`` stays: a method that loses to a weak baseline loses all the more. Runs from before
+the rule have no start: "start not recorded", and the verdict is left as it is.
 
 The plateau criterion (:func:`plateau`): an entry has plateaued when its validation metric improved over the last
 ``frac`` (20%) of training by less than the seed spread (standard deviation over seeds) of its final value, or by
@@ -18,10 +39,13 @@ last ``patience`` validations, on every seed.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+import re
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +56,8 @@ NOT_REPRODUCED = "not reproduced"
 UNDERFIT = "inconclusive: underfit"
 ABSENT = "inconclusive: phenomenon absent"
 NOISE = "inconclusive: within noise"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, UNDERFIT, ABSENT, NOISE)
+WEAK = "inconclusive: weak baseline"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, UNDERFIT, ABSENT, NOISE, WEAK)
 REL_TOL = 0.01  # one seed: a relative change below 1% counts as no change (plateau, compare)
 
 Curve = Sequence[float] | Sequence[tuple[float, float]]
@@ -46,11 +71,14 @@ class Verdict:
         claim: the paper's claim in one sentence.
         verdict: one of :data:`VERDICTS`.
         evidence: the numbers behind the verdict, one line.
+        against: the entries the verdict is read against (the weak-baseline rule checks these); ``None``: the entry
+            names that the claim or evidence text mentions.
     """
 
     claim: str
     verdict: str
     evidence: str
+    against: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -61,11 +89,236 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def verdict_table(verdicts: list[Verdict]) -> str:
-    """Markdown table ``| claim | verdict | evidence |``, one row per :class:`Verdict` (verdict in bold)."""
+def verdict_table(verdicts: list[Verdict], weak: dict[str, str] | None = None) -> str:
+    """Markdown table ``| claim | verdict | evidence |``, one row per :class:`Verdict` (verdict in bold).
+
+    ``weak`` (default: the weak baselines of the claim page being built, :func:`weak_baseline_rule`) maps entry names
+    to why they are weak; a ``reproduced`` read against one becomes ``inconclusive: weak baseline``
+    (:func:`guard_verdict`) and a line under the table says so."""
+    weak = _WEAK_BASELINES.get() if weak is None else weak
+    guarded = [guard_verdict(v, weak) for v in verdicts]
     lines = ["| claim | verdict | evidence |", "|---|---|---|"]
-    lines += [f"| {_cell(v.claim)} | **{v.verdict}** | {_cell(v.evidence)} |" for v in verdicts]
-    return "\n".join(lines)
+    lines += [f"| {_cell(v.claim)} | **{v.verdict}** | {_cell(v.evidence)} |" for v, _ in guarded]
+    notes = [note for _, note in guarded if note]
+    return "\n".join([*lines, *(["", *notes] if notes else [])])
+
+
+# --- the weak-baseline rule ------------------------------------------------------------------------------------------
+
+_WEAK_BASELINES: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("weak_baselines", default={})  # noqa: B039 - never mutated
+
+
+@contextlib.contextmanager
+def weak_baseline_rule(weak: dict[str, str]) -> Iterator[None]:
+    """While a claim page is built (``suite.claim.write_page`` wraps its hook in it), :func:`verdict_table` applies
+    :func:`guard_verdict` with ``weak`` (entry name -> why it is weak): every hook gets the rule unchanged."""
+    token = _WEAK_BASELINES.set(dict(weak))
+    try:
+        yield
+    finally:
+        _WEAK_BASELINES.reset(token)
+
+
+def names_in(text: str, names: Sequence[str]) -> list[str]:
+    """The entry ``names`` that ``text`` mentions as whole names (``pb_s`` is not in ``pb_s_exact`` nor ``Long-CLIP``
+    in ``clip``: letters, digits, ``_`` and ``-`` continue a name; case counts)."""
+    return [n for n in names if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text)]
+
+
+def guard_verdict(verdict: Verdict, weak: dict[str, str]) -> tuple[Verdict, str | None]:
+    """A ``reproduced`` read against a weak baseline becomes ``inconclusive: weak baseline``.
+
+    Args:
+        verdict: the hook's verdict; the entries it is read against are its ``against``, or else those of ``weak``
+            that its claim or evidence names (:func:`names_in`).
+        weak: entry name -> why it is a weak baseline (:func:`weak_baselines`).
+
+    Returns:
+        ``(verdict, note)``: the verdict unchanged and ``None``, or the flipped verdict (its evidence says what it
+        read before) and one markdown line for the page saying why."""
+    if verdict.verdict != REPRODUCED or not weak:
+        return verdict, None
+    named = verdict.against if verdict.against is not None else names_in(f"{verdict.claim} {verdict.evidence}", weak)
+    hit = [n for n in named if n in weak]
+    if not hit:
+        return verdict, None
+    which = ", ".join(f"`{n}`" for n in hit)
+    flipped = replace(verdict, verdict=WEAK, evidence=f"{verdict.evidence}; read `{REPRODUCED}` against {which}")
+    why = "; ".join(f"`{n}` {weak[n]}" for n in hit)
+    note = (f"- **Weak baseline.** \"{_cell(verdict.claim)}\" read `{REPRODUCED}` against {which}, which is a weak "
+            f"baseline ({_cell(why)}), so its verdict reads `{WEAK}`.")  # fmt: skip
+    return flipped, note
+
+
+@dataclass
+class BaselineCheck:
+    """What the weak-baseline rule reads for one baseline entry.
+
+    Attributes:
+        name: the entry.
+        weak: True when it ends no better than its start or than the reference; ``None`` when neither could be
+            judged (no start recorded, no reference).
+        reading: one line with the numbers.
+    """
+
+    name: str
+    weak: bool | None
+    reading: str
+
+
+HEADLINE_KEYS = ("start", "metric", "higher_is_better", "baselines", "reference")
+
+
+def headline_spec(spec_or_slug: dict | str | None) -> dict[str, Any]:
+    """The claim spec's ``headline:`` with its defaults (module docstring): ``start``, ``metric``,
+    ``higher_is_better``, ``baselines`` and ``reference`` (``None`` or a dict with one of ``value`` / ``entry`` /
+    ``metric``, and ``what``). A malformed ``headline:`` is a ConfigError naming the key."""
+    spec = _spec(spec_or_slug)
+    raw = spec.get("headline") or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"headline={raw!r} must be a mapping with keys {list(HEADLINE_KEYS)}")
+    unknown = sorted(set(raw) - set(HEADLINE_KEYS))
+    if unknown:
+        raise ConfigError(f"headline has unknown keys {unknown} (known: {list(HEADLINE_KEYS)})")
+    names = [e["name"] for e in spec.get("runs", [])]
+    start = raw.get("start") or spec.get("sizing_metric")
+    baselines = raw.get("baselines", names[1:])
+    if not isinstance(baselines, list) or sorted(set(baselines) - set(names)):
+        raise ConfigError(f"headline.baselines={baselines!r} must list runs of the claim (runs: {names})")
+    hib = raw.get("higher_is_better", spec.get("sizing_higher_is_better", False))
+    if not isinstance(hib, bool):
+        raise ConfigError(f"headline.higher_is_better={hib!r} must be true or false")
+    ref = raw.get("reference")
+    if isinstance(ref, int | float) and not isinstance(ref, bool):
+        ref = {"value": float(ref)}
+    if ref is not None:
+        kinds = [k for k in ("value", "entry", "metric") if k in ref] if isinstance(ref, dict) else []
+        if len(kinds) != 1 or sorted(set(ref) - {"value", "entry", "metric", "what"}):
+            raise ConfigError(f"headline.reference={ref!r} must be a number or {{value|entry|metric: ..., what: ...}}")
+        if "entry" in ref and ref["entry"] not in names:
+            raise ConfigError(f"headline.reference.entry={ref['entry']!r} is not a run of the claim (runs: {names})")
+    return {"start": start, "metric": raw.get("metric") or start, "higher_is_better": hib,
+            "baselines": list(baselines), "reference": ref}  # fmt: skip
+
+
+def _no_better(gains: Sequence[float], scale: float, n_se: float = 2.0) -> tuple[bool, float]:
+    """Whether the mean of ``gains`` (positive = better) is at most ``n_se`` standard errors of it, or
+    :data:`REL_TOL` of ``|scale|``; and that mean."""
+    gain = statistics.fmean(gains)
+    se = statistics.stdev(gains) / math.sqrt(len(gains)) if len(gains) > 1 else 0.0
+    return gain <= max(n_se * se, REL_TOL * abs(scale)), gain
+
+
+def _finite(x: Any) -> bool:
+    return x is not None and math.isfinite(float(x))
+
+
+def baseline_checks(records: list[Any], spec: dict | str | None) -> dict[str, BaselineCheck]:
+    """The weak-baseline rule on every baseline with runs (module docstring), by entry name.
+
+    Start rule: per seed, the start key's final value against its ``@start`` value (the untrained model); entries in
+    ``sizing_untrained`` train nothing and skip it. Reference rule: the headline metric per seed against a fixed
+    ``value``, the ``metric`` of the same run, or the mean over seeds of another ``entry`` (Welch, :func:`compare`)."""
+    from suite.start_metrics import start_key
+
+    head = headline_spec(spec)
+    untrained = sizing_untrained(spec)
+    sign = 1.0 if head["higher_is_better"] else -1.0
+    start, metric, ref = head["start"], head["metric"], head["reference"]
+    out = {}
+    for name in head["baselines"]:
+        runs = [r for r in records if r.name == name]
+        if not runs:
+            continue
+        parts, weak = [], None
+        if name in untrained:
+            parts.append("trains nothing: no start to improve on")
+        elif not start:
+            parts.append("start not judged: the spec names no `sizing_metric` or `headline.start`")
+        else:
+            pairs = [(r.metrics.get(start_key(start)), r.metrics.get(start)) for r in runs]
+            pairs = [(a, b) for a, b in pairs if _finite(a) and _finite(b)]
+            if not pairs:
+                parts.append(f"start not recorded (no `{start_key(start)}` in its runs)")
+            else:
+                s0 = statistics.fmean(a for a, _ in pairs)
+                s1 = statistics.fmean(b for _, b in pairs)
+                bad, gain = _no_better([sign * (b - a) for a, b in pairs], s0)
+                weak = bad
+                word = "ends no better than its start" if bad else "improves on its start"
+                parts.append(f"{word}: `{start}` {s0:.4g} at step 0 -> {s1:.4g} at the end (gain {gain:+.3g}, "
+                             f"{len(pairs)} seed{'s' * (len(pairs) > 1)})")  # fmt: skip
+        if ref is not None:
+            bad, text = _reference_check(runs, records, metric, ref, sign)
+            if bad is not None:
+                weak = bool(weak) or bad
+            parts.append(text)
+        out[name] = BaselineCheck(name, weak, "; ".join(parts))
+    return out
+
+
+def _reference_check(
+    runs: list[Any], records: list[Any], metric: str, ref: dict, sign: float
+) -> tuple[bool | None, str]:
+    """The reference rule on one baseline's ``runs``: ``(weak or None when not judged, reading)``."""
+    what = ref.get("what") or ref.get("entry") or ref.get("metric") or "the reference"
+    vals = [(r, float(r.metrics[metric])) for r in runs if _finite(r.metrics.get(metric))]
+    if not vals:
+        return None, f"no `{metric}` to compare with {what}"
+    mean = statistics.fmean(v for _, v in vals)
+    if "entry" in ref:
+        theirs = values(records, ref["entry"], metric)
+        if not theirs:
+            return None, f"no `{metric}` of `{ref['entry']}` ({what}) to compare with"
+        bad = compare([v for _, v in vals], theirs, higher_is_better=sign > 0) != REPRODUCED
+        level = f"{mean_sd(theirs)} of `{ref['entry']}`"
+    else:
+        if "value" in ref:
+            pairs = [(v, float(ref["value"])) for _, v in vals]
+        else:
+            pairs = [(v, float(r.metrics[ref["metric"]])) for r, v in vals if _finite(r.metrics.get(ref["metric"]))]
+            if not pairs:
+                return None, f"no `{ref['metric']}` ({what}) in its runs to compare with"
+        level_value = statistics.fmean(b for _, b in pairs)
+        bad, _ = _no_better([sign * (v - b) for v, b in pairs], level_value)
+        level = f"{level_value:.4g}"
+    word = "no better than" if bad else "better than"
+    return bad, f"`{metric}` {mean:.4g} is {word} {what} ({level})"
+
+
+def weak_baselines(checks: dict[str, BaselineCheck]) -> dict[str, str]:
+    """Entry name -> the reading, for the baselines :func:`baseline_checks` found weak."""
+    return {n: c.reading for n, c in checks.items() if c.weak}
+
+
+def baseline_section(records: list[Any], spec: dict | str | None) -> tuple[list[str], dict[str, str]]:
+    """The claim page's weak-baseline section (markdown lines) and the weak baselines it found (for
+    :func:`weak_baseline_rule`)."""
+    head = headline_spec(spec)
+    checks = baseline_checks(records, spec)
+    lines = ["## Baselines: better than their start and than a trivial reference?", ""]
+    ref = head["reference"]
+    ref_text = ""
+    if ref is not None:
+        what = ref.get("what") or ref.get("entry") or ref.get("metric")
+        ref_text = f", or whose `{head['metric']}` is no better than {what}"
+    direction = "higher" if head["higher_is_better"] else "lower"
+    lines.append(
+        f"A baseline that ends no better than its own start (`{head['start']}` of the untrained model, recorded at "
+        f"step 0 by `eval_at_start`; {direction} is better){ref_text} is a weak baseline: a verdict that reads "
+        f"`{REPRODUCED}` against it reads `{WEAK}` instead. No better: the mean gain over seeds is at most two "
+        "standard errors of it, or 1% of the start (the reference)."
+    )
+    if not checks:
+        return [*lines, "", "No baseline has runs."], {}
+    if all(c.weak is None for c in checks.values()) and any("start not recorded" in c.reading for c in checks.values()):
+        lines += ["", "These runs recorded no step-0 value (runs from before the rule): start not recorded, and no "
+                  "verdict is changed by the rule."]  # fmt: skip
+    lines += ["", "| baseline | weak | reading |", "|---|---|---|"]
+    for c in checks.values():
+        state = "not judged" if c.weak is None else ("**yes**" if c.weak else "no")
+        lines.append(f"| {c.name} | {state} | {_cell(c.reading)} |")
+    return lines, weak_baselines(checks)
 
 
 def _mean_var(values: Sequence[float]) -> tuple[float, float, int]:

@@ -21,6 +21,7 @@ from callbacks.run_config import CONFIG_KEY, ConfigInCheckpoint
 from suite.debug import overfit_verdict
 from suite.errors import CheckpointError, ConfigError, Preempted, SuiteError
 from suite.loggers import truncate_csv
+from suite.start_metrics import evaluate_at_start, read_start, write_start
 from suite.startup import StartupWatch, slurm_task
 from suite.summary import is_result, resume_command, run_summary, shown
 
@@ -102,6 +103,7 @@ ROOT_TYPES: dict[str, tuple[type, ...]] = {
     "train": (bool,),
     "test": (bool,),
     "test_weights": (str,),
+    "eval_at_start": (bool,),
     "ckpt_path": (str, type(None)),
     "task_name": (str,),
     "experiment_slug": (str,),
@@ -185,7 +187,7 @@ def _command_overrides() -> list[str]:
     return [o for o in hc.overrides.hydra if not o.startswith(internal)] + list(hc.overrides.task)
 
 
-_IGNORED = ("ckpt_path=", "hydra.", "paths.", "trainer.enable_progress")
+_IGNORED = ("ckpt_path=", "hydra.", "paths.", "trainer.enable_progress", "eval_at_start=")  # none changes training
 _BUDGET = ("trainer.max_epochs=", "trainer.max_steps=")
 
 
@@ -379,6 +381,10 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
     metrics: dict[str, float] = {}
     best = _test_best_weights(cfg, trainer)
     watch.arm(trainer)
+    if cfg.get("train", True) and ckpt is None:  # a resumed run keeps the start its first process recorded
+        start = evaluate_at_start(cfg, objs["model"], objs["datamodule"], trainer) if cfg.get("eval_at_start") else {}
+        if trainer.is_global_zero:
+            write_start(output_dir, start)
     if cfg.get("train", True):
         try:
             trainer.fit(objs["model"], datamodule=objs["datamodule"], ckpt_path=ckpt, weights_only=True)
@@ -412,6 +418,8 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
             verbose=False,  # the summary below names every metric once, not one column per test dataloader
         )
         metrics.update(_scalars(trainer.callback_metrics))
+    if cfg.get("train", True):
+        metrics.update(read_start(output_dir))  # `<key>@start`: the step-0 values (eval_at_start)
     if trainer.is_global_zero:
         (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
     finish_loggers(trainer)

@@ -1,0 +1,203 @@
+"""The weak-baseline rule: a claim entry records its headline metric at step 0 (``eval_at_start``), and a verdict
+read against a baseline that ends no better than its start or than a trivial reference becomes
+``inconclusive: weak baseline``, with a line on the page. Synthetic records, plus two tiny real runs."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from suite.compare import RunRecord
+from suite.errors import ConfigError
+from suite.report import (
+    NOT_REPRODUCED,
+    REPRODUCED,
+    WEAK,
+    Verdict,
+    baseline_checks,
+    baseline_section,
+    compare,
+    guard_verdict,
+    headline_spec,
+    names_in,
+    values,
+    verdict_table,
+    weak_baseline_rule,
+    weak_baselines,
+)
+from suite.start_metrics import START_FILE, preserved_rng
+
+SPEC = {
+    "runs": [{"name": "ours"}, {"name": "base"}, {"name": "base_exact"}],
+    "metrics": ["test/acc"],
+    "sizing_metric": "val/acc",
+    "sizing_higher_is_better": True,
+}
+
+
+def _runs(name: str, start: float | None, end: float, test: float, seeds: int = 3) -> list[RunRecord]:
+    """Seeds of one entry: ``val/acc`` at step 0 (``None``: a run from before the rule) and at the end, test/acc."""
+    out = []
+    for s in range(seeds):
+        m = {"val/acc": end + 0.01 * s, "test/acc": test + 0.01 * s}
+        if start is not None:
+            m["val/acc@start"] = start + 0.01 * s
+        out.append(RunRecord(path=None, name=name, seed=s, metrics=m))
+    return out
+
+
+def _hook(records, out_dir=None):
+    """A hook as the suite's hooks write them: compare() against the baseline, name it in the evidence."""
+    ours, base = values(records, "ours", "test/acc"), values(records, "base", "test/acc")
+    verdict = compare(ours, base, higher_is_better=True)
+    return verdict_table([Verdict("ours beats the baseline", verdict, f"ours {ours[0]:.2f} vs base {base[0]:.2f}")])
+
+
+def test_a_baseline_that_ends_below_its_start_flips_reproduced_to_weak_baseline():
+    records = _runs("ours", 0.1, 0.9, 0.9) + _runs("base", 0.5, 0.3, 0.3)  # base unlearns: 0.5 -> 0.3
+    checks = baseline_checks(records, SPEC)
+    assert checks["base"].weak is True and "ends no better than its start" in checks["base"].reading
+    assert "`val/acc` 0.51 at step 0 -> 0.31 at the end (gain -0.2, 3 seeds)" in checks["base"].reading
+    assert "reproduced" in _hook(records)  # outside a claim page the hook's verdict is left as it is
+    with weak_baseline_rule(weak_baselines(checks)):
+        table = _hook(records)
+    assert f"| ours beats the baseline | **{WEAK}** |" in table
+    assert "read `reproduced` against `base`" in table
+    assert '- **Weak baseline.** "ours beats the baseline" read `reproduced` against `base`' in table
+
+
+def test_a_healthy_baseline_leaves_the_verdict():
+    records = _runs("ours", 0.1, 0.9, 0.9) + _runs("base", 0.1, 0.5, 0.5)
+    checks = baseline_checks(records, SPEC)
+    assert checks["base"].weak is False and "improves on its start" in checks["base"].reading
+    with weak_baseline_rule(weak_baselines(checks)):
+        table = _hook(records)
+    assert "| ours beats the baseline | **reproduced** |" in table and "Weak baseline" not in table
+    # a gain within the noise of its seeds (or under 1% of the start) is no better than the start
+    flat = [RunRecord(None, "base", s, {"val/acc": 0.5 + d, "val/acc@start": 0.5}) for s, d in enumerate((0.02, -0.02))]
+    assert baseline_checks(flat, SPEC)["base"].weak is True
+    tiny = [RunRecord(None, "base", 0, {"val/acc": 0.502, "val/acc@start": 0.5})]
+    assert baseline_checks(tiny, SPEC)["base"].weak is True
+
+
+def test_a_baseline_no_better_than_a_trivial_reference_is_weak():
+    chance = {**SPEC, "headline": {"metric": "test/acc", "reference": {"value": 0.25, "what": "chance (1/4)"}}}
+    records = _runs("ours", 0.25, 0.9, 0.9) + _runs("base", 0.1, 0.5, 0.24)  # learns on val, chance on test
+    checks = baseline_checks(records, chance)
+    assert checks["base"].weak is True
+    assert "`test/acc` 0.25 is no better than chance (1/4) (0.25)" in checks["base"].reading
+    with weak_baseline_rule(weak_baselines(checks)):
+        assert f"**{WEAK}**" in _hook(records)
+    # above chance: healthy; the reference may also be another entry (copy-last, the uniform policy) ...
+    assert baseline_checks(_runs("base", 0.1, 0.5, 0.6), chance)["base"].weak is False
+    spec = {**SPEC, "runs": [*SPEC["runs"], {"name": "uniform"}], "headline": {"reference": {"entry": "uniform"}}}
+    assert baseline_checks(records + _runs("uniform", 0.3, 0.3, 0.31), spec)["base"].weak is False  # val 0.5 > 0.3
+    assert baseline_checks(records + _runs("uniform", 0.5, 0.5, 0.5), spec)["base"].weak is True
+    # ... or a metric of the same run (a copy-last forecast scored beside the model), lower is better here
+    mae = {**SPEC, "headline": {"start": "val/mae", "higher_is_better": False, "reference": {"metric": "test/naive"}}}
+    run = RunRecord(None, "base", 0, {"val/mae": 1.0, "val/mae@start": 3.0, "test/naive": 0.9})
+    assert "no better than test/naive (0.9)" in baseline_checks([run], mae)["base"].reading
+    assert baseline_checks([run], mae)["base"].weak is True
+
+
+def test_runs_without_a_start_say_so_and_change_no_verdict():
+    records = _runs("ours", None, 0.9, 0.9) + _runs("base", None, 0.3, 0.3)  # runs from before the rule
+    checks = baseline_checks(records, SPEC)
+    assert (
+        checks["base"].weak is None and "start not recorded (no `val/acc@start` in its runs)" in checks["base"].reading
+    )
+    lines, weak = baseline_section(records, SPEC)
+    assert weak == {} and "start not recorded, and no verdict is changed by the rule" in "\n".join(lines)
+    assert "| base | not judged | start not recorded" in "\n".join(lines)
+    with weak_baseline_rule(weak):
+        assert "**reproduced**" in _hook(records)
+
+
+def test_only_reproduced_flips_and_only_against_the_named_baseline():
+    weak = {"pb_s": "ends no better than its start"}
+    lost = Verdict("x beats pb_s", NOT_REPRODUCED, "x 0.1 vs pb_s 0.5")
+    assert guard_verdict(lost, weak) == (lost, None)  # losing to a weak baseline is losing all the more
+    other = Verdict("x beats pb_s_exact", REPRODUCED, "x 0.9 vs pb_s_exact 0.5")
+    assert guard_verdict(other, weak) == (other, None)
+    assert names_in("vs pb_s_exact, Long-CLIP, (clip) and pb_s.", ["pb_s", "clip", "CLIP", "pb_s_exact"]) == [
+        "pb_s", "clip", "pb_s_exact"
+    ]  # fmt: skip
+    # `against` names the baselines outright, whatever the text says
+    said = Verdict("x beats the best baseline", REPRODUCED, "x 0.9 vs 0.5", against=("pb_s",))
+    assert guard_verdict(said, weak)[0].verdict == WEAK
+    assert guard_verdict(Verdict("x beats pb_s", REPRODUCED, "e", against=()), weak)[0].verdict == REPRODUCED
+
+
+def test_headline_spec_defaults_and_errors():
+    head = headline_spec(SPEC)
+    assert head == {"start": "val/acc", "metric": "val/acc", "higher_is_better": True,
+                    "baselines": ["base", "base_exact"], "reference": None}  # fmt: skip
+    assert headline_spec({**SPEC, "headline": {"reference": 0.1}})["reference"] == {"value": 0.1}
+    for bad, match in [({"baseline": ["base"]}, "unknown keys"), ({"baselines": ["nope"]}, "must list runs"),
+                       ({"reference": {"entry": "nope"}}, "not a run"), ({"reference": "chance"}, "must be a number"),
+                       ({"reference": {"value": 1, "entry": "base"}}, "must be a number")]:  # fmt: skip
+        with pytest.raises(ConfigError, match=match):
+            headline_spec({**SPEC, "headline": bad})
+
+
+def test_write_page_lists_baselines_and_flips_the_hooks_verdict(tmp_path):
+    from suite.claim import write_page
+
+    spec = {**SPEC, "runs": SPEC["runs"][:2], "report": "tests.suite.test_weak_baseline:_hook"}
+    records = _runs("ours", 0.1, 0.9, 0.9) + _runs("base", 0.5, 0.3, 0.3)
+    text = write_page("demo", spec, records, {}, tmp_path, [], tmp_path / "demo.md").read_text()
+    assert "## Baselines: better than their start and than a trivial reference?" in text
+    assert "| base | **yes** | ends no better than its start" in text
+    assert f"| ours beats the baseline | **{WEAK}** |" in text and "- **Weak baseline.**" in text
+
+
+def test_claim_entries_record_their_start():
+    from suite.claim import entry_command
+
+    spec = {"runs": [{"name": "a"}], "seeds": [0]}
+    assert "eval_at_start=true" in entry_command("x", spec["runs"][0], spec, Path("out"), [])
+    off = entry_command("x", {"name": "a", "overrides": "eval_at_start=false"}, spec, Path("out"), [])
+    assert "eval_at_start=false" in off and "eval_at_start=true" not in off
+
+
+def test_preserved_rng_restores_every_generator():
+    before = (random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state())
+    with preserved_rng():
+        random.random(), np.random.rand(), torch.rand(3)
+    assert random.getstate() == before[0]
+    assert (np.random.get_state()[1] == before[1]).all()
+    assert torch.equal(torch.get_rng_state(), before[2])
+
+
+def test_a_real_run_logs_its_start(tmp_path):
+    """SEMDICE's pb_s baseline (the fastest real experiment) over 10 trajectories: the untrained policy is uniform,
+    so its normalised entropy at step 0 is 0 by definition."""
+    from suite.run import train
+    from tests.conftest import compose_train
+
+    semdice = ["experiment=semdice", "logger=csv", "trainer.max_epochs=2", "data.trajectories_per_epoch=5",
+               "callbacks.model_checkpoint=null", "model.kind=pb_s", "trainer.enable_progress_bar=false"]  # fmt: skip
+    metrics = train(compose_train([*semdice, "eval_at_start=true"], tmp_path))
+    assert metrics["val/normalized_entropy@start"] == pytest.approx(0.0, abs=1e-9)
+    assert metrics["val/normalized_entropy"] > 0.05  # it learnt something in 10 trajectories
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["val/normalized_entropy@start"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_start_changes_no_training_and_a_fresh_run_drops_an_old_start(tmp_path):
+    from suite.run import train
+    from tests.conftest import FIXTURE_CONF, compose_train
+
+    fixture = [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "trainer.max_epochs=2"]
+    with_start = train(compose_train([*fixture, "eval_at_start=true"], tmp_path / "a"))
+    without = train(compose_train(fixture, tmp_path / "b"))
+    assert with_start["val/loss@start"] > 10 * with_start["val/loss"]  # the untrained linear model, then trained
+    assert {k: v for k, v in with_start.items() if not k.endswith("@start")} == without
+    assert (tmp_path / "a" / START_FILE).is_file()
+    rerun = train(compose_train(fixture, tmp_path / "a"))  # a fresh run in the same folder, without the start
+    assert not any(k.endswith("@start") for k in rerun) and not (tmp_path / "a" / START_FILE).exists()

@@ -269,11 +269,60 @@ def test_vit_cx_masks_and_causal_score(vit):
     )
 
 
-def test_library_baselines_run(vit):
-    ig = B.integrated_gradients(vit, X, 0, n_steps=8)
-    assert ig.shape == (8, 8) and float(ig.min()) >= 0 and float(ig.max()) > 0
-    cam = B.gradcam(vit.float(), X.float(), 0)
-    vit.double()
-    assert cam.shape == (8, 8) and float(cam.min()) >= 0 and float(cam.max()) <= 1 + 1e-6
+class _LinearSoftmax(torch.nn.Module):
+    """Logits ``W vec(x)`` of 2-channel 4x4 images (3 classes): IG's integrand has a closed form for autograd."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 32, generator=torch.Generator().manual_seed(4), dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(len(x), -1) @ self.w.T
+
+
+def test_integrated_gradients_against_a_fine_path_integral():
+    """``|sum_c IG_c|`` of the target's softmax from a black baseline, against an independent midpoint rule (4000
+    steps, plain autograd). The channels disagree in sign on many pixels (random weights), so summing ``|IG_c|``
+    instead, the wrong target, the wrong axis or a baseline equal to the input all fail."""
+    model = _LinearSoftmax()
+    x = torch.rand(1, 2, 4, 4, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    alphas = (torch.arange(4000, dtype=torch.float64) + 0.5) / 4000
+    path = (alphas[:, None, None, None] * x[0]).requires_grad_(True)
+    (grads,) = torch.autograd.grad(torch.softmax(model(path), 1)[:, 1].sum(), path)
+    ig = x[0] * grads.mean(0)  # [C, H, W]
+    torch.testing.assert_close(ig.sum(), (torch.softmax(model(x), 1)[0, 1] - 1 / 3).detach(), atol=1e-6, rtol=0)
+    got = B.integrated_gradients(model, x, 1, n_steps=50)
+    torch.testing.assert_close(got, ig.sum(0).abs().detach(), atol=1e-6, rtol=0)
+    assert not torch.allclose(got, ig.abs().sum(0), atol=1e-3)  # the channel sum is signed before the abs
+    assert not torch.allclose(got, B.integrated_gradients(model, x, 2, n_steps=50), atol=1e-3)  # target matters
+
+
+def test_gradcam_against_its_definition(vit):
+    """pytorch-grad-cam on the last block's ``norm1`` tokens laid out on the 4x4 patch grid: ``ReLU(sum_d w_d A_d)``
+    with ``w_d`` the spatial mean of the target logit's gradient, bilinearly resized to 8x8, min-max scaled."""
+    net = vit.float()
+    try:
+        xf = X.float()
+        feats = {}
+        h = net.blocks[-1].norm1.register_forward_hook(lambda _m, _i, out: feats.__setitem__("f", out))
+        try:
+            logit = net(xf)[0, 2]
+        finally:
+            h.remove()
+        (g,) = torch.autograd.grad(logit, feats["f"])
+        a = feats["f"][0, 1:].detach().reshape(4, 4, 16).permute(2, 0, 1)  # [D, gh, gw], row-major token grid
+        w = g[0, 1:].reshape(4, 4, 16).permute(2, 0, 1).mean((1, 2))
+        cam = (w[:, None, None] * a).sum(0).clamp_min(0)
+        up8 = F.interpolate(cam[None, None], size=(8, 8), mode="bilinear", align_corners=False)[0, 0]
+        want = (up8 - up8.min()) / (up8 - up8.min()).max()  # the library min-max scales before and after resizing
+        got = B.gradcam(net, xf, 2)
+        torch.testing.assert_close(got, want.double(), atol=1e-5, rtol=0)
+        assert float(want.std()) > 0.1  # not a flat map: a transposed grid or another class would differ
+        assert not torch.allclose(got, B.gradcam(net, xf, 0), atol=1e-3)
+    finally:
+        vit.double()
+
+
+def test_unknown_baseline_is_a_clear_error():
     with pytest.raises(ConfigError, match="unknown attribution method"):
         B.get_baseline("shap")

@@ -19,7 +19,7 @@ The claim spec's ``headline:`` names the metric, its direction, the baselines an
       start: val/normalized_entropy      # compared at step 0 and at the end (default: sizing_metric)
       metric: test/normalized_entropy    # compared with the reference (default: the start key's final value)
       higher_is_better: true             # default: sizing_higher_is_better
-      baselines: [pb_s, cb_s, cb_sa]     # default: every entry but the first (the method)
+      baselines: [pb_s, cb_s, cb_sa]     # default: every entry but the first (the method) and the `_long` checks
       reference: {value: 0.0, what: "the uniform policy"}   # or {entry: <name>} or {metric: test/<key>}
 
 A baseline is weak when, over its seeds, its final value is no better than its start, or its headline metric no
@@ -182,7 +182,8 @@ def headline_spec(spec_or_slug: dict | str | None) -> dict[str, Any]:
         raise ConfigError(f"headline has unknown keys {unknown} (known: {list(HEADLINE_KEYS)})")
     names = [e["name"] for e in spec.get("runs", [])]
     start = raw.get("start") or spec.get("sizing_metric")
-    baselines = raw.get("baselines", names[1:])
+    longer = {n for n in names if n.endswith("_long") and n[: -len("_long")] in names}  # longer-run checks
+    baselines = raw.get("baselines", [n for n in names[1:] if n not in longer])
     if not isinstance(baselines, list) or sorted(set(baselines) - set(names)):
         raise ConfigError(f"headline.baselines={baselines!r} must list runs of the claim (runs: {names})")
     hib = raw.get("higher_is_better", spec.get("sizing_higher_is_better", False))
@@ -311,9 +312,12 @@ def baseline_section(records: list[Any], spec: dict | str | None) -> tuple[list[
     )
     if not checks:
         return [*lines, "", "No baseline has runs."], {}
-    if all(c.weak is None for c in checks.values()) and any("start not recorded" in c.reading for c in checks.values()):
-        lines += ["", "These runs recorded no step-0 value (runs from before the rule): start not recorded, and no "
-                  "verdict is changed by the rule."]  # fmt: skip
+    unrecorded = [c for c in checks.values() if "start not recorded" in c.reading]
+    if unrecorded:
+        which = "These runs" if len(unrecorded) == len(checks) else "Some of these runs"
+        tail = ("no verdict is changed by the rule" if all(c.weak is None for c in checks.values())
+                else "only the reference can mark them weak")  # fmt: skip
+        lines += ["", f"{which} recorded no step-0 value (runs from before the rule): start not recorded, and {tail}."]
     lines += ["", "| baseline | weak | reading |", "|---|---|---|"]
     for c in checks.values():
         state = "not judged" if c.weak is None else ("**yes**" if c.weak else "no")

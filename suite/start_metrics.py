@@ -62,8 +62,10 @@ def evaluate_at_start(cfg: Any, model: Any, datamodule: Any, trainer: Any) -> di
     """
     from suite.run import _scalars, instantiate
 
-    if trainer.world_size > 1:
-        log.warning("eval_at_start: not recorded on a run over %d processes", trainer.world_size)
+    # before fit a subprocess-launched DDP run may still report world size 1: count the devices it will use too
+    processes = max(int(trainer.world_size), int(trainer.num_devices) * int(trainer.num_nodes))
+    if processes > 1:
+        log.warning("eval_at_start: not recorded on a run over %d processes", processes)
         return {}
     try:
         with preserved_rng():

@@ -138,6 +138,8 @@ def test_headline_spec_defaults_and_errors():
     assert head == {"start": "val/acc", "metric": "val/acc", "higher_is_better": True,
                     "baselines": ["base", "base_exact"], "reference": None}  # fmt: skip
     assert headline_spec({**SPEC, "headline": {"reference": 0.1}})["reference"] == {"value": 0.1}
+    longer = {**SPEC, "runs": [*SPEC["runs"], {"name": "base_long"}, {"name": "solo_long"}]}  # a 4x check of base
+    assert headline_spec(longer)["baselines"] == ["base", "base_exact", "solo_long"]
     for bad, match in [({"baseline": ["base"]}, "unknown keys"), ({"baselines": ["nope"]}, "must list runs"),
                        ({"reference": {"entry": "nope"}}, "not a run"), ({"reference": "chance"}, "must be a number"),
                        ({"reference": {"value": 1, "entry": "base"}}, "must be a number")]:  # fmt: skip
@@ -201,3 +203,13 @@ def test_the_start_changes_no_training_and_a_fresh_run_drops_an_old_start(tmp_pa
     assert (tmp_path / "a" / START_FILE).is_file()
     rerun = train(compose_train(fixture, tmp_path / "a"))  # a fresh run in the same folder, without the start
     assert not any(k.endswith("@start") for k in rerun) and not (tmp_path / "a" / START_FILE).exists()
+
+
+def test_no_start_on_a_run_over_several_processes():
+    from types import SimpleNamespace
+
+    from suite.start_metrics import evaluate_at_start
+
+    # before fit a DDP run launched by Lightning may still say world size 1: its device count decides
+    ddp = SimpleNamespace(world_size=1, num_devices=2, num_nodes=1)
+    assert evaluate_at_start(None, None, None, ddp) == {}  # returns before touching the config or the model

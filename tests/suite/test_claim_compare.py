@@ -39,6 +39,8 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     assert {r.seed for r in records} == {0, 1}
     assert [r.seed for r in records if "sgd_lr001" in str(r.path)] == [1]
     assert "| sgd_lr001 | `model.optimizer.lr=0.01` (seeds [1]) | ok |" in text
+    # every entry recorded its start (eval_at_start): the weak-baseline rule reads the baseline against it
+    assert "| sgd_lr001 | no | improves on its start: `val/loss`" in text
     # A higher learning rate fits this problem faster at an equal budget: the table must show it.
     lr05 = [r.metrics["test/mse"] for r in records if "sgd_lr005" in str(r.path)]
     lr01 = [r.metrics["test/mse"] for r in records if "sgd_lr001" in str(r.path)]

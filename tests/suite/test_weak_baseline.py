@@ -213,3 +213,31 @@ def test_no_start_on_a_run_over_several_processes():
     # before fit a DDP run launched by Lightning may still say world size 1: its device count decides
     ddp = SimpleNamespace(world_size=1, num_devices=2, num_nodes=1)
     assert evaluate_at_start(None, None, None, ddp) == {}  # returns before touching the config or the model
+
+
+def test_semdice_deep_reads_apt_below_the_untrained_actor_as_a_weak_baseline():
+    """Issue 47's case: APT's actor ends below the untrained one (0.68 vs 1.50 nats), so "SEMDICE beats APT" reads
+    inconclusive: weak baseline on the page, whatever its margin."""
+    from reports.semdice_deep import claim_report
+    from suite.claim import load_spec
+
+    def run(name, seed, end, start=None):
+        m = {"test/cell_entropy": end + 0.01 * seed, "val/cell_entropy": end + 0.01 * seed}
+        if start is not None:
+            m["val/cell_entropy@start"] = start
+        return RunRecord(None, name, seed, m, {"val/cell_entropy": [(i, end + 0.01 * seed) for i in range(10)]})
+
+    spec = load_spec("semdice_deep")
+    records = [run("semdice", s, 3.0) for s in range(3)] + [run("init", s, 1.5) for s in range(3)]
+    records += [run("apt", s, 0.68) for s in range(3)]  # old runs: no start recorded, the reference alone decides
+    checks = baseline_checks(records, spec)
+    assert checks["apt"].weak is True and "no better than the untrained actor" in checks["apt"].reading
+    with weak_baseline_rule(weak_baselines(checks)):
+        page = claim_report(records, None)
+    assert (
+        f"| SEMDICE pre-training maximises state entropy better than an SEM pre-training baseline (APT) | **{WEAK}**"
+        in page
+    )
+    healthy = [*records[:6], *(run("apt", s, 2.0, start=1.5) for s in range(3))]
+    with weak_baseline_rule(weak_baselines(baseline_checks(healthy, spec))):
+        assert "| **reproduced** |" in claim_report(healthy, None)

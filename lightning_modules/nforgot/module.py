@@ -81,6 +81,10 @@ class NForGOTLitModule(SuiteLitModule):
         discrepancy: ``linear_mmd | mk_mmd | wl | none``.
         detach_plugins: the released no-gradient L_class / L_disc (ablation).
         kd_official_head: distil the current head (released code) instead of the old heads.
+        lwf_warmup_epochs: LwF's warm-up step (Li & Hoiem 2017, Algorithm 1): for this many of each new task's
+            epochs (out of ``data.epochs_per_task``, so the budget stays equal) only the new task's head trains,
+            on CE, with the encoder, the shared ``features`` block and the old heads frozen; the joint step
+            (CE + L_KD) follows. ``lwf`` and ``nforgot``; multi-head only. 0: no warm-up (the released code).
         subtree_neighbours: the discrepancy's subtree rows, ``states`` (official: the neighbours' layer-(L-1)
             states, no gradient) or ``reembed`` (each neighbour re-embedded with gradient); see
             :meth:`layers.temporal_graph.tgat.TGAT.subtree`.
@@ -124,6 +128,7 @@ class NForGOTLitModule(SuiteLitModule):
         discrepancy: str = "linear_mmd",
         detach_plugins: bool = False,
         kd_official_head: bool = False,
+        lwf_warmup_epochs: int = 0,
         subtree_neighbours: str = "states",
         memory_sample: str = "auto",
         class_prototypes: str = "previous",
@@ -159,6 +164,11 @@ class NForGOTLitModule(SuiteLitModule):
                 raise ConfigError(f"model.{key}={value!r} must be one of {list(allowed)}")
         if log_grad_norms < 0:
             raise ConfigError(f"model.log_grad_norms={log_grad_norms} must be >= 0")
+        if lwf_warmup_epochs < 0 or (lwf_warmup_epochs and not multihead):
+            raise ConfigError(
+                f"model.lwf_warmup_epochs={lwf_warmup_epochs} must be >= 0, and 0 with model.multihead=false "
+                "(the warm-up trains the new task's own head)"
+            )
         if classes_per_task < 1 or num_classes % classes_per_task:
             raise ConfigError(
                 f"model.num_classes={num_classes} must be a multiple of model.classes_per_task={classes_per_task}"
@@ -266,6 +276,8 @@ class NForGOTLitModule(SuiteLitModule):
         nodes, t, tasks, y = batch["node"], batch["t"], batch["task"], batch["y"]
         task = int(tasks.max())
         self.current_task = task
+        if self._warming_up(task):
+            return self._warmup_step(nodes, t, tasks, y, task)
         use_disc = self.method == "nforgot" and task > 0 and self.hparams.discrepancy != "none"
         use_disc = use_disc and self.hparams.mmd_loss * self.hparams.beta != 0
         out = self._embed(nodes, t, tasks, subtree=use_disc)
@@ -281,7 +293,10 @@ class NForGOTLitModule(SuiteLitModule):
                 h0 = self._embed(nodes, t, tasks, net=self.prev)
                 z0_all = self._raw_logits(h0, net=self.prev)
             l_kd = self._kd(z_all, z0_all, tasks, task)
-            self.log("train/l_kd", l_kd, batch_size=n)
+            with torch.no_grad():  # L_KD = H(targets) + KL(targets || student): only the KL part can move
+                target_entropy = self._kd(z0_all, z0_all, tasks, task)
+            self.log_dict({"train/l_kd": l_kd, "train/kd_target_entropy": target_entropy,
+                           "train/kd_kl": l_kd.detach() - target_entropy}, batch_size=n)  # fmt: skip
             w_kd = self.hparams.alpha * (self.hparams.distill_loss if self.method == "nforgot" else 1.0)
             loss = loss + w_kd * l_kd
             parts["kd"] = w_kd * l_kd
@@ -310,6 +325,24 @@ class NForGOTLitModule(SuiteLitModule):
             self._log_grad_norms(parts, n)
         self.log("train/loss", loss, prog_bar=True, batch_size=n)
         return loss
+
+    def _warming_up(self, task: int) -> bool:
+        """Inside the first ``lwf_warmup_epochs`` epochs of a task after the first (``lwf``/``nforgot``)."""
+        warm = self.hparams.get("lwf_warmup_epochs", 0)
+        if not warm or task == 0 or self.method not in ("lwf", "nforgot") or self._trainer is None:
+            return False
+        return self.trainer.current_epoch - task * self.trainer.datamodule.epochs_per_task < warm
+
+    def _warmup_step(self, nodes: Tensor, t: Tensor, tasks: Tensor, y: Tensor, task: int) -> Tensor:
+        """LwF's warm-up: CE on the new task's head over frozen shared features (no gradient reaches the encoder,
+        ``features`` or the other heads: in multi-head mode the CE reads the batch's own task's columns only)."""
+        with torch.no_grad():
+            f = self.features(self._embed(nodes, t, tasks))
+        z, target = self._logits(self.head(f), tasks, y, task)
+        ce = F.cross_entropy(z, target)
+        self.log("train/ce", ce, batch_size=y.numel())
+        self.log("train/loss", ce, prog_bar=True, batch_size=y.numel())
+        return ce
 
     def _log_grad_norms(self, parts: dict[str, Tensor], n: int) -> None:
         """``train/gradnorm_<term>``: the L2 norm over all parameters of each weighted term's gradient."""

@@ -229,3 +229,38 @@ def test_gradient_norms_of_each_term_are_logged(tmp_path):
     for key, value in (("subtree_neighbours", "all"), ("memory_sample", "iid"), ("class_prototypes", "last")):
         with pytest.raises(ConfigError, match=f"model.{key}='{value}'"):
             NForGOTLitModule(**{key: value})
+
+
+def test_lwf_warmup_trains_only_the_new_head_then_everything(tmp_path):
+    """Li & Hoiem's warm-up: in the first epoch of task 1 only task 1's head rows get gradient (encoder, features
+    and task 0's head untouched); in the joint epoch that follows the encoder trains again (CE + L_KD)."""
+    dm, model, trainer = make(tmp_path, epochs_per_task=2, method="lwf", lwf_warmup_epochs=1)
+    seen: dict[int, dict[str, float]] = {}
+    start: dict[str, torch.Tensor] = {}
+
+    class Grads(L.Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            if trainer.current_epoch == 2:
+                start.update({k: v.detach().clone() for k, v in pl_module.encoder.state_dict().items()})
+
+        def on_after_backward(self, trainer, pl_module):
+            g = seen.setdefault(trainer.current_epoch, {"encoder": 0.0, "features": 0.0, "head0": 0.0, "head1": 0.0})
+            for part in ("encoder", "features"):
+                g[part] += sum(float(p.grad.abs().sum()) for p in getattr(pl_module, part).parameters()
+                               if p.grad is not None)  # fmt: skip
+            hg = pl_module.head.weight.grad
+            g["head0"] += float(hg[:2].abs().sum())
+            g["head1"] += float(hg[2:].abs().sum())
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            if trainer.current_epoch == 2:
+                for k, v in pl_module.encoder.state_dict().items():
+                    assert torch.equal(v, start[k]), k
+
+    trainer.callbacks.append(Grads())
+    trainer.fit(model, datamodule=dm)
+    warm, joint = seen[2], seen[3]
+    assert warm["encoder"] == 0 and warm["features"] == 0 and warm["head0"] == 0 and warm["head1"] > 0
+    assert joint["encoder"] > 0 and joint["features"] > 0 and joint["head0"] > 0  # L_KD trains the old head
+    with pytest.raises(ConfigError, match="lwf_warmup_epochs"):
+        NForGOTLitModule(multihead=False, lwf_warmup_epochs=1)

@@ -71,4 +71,23 @@ def test_no_forgetting_is_phenomenon_absent_and_a_rising_accuracy_is_underfit(tm
 def test_pubmed_one_class_tasks_are_judged_on_accuracy(tmp_path: Path):
     # the loss curve decays geometrically (never a plateau by the rule); the accuracy is flat at 1: tested
     page = claim_report(_records(tmp_path, SCHOOL, ds="pubmed"), tmp_path)
-    assert _verdict(page, "[pubmed] N-ForGOT has higher average accuracy (AP)") == "**reproduced**"
+    claim = "[pubmed, outside the official protocol] N-ForGOT has higher average accuracy (AP)"
+    assert _verdict(page, claim) == "**reproduced**"
+    # single-head rows are listed apart from the paper verdicts
+    assert page.index("## Outside the official protocol") < page.index(claim)
+    assert "No multi-head setting has finished entries." in page
+
+
+def test_a_saturated_setting_reads_phenomenon_absent_for_ap_too(tmp_path: Path):
+    # finetune forgets (AF 0.10) but loses only 0.05 AP to joint: the methods cannot be ranked on forgetting
+    saturated = {**SCHOOL, "finetune": (0.90, 0.10), "joint": (0.95, 0.0), "nforgot": (0.99, 0.01)}
+    page = claim_report(_records(tmp_path, saturated), tmp_path)
+    for what in ("higher average accuracy (AP)", "lower average forgetting (AF)"):
+        assert _verdict(page, f"[school] N-ForGOT has {what}").startswith("**inconclusive: phenomenon absent**")
+    assert _verdict(page, "[school] L_class (inter-class connectivity) reduces forgetting").startswith(
+        "**inconclusive: phenomenon absent**"
+    )
+    assert "finetune loses only 0.050 AP to joint" in page
+    # the same numbers in a setting where finetune loses 0.25 AP: judged
+    page = claim_report(_records(tmp_path, {**saturated, "finetune": (0.70, 0.10)}, ds="school2d"), tmp_path)
+    assert _verdict(page, "[school2d] N-ForGOT has higher average accuracy (AP)") == "**reproduced**"

@@ -25,7 +25,7 @@ DATASETS = {"school2d": "SocioPatterns primary school, 2-d spectral node feature
 SINGLE_HEAD = ("school_ci", "pubmed")  # class-incremental: outside the official (multi-head) protocol
 BASELINES = ("finetune", "ewc", "lwf", "replay")
 ORDER = ("finetune", "joint", "ewc", "lwf", "replay", "nforgot", "nforgot_no_class", "nforgot_no_disc",
-         "nforgot_released", "nforgot_wl", "nforgot_reembed")  # fmt: skip
+         "nforgot_released", "nforgot_wl", "nforgot_reembed", "nforgot_mmd01")  # fmt: skip
 
 
 def _vals(records: list[Any], name: str, key: str) -> list[float]:

@@ -68,6 +68,12 @@ def linear_time_mmd(x: Tensor, y: Tensor, kernel_mul: float = 2.0, kernel_num: i
 
     with ``sigma_b = s * mul^b / mul^(num // 2)`` and ``s`` the mean of the pair's 4 squared distances (+1e-6,
     detached, as kernel bandwidths are in DAN-style code); returns ``mean_i h_i``. An odd last sample is dropped.
+
+    Scale: every squared distance is divided by a bandwidth proportional to the pair's own mean squared distance,
+    so ``h_i`` is invariant to a common rescaling of the embeddings (``x, y -> c x, c y``) and its gradient with
+    respect to them shrinks as ``1/c``: the smaller the embeddings' spread, the larger the push, whatever
+    ``mmd_loss`` says. The claim logs each term's gradient norm (``model.log_grad_norms``) and runs a 10x smaller
+    weight beside the default (``docs/results/nforgot.md``).
     """
     m = min(x.shape[0], y.shape[0]) // 2
     if m == 0:

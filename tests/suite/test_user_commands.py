@@ -178,10 +178,10 @@ def test_settings_and_methods_split_the_claim_entry_names():
 
     spec = OmegaConf.load(ROOT / "conf" / "claim" / "nforgot.yaml")
     split = settings_and_methods([e.name for e in spec.runs])
-    assert {s for s, _ in split.values()} == {"school", "school_ci", "school_tgn", "pubmed"}
-    assert split["school_ci_ewc"] == ("school_ci", "ewc") and split["pubmed_nforgot_released"] == (
-        "pubmed", "nforgot_released")  # fmt: skip
-    assert split["school_nforgot_wl"] == ("school", "nforgot_wl")
+    assert {s for s, _ in split.values()} == {"school2d", "school2d_tgn", "school", "school_ci", "pubmed"}
+    assert split["school_ci_lwf"] == ("school_ci", "lwf") and split["school2d_tgn_nforgot_released"] == (
+        "school2d_tgn", "nforgot_released")  # fmt: skip
+    assert split["school2d_nforgot_wl"] == ("school2d", "nforgot_wl")
     assert settings_and_methods(["model.neuron=lif", "model.neuron=gru"]) == {
         "model.neuron=lif": ("", "model.neuron=lif"), "model.neuron=gru": ("", "model.neuron=gru")}  # fmt: skip
 

@@ -310,6 +310,9 @@ def baseline_section(records: list[Any], spec: dict | str | None) -> tuple[list[
         f"`{REPRODUCED}` against it reads `{WEAK}` instead. No better: the mean gain over seeds is at most two "
         "standard errors of it, or 1% of the start (the reference)."
     )
+    if not head["baselines"]:  # the spec says so: `headline: {baselines: []}`
+        return [lines[0], "", "The claim's entries are not baselines of one another (`headline.baselines: []`): "
+                "its baselines are computed inside each run, so the rule has nothing to judge here."], {}  # fmt: skip
     if not checks:
         return [*lines, "", "No baseline has runs."], {}
     unrecorded = [c for c in checks.values() if "start not recorded" in c.reading]

@@ -241,3 +241,11 @@ def test_semdice_deep_reads_apt_below_the_untrained_actor_as_a_weak_baseline():
     healthy = [*records[:6], *(run("apt", s, 2.0, start=1.5) for s in range(3))]
     with weak_baseline_rule(weak_baselines(baseline_checks(healthy, spec))):
         assert "| **reproduced** |" in claim_report(healthy, None)
+
+
+def test_an_empty_baseline_list_says_the_rule_has_nothing_to_judge():
+    records = _runs("ours", 0.1, 0.9, 0.9) + _runs("base", 0.5, 0.2, 0.2)  # base would be weak by default
+    lines, weak = baseline_section(records, {**SPEC, "headline": {"baselines": []}})
+    assert weak == {} and "rule has nothing to judge" in "\n".join(lines)
+    _, weak = baseline_section(records, SPEC)
+    assert set(weak) == {"base"}

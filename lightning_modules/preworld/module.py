@@ -427,7 +427,9 @@ class PreWorldLitModule(SuiteLitModule):
         out = self.epoch_metrics(split)
         for key, v in out.items():
             self.log(f"{split}/{key}", v)
-        if self.stage == "pretrain" and "occupied" in out and float(out["occupied"]) == 0.0:
+        warned = self.__dict__.setdefault("_zero_iou_warned", set())  # once per split, not at every validation
+        if self.stage == "pretrain" and "occupied" in out and float(out["occupied"]) == 0.0 and split not in warned:
+            warned.add(split)
             dmax = float(out.get("density_max", torch.tensor(float("nan"))))
             log.warning(
                 "preworld: %s/iou and %s/miou are 0 because no voxel is predicted occupied: after pre-training alone "

@@ -10,11 +10,16 @@ padded; a caption longer than ``E`` is truncated with its EOT kept in the last s
 background; each object has a shape, colour, size, texture and one of nine grid positions. The long caption describes
 the background and every object in varied natural-language templates; the short caption is its first sentence.
 Scenes come in *families* of ``group_size``: one family shares the background and its first objects, whose
-sentences are written identically and, by construction, fill at least the first ``L`` tokens; the members differ only
-in the objects described *after* token ``L``. A text encoder that reads ``L`` tokens (CLIP at its context) cannot
-tell family members apart; one that reads the whole caption can. Captions have 1-4 detail sentences, so they are
-about 2-4x longer than ``L`` and retrieval can be scored by caption length. A batch holds whole families (the loader
-draws families, :func:`collate_families`), so the in-batch negatives of the contrastive loss include the hard ones.
+sentences are written identically and, by construction, end 2-8 tokens (``PREFIX_VISIBLE``; 2-3 at ``L = 32``, where
+whole sentences allow no other length) before the last content slot of a caption cut at ``L``. Each member then
+opens its own details with a different sentence template, so the members' captions cut at ``L`` differ, but only in
+those last few tokens, which name at most one attribute of the first detail object (a size, or where it lies); all
+the other details lie after token ``L``. A text encoder that reads ``L`` tokens (CLIP at its context) sees distinct
+but nearly uninformative prefixes, so it is weak at telling family members apart for the paper's reason (the lost
+detail), not zero by construction; one that reads the whole caption can tell them apart. Captions have 2-5 detail
+sentences, so they are about 2-4x longer than ``L`` and retrieval can be scored by caption length. A batch holds
+whole families (the loader draws families, :func:`collate_families`), so the in-batch negatives of the contrastive
+loss include the hard ones.
 
 **Real formats** (``source=real``, local files only):
 
@@ -190,28 +195,66 @@ def describe_scene(bg: str, objects: list[dict], templates: list[int]) -> str:
     return " ".join([first, *rest])
 
 
+# Member-specific text tokens that fall inside the short context L (the rest of the members' details lie beyond it)
+PREFIX_VISIBLE = (2, 8)
+
+
+def _shared_prefix(
+    rng: np.random.Generator, tok: Any, bg: str, short_context: int, reserve: int, tries: int = 256
+) -> tuple[list[dict], list[int], list[int]]:
+    """Shared objects (first sentence first) whose text ends ``PREFIX_VISIBLE`` tokens before the last content slot
+    of a caption cut at ``short_context`` (SOT + ``L - 2`` tokens + EOT); whole sentences only, so it samples
+    objects and templates until their lengths fit (``tries`` restarts). When even the first sentence is too long
+    for ``L`` (tiny test contexts), the first sentence alone is shared. Returns the shared objects, their templates
+    and the grid cells left for the members' details (at least ``reserve``)."""
+    content = short_context - 2
+    lo, hi = content - PREFIX_VISIBLE[1], content - PREFIX_VISIBLE[0]
+    fallback = None
+    for _ in range(tries):
+        free = [int(c) for c in rng.permutation(len(POSITIONS))]  # grid cells, taken from the end
+        shared, templates = [_random_object(rng, POSITIONS[free.pop()])], [int(rng.integers(15))]
+        n = len(tok.encode(describe_scene(bg, shared, templates)))
+        if fallback is None:
+            fallback = (shared, templates, free, n)
+        while n < lo and len(free) > reserve:
+            for _ in range(16):  # a next sentence that still ends inside the window
+                obj, t = _random_object(rng, POSITIONS[free[-1]]), int(rng.integers(15))
+                n_new = len(tok.encode(describe_scene(bg, [*shared, obj], [*templates, t])))
+                if n_new <= hi:
+                    break
+            if n_new > hi:
+                break
+            free.pop()
+            shared, templates, n = [*shared, obj], [*templates, t], n_new
+        if lo <= n <= hi:
+            return shared, templates, free
+        if fallback[3] > hi:
+            break  # the first sentence alone overflows L: nothing member-specific can fall inside it
+    return fallback[:3]
+
+
 def scene_families(
     n_families: int, group_size: int, short_context: int, min_details: int, max_details: int, seed: int,
     tokenizer: Any = None,
 ) -> list[dict]:  # fmt: skip
-    """Scene specs, ``group_size`` per family: shared background + objects filling >= ``short_context`` tokens,
-    then 1 .. ``max_details`` objects per member that only the words after token ``short_context`` describe."""
+    """Scene specs, ``group_size`` per family: shared background + objects whose text ends 2-8 tokens
+    (``PREFIX_VISIBLE``) before the end of a caption cut at ``short_context``, then ``min_details`` ..
+    ``max_details`` objects per member. Each member opens its details with a different sentence template (the
+    family's members cycle through ``OTHERS``), so the members' captions cut at ``L`` differ, in their last 2-8
+    tokens, where only a word or two can name an attribute of the first detail object; the rest of their
+    details lies beyond ``L``."""
     tok = tokenizer or _tokenizer()
     rng = np.random.default_rng(seed)
     scenes = []
     for family in range(n_families):
         bg = list(BACKGROUNDS)[rng.integers(len(BACKGROUNDS))]
-        cells = list(rng.permutation(len(POSITIONS)))
-        shared, templates = [], []
-        while not shared or len(tok.encode(describe_scene(bg, shared, templates))) + 1 < short_context:
-            shared.append(_random_object(rng, POSITIONS[cells.pop()]))
-            templates.append(int(rng.integers(15)))
-        free = cells
-        for _ in range(group_size):
+        shared, templates, free = _shared_prefix(rng, tok, bg, short_context, reserve=min_details)
+        openers = [int(t) for t in rng.permutation(len(OTHERS))]
+        for member in range(group_size):
             n = int(rng.integers(min_details, min(max_details, len(free)) + 1))
             picks = rng.permutation(free)[:n]
             details = [_random_object(rng, POSITIONS[p]) for p in picks]
-            detail_t = [int(rng.integers(15)) for _ in details]
+            detail_t = [openers[member % len(OTHERS)], *(int(rng.integers(15)) for _ in details[1:])]
             objects = shared + details
             scenes.append({"bg": bg, "objects": objects, "caption": describe_scene(bg, objects, templates + detail_t),
                            "group": family})  # fmt: skip

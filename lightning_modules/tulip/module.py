@@ -365,8 +365,9 @@ class TulipLitModule(SuiteLitModule):
         short = recall_at_k(out["image"][first], out["short"][first])
         logs = {f"{stage}/long_{k}": v for k, v in long.items()}
         logs.update({f"{stage}/short_{k}": v for k, v in short.items()})
-        logs[f"{stage}/long_r1"] = (long["i2t_r1"] + long["t2i_r1"]) / 2
-        logs[f"{stage}/short_r1"] = (short["i2t_r1"] + short["t2i_r1"]) / 2
+        for kind, rec in (("long", long), ("short", short)):  # ties at their expected credit; pessimistic beside
+            logs[f"{stage}/{kind}_r1"] = (rec["i2t_r1"] + rec["t2i_r1"]) / 2
+            logs[f"{stage}/{kind}_r1_pessimistic"] = (rec["i2t_r1_pessimistic"] + rec["t2i_r1_pessimistic"]) / 2
         if stage == "test":
             for name, (r1, _) in r1_by_length(out["image"], out["long"], out["length"], self.length_bins).items():
                 logs[f"test/r1_len_{name}"] = r1

@@ -1,5 +1,6 @@
-"""Captions data of TULIP: the rendered scene families (shared first L tokens, differing details after them), the
-BPE tokenisation and its truncation warning, and the three real formats read from fixtures written here."""
+"""Captions data of TULIP: the rendered scene families (a shared prefix, siblings differing in the last few tokens
+of L and mostly after it), the BPE tokenisation and its truncation warning, and the three real formats read from
+fixtures written here."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from PIL import Image
 
 from datamodules.captions import (
     EOT,
+    PREFIX_VISIBLE,
     SOT,
     CaptionsDataModule,
     _tokenizer,
@@ -71,17 +73,25 @@ def write_long_dci(root: Path) -> None:
     (base / "splits.json").write_text(json.dumps({"train": names[:2], "test": names[2:]}))
 
 
-def test_scene_families_share_the_first_L_tokens_and_differ_after():
-    scenes = scene_families(6, 4, 32, 2, 5, seed=0)
+def test_scene_families_share_a_prefix_and_differ_in_part_within_L():
+    scenes = scene_families(16, 4, 32, 2, 5, seed=0)
     long, lengths = tokenize([s["caption"] for s in scenes], 160)
-    for f in range(6):
-        rows = long[4 * f : 4 * f + 4]
-        assert (rows[:, :32] == rows[:1, :32]).all(), "family members must agree on their first L tokens"
-        assert len({tuple(r.tolist()) for r in rows}) == 4, "and differ in full"
+    cut = truncate_tokens(long, 32)  # what a CLIP-style encoder with context L = 32 reads
+    lo, hi = PREFIX_VISIBLE
+    for f in range(16):
+        rows = cut[4 * f : 4 * f + 4]
+        assert len({tuple(r.tolist()) for r in rows}) == 4, "siblings must differ within their first L tokens"
+        shared = int((rows == rows[:1]).all(0).long().cumprod(0).sum())  # common prefix, SOT included
+        assert 31 - hi <= shared <= 31 - lo, f"family {f}: siblings differ in only the last {lo}-{hi} slots of L"
+        full = long[4 * f : 4 * f + 4]
+        assert int((full != full[:1]).any(0).sum()) > 3 * hi, "and mostly after L"
     assert lengths.min() >= 48 and lengths.float().mean() > 2.5 * 32  # long captions, several times L
     assert all(first_sentence(s["caption"]).endswith(".") for s in scenes)
+    assert len({first_sentence(s["caption"]) for s in scenes[:4]}) == 1  # the short caption is shared
     img = render_scene(scenes[0]["bg"], scenes[0]["objects"], 32)
     assert img.shape == (32, 32, 3) and len(np.unique(img.reshape(-1, 3), axis=0)) >= 3
+    tiny = scene_families(2, 4, 12, 1, 2, seed=0)  # L too short for any shared sentence: the first one is shared
+    assert len(tiny) == 8 and len({first_sentence(s["caption"]) for s in tiny[:4]}) == 1
 
 
 def test_tokens_match_open_clip_and_truncation_warns_once():

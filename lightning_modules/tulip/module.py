@@ -8,7 +8,10 @@ One system, three stages chosen by ``stages`` (run in order, ``stage_steps[s]`` 
   (frozen), final LayerNorm and projection; loss ``1 - cos(f_T(x), f_S(x))`` (``mse`` / ``l2`` selectable) on the
   first ``L`` tokens of the long captions; AdamW, weight decay 0 on gains and biases, warmup + cosine.
 * ``expand`` (stage 2, Sec. 3.3): NTK-aware base ``theta'`` for the extended context ``E`` (Eq. 5), then CLIP's
-  loss on (image, long caption at ``E``) + (image, short caption), the whole dual encoder trained.
+  loss ``long_weight * L(image, long caption at E) + short_weight * L(image, short caption)``, the whole dual
+  encoder trained; ``0.8 : 0.2`` by default, the released recipe (``train_one_epoch_long_short`` with gradient
+  accumulation, as its scripts run it; its ``accum_freq = 1`` branch sums them 1:1, ``long_weight=1
+  short_weight=1``).
 
 ``text_tower`` picks the model of the later stages, which gives the baselines: ``rope`` (TULIP; with
 ``require_distill=false`` and no ``distill`` stage, the RoPE student without distillation; ``ntk_scaling_factor=null``
@@ -92,7 +95,9 @@ class TulipLitModule(SuiteLitModule):
         expand_lr: Of the ``expand`` stage (1e-5 in the paper, from a converged CLIP).
         weight_decay: AdamW decay of matrices (0.1).
         warmup_steps: Linear warmup of each stage.
-        short_weight: Weight of the (image, short caption) loss in ``expand``.
+        long_weight: Weight of the (image, long caption) loss in ``expand`` (0.8, official).
+        short_weight: Weight of the (image, short caption) loss in ``expand`` (0.2, official; 1:1 is
+            ``long_weight=1 short_weight=1``).
         lock_image: Freeze the image tower in ``expand`` (official ``--lock-image``).
         longclip_keep: Long-CLIP positions kept as they are.
         require_distill: A ``rope`` expansion needs a distilled student (else: the no-distillation baseline).
@@ -118,7 +123,8 @@ class TulipLitModule(SuiteLitModule):
         expand_lr: float = 1e-4,
         weight_decay: float = 0.1,
         warmup_steps: int = 50,
-        short_weight: float = 1.0,
+        long_weight: float = 0.8,
+        short_weight: float = 0.2,
         lock_image: bool = False,
         longclip_keep: int = 8,
         require_distill: bool = True,
@@ -147,7 +153,10 @@ class TulipLitModule(SuiteLitModule):
               f"model.ntk_lengths={ntk_lengths} must be null or [L_new, L_old] with positive lengths")  # fmt: skip
         self.ntk_lengths = None if ntk_lengths is None else [int(n) for n in ntk_lengths]
         self.ntk_scaling_factor, self.theta, self.distill_kind = ntk_scaling_factor, theta, distill_loss
-        self.weight_decay, self.warmup_steps, self.short_weight = weight_decay, warmup_steps, short_weight
+        check(long_weight >= 0 and short_weight >= 0 and long_weight + short_weight > 0,
+              f"model.long_weight={long_weight}, model.short_weight={short_weight}: >= 0, not both 0")  # fmt: skip
+        self.weight_decay, self.warmup_steps = weight_decay, warmup_steps
+        self.long_weight, self.short_weight = long_weight, short_weight
         self.lock_image, self.length_bins, self.grad_clip = lock_image, list(length_bins), grad_clip
 
         self.teacher = DualEncoder.from_open_clip(net)
@@ -291,7 +300,7 @@ class TulipLitModule(SuiteLitModule):
         f_i = enc.encode_image(images)
         loss_long = clip_loss(f_i, enc.encode_text(truncate_tokens(long, ctx)), enc.scale())
         loss_short = clip_loss(f_i, enc.encode_text(truncate_tokens(short, min(ctx, short.shape[1]))), enc.scale())
-        return loss_long + self.short_weight * loss_short
+        return self.long_weight * loss_long + self.short_weight * loss_short
 
     def _step(self, stage: str, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         i = self.stages.index(stage)

@@ -116,3 +116,32 @@ def test_stage_entry_copies_expands_and_stretches():
     lc._enter("expand")
     pos, src = lc.student.positional_embedding, lc.teacher.text.positional_embedding
     assert pos.shape[0] == 36 and torch.equal(pos[:4], src[:4]) and torch.allclose(pos[4::4], src[4:])
+
+
+def _batch(n: int = 6, long: int = 36, short: int = 12) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    out = {"image": torch.randn(n, 3, 16, 16, generator=g)}
+    for key, length in (("long", long), ("short", short)):
+        ids = torch.randint(1, 49000, (n, length), generator=g)
+        ids[:, 0], ids[:, -1] = 49406, 49407  # SOT ... EOT
+        out[key] = ids
+    return out
+
+
+def test_stage_two_loss_weighs_long_and_short_captions():
+    torch.manual_seed(0)
+    mod = TulipLitModule(build_open_clip(**NET), long_context=36, stages=["clip", "expand"], require_distill=False)
+    assert (mod.long_weight, mod.short_weight) == (0.8, 0.2)  # the released recipe is the default
+    mod._enter("expand")
+    batch = _batch()
+    with torch.no_grad():
+        mod.long_weight, mod.short_weight = 1.0, 0.0
+        long = mod._loss("expand", batch)
+        mod.long_weight, mod.short_weight = 0.0, 1.0
+        short = mod._loss("expand", batch)
+        assert abs(long - short) > 1e-3  # the two terms differ, so a wrong weighting shows
+        for lw, sw in ((0.8, 0.2), (1.0, 1.0)):
+            mod.long_weight, mod.short_weight = lw, sw
+            torch.testing.assert_close(mod._loss("expand", batch), lw * long + sw * short)
+    with pytest.raises(ConfigError, match="model.long_weight=0"):
+        TulipLitModule(build_open_clip(**NET), long_context=36, long_weight=0.0, short_weight=0.0)

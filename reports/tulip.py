@@ -94,7 +94,8 @@ def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) ->
     clip = values(records, "clip", "test/long_r1")
     claims = {
         "clip": "TULIP beats CLIP (context L, long captions truncated) on long-caption retrieval (I2T+T2I R@1)",
-        "longclip": "TULIP beats Long-CLIP (stretched absolute positions, same fine-tuning) on long-caption retrieval",
+        "longclip": "TULIP beats Long-CLIP (stretched positions, kept rows frozen, PCA short-caption loss; same "
+        "budget) on long-caption retrieval",
         "rope_no_distill": "Relative-position distillation helps: TULIP beats the RoPE student without stage 1",
         "rope_no_ntk": "NTK-aware scaling helps: TULIP beats the RoPE student expanded with theta unchanged",
     }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from layers.vision_language.clip import DualEncoder, build_open_clip, clip_loss, distill_loss
+from layers.vision_language.clip import DualEncoder, build_open_clip, clip_loss, distill_loss, pca_features
 from layers.vision_language.text_towers import AbsoluteTextTower, RoPETextTower, causal_mask, stretch_positions
 
 __all__ = [
@@ -13,5 +13,6 @@ __all__ = [
     "causal_mask",
     "clip_loss",
     "distill_loss",
+    "pca_features",
     "stretch_positions",
 ]

@@ -128,6 +128,26 @@ def clip_loss(image_features: torch.Tensor, text_features: torch.Tensor, scale: 
     return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
 
 
+def pca_features(features: torch.Tensor, dim: int) -> torch.Tensor:
+    """Long-CLIP's principal-component filter (Zhang et al., 2024, Sec. 3.2; official ``CLIP.PCA``): features
+    ``[B, E]`` centred over the batch, projected onto their top ``dim`` principal components (SVD) and mapped back,
+    mean added: ``[B, E]``, not renormalised. The image side of Long-CLIP's short-caption loss, which matches these
+    coarse image features with the short captions' text features.
+
+    The basis is taken without gradient (the features still get theirs through the projection); the official
+    backpropagates through the SVD, which its training script notes can give infinities.
+    """
+    check(dim >= 1, f"PCA dim={dim} must be >= 1")
+    mean = features.mean(0, keepdim=True)
+    centred = features - mean
+    work = centred.detach()
+    if work.dtype in (torch.float16, torch.bfloat16):  # SVD in float32 (the official casts too)
+        work = work.float()
+    _, _, vh = torch.linalg.svd(work, full_matrices=False)  # vh [min(B, E), E]
+    basis = vh[:dim].T.to(features.dtype)  # [E, dim]
+    return centred @ basis @ basis.T + mean
+
+
 def distill_loss(teacher: torch.Tensor, student: torch.Tensor, kind: str = "cosine") -> torch.Tensor:
     """Relative-position distillation loss (TULIP Sec. 3.2, Eq. 4) between text features ``[B, E]``.
 
@@ -143,4 +163,4 @@ def distill_loss(teacher: torch.Tensor, student: torch.Tensor, kind: str = "cosi
     raise ValueError(f"distill loss {kind!r} must be cosine, mse or l2")
 
 
-__all__ = ["DualEncoder", "RoPETextTower", "build_open_clip", "clip_loss", "distill_loss"]
+__all__ = ["DualEncoder", "RoPETextTower", "build_open_clip", "clip_loss", "distill_loss", "pca_features"]

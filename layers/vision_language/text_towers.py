@@ -2,7 +2,8 @@
 student, both built from open_clip's modules so that an OpenAI/OpenCLIP state dict loads with its own key names.
 
 * :class:`AbsoluteTextTower`: CLIP's text transformer, ``x_0 = E[tokens] + P[:T]`` with learned absolute positions
-  ``P`` of context ``L``; optional Long-CLIP stretching of ``P`` (:func:`stretch_positions`).
+  ``P`` of context ``L``; optional Long-CLIP stretching of ``P`` (:func:`stretch_positions`), with the kept rows
+  frozen as Long-CLIP trains them.
 * :class:`RoPETextTower`: the TULIP student (Sec. 3.2): no ``P``; every layer rotates ``q`` and ``k`` with RoPE
   (Eq. 1-2, interleaved pairs), causal mask of the actual length, EOT pooling, final LayerNorm and projection.
   :meth:`RoPETextTower.expand` switches to an extended context with NTK-aware base scaling (Sec. 3.3).
@@ -106,11 +107,34 @@ class AbsoluteTextTower(nn.Module):
             setattr(tower, name, getattr(clip, name))
         return tower
 
-    def stretch(self, keep: int = 20, factor: int = 4) -> None:
-        """Replace the position table by its Long-CLIP stretch (context ``keep + (L - keep) * factor``)."""
+    def stretch(self, keep: int = 20, factor: int = 4, freeze_kept: bool = False) -> None:
+        """Replace the position table by its Long-CLIP stretch (context ``keep + (L - keep) * factor``).
+
+        ``freeze_kept``: the first ``keep`` rows are read from a buffer (``kept_positions``), so training leaves them
+        as they are; Long-CLIP's ``positional_embedding`` (``requires_grad=False``) under ``mask1`` (rows < 20) plus
+        the trainable ``positional_embedding_res`` under ``mask2`` (the rest). :meth:`set_positions` refills both.
+        """
         new = stretch_positions(self.positional_embedding.detach(), keep, factor)
         self.positional_embedding = nn.Parameter(new.clone())
         self.context_length = int(new.shape[0])
+        if freeze_kept:
+            self.register_buffer("kept_positions", new[:keep].clone())
+
+    def set_positions(self, pos: torch.Tensor) -> None:
+        """Copy ``pos`` ``[context_length, W]`` into the position table (and the frozen kept rows, if any)."""
+        with torch.no_grad():
+            self.positional_embedding.copy_(pos)
+            kept = getattr(self, "kept_positions", None)
+            if kept is not None:
+                kept.copy_(pos[: kept.shape[0]])
+
+    def positions(self, length: int) -> torch.Tensor:
+        """The position rows ``[length, W]`` added to the first ``length`` tokens (the frozen kept rows first)."""
+        pos = self.positional_embedding[:length]
+        kept = getattr(self, "kept_positions", None)
+        if kept is None:
+            return pos
+        return torch.cat([kept[:length].to(pos.dtype), pos[kept.shape[0] :]], 0)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Text features ``[B, E]`` of token ids ``[B, T]``, ``T <= context_length``."""
@@ -118,7 +142,7 @@ class AbsoluteTextTower(nn.Module):
         check(
             length <= self.context_length, f"text of {length} tokens exceeds the tower's context {self.context_length}"
         )
-        x = self.token_embedding(tokens) + self.positional_embedding[:length]
+        x = self.token_embedding(tokens) + self.positions(length)
         x = self.transformer(x, attn_mask=causal_mask(length, x.device, x.dtype))
         return project(eot_pool(self.ln_final(x), tokens), self.text_projection)
 

@@ -16,7 +16,9 @@ One system, three stages chosen by ``stages`` (run in order, ``stage_steps[s]`` 
 ``text_tower`` picks the model of the later stages, which gives the baselines: ``rope`` (TULIP; with
 ``require_distill=false`` and no ``distill`` stage, the RoPE student without distillation; ``ntk_scaling_factor=null``
 the one without NTK), ``absolute`` (CLIP fine-tuned and evaluated at ``L``: long captions truncated) and
-``longclip`` (Long-CLIP: the teacher's positions stretched to ``E``, keep ``longclip_keep`` then interpolate).
+``longclip`` (Long-CLIP, Zhang et al., 2024: the teacher's positions stretched to ``E``, keep ``longclip_keep`` then
+interpolate; the kept rows frozen in training (``longclip_freeze_kept``); its short-caption loss matches the short
+captions with the image features filtered to their top ``longclip_pca_dim`` principal components).
 
 A stage can start from an earlier run: ``init_from`` is its run folder (``<run>/checkpoints/last.ckpt``) or a
 checkpoint file; the checkpoint records which stages it completed. The official code differs from the paper in ways
@@ -35,7 +37,7 @@ import torch
 from torch import nn
 
 from datamodules.captions import truncate_tokens
-from layers.vision_language import DualEncoder, RoPETextTower, clip_loss, stretch_positions
+from layers.vision_language import DualEncoder, RoPETextTower, clip_loss, pca_features, stretch_positions
 from layers.vision_language import distill_loss as distill_loss_fn
 from lightning_modules._base import SuiteLitModule
 from lightning_modules.tulip.metrics import r1_by_length, recall_at_k
@@ -100,6 +102,10 @@ class TulipLitModule(SuiteLitModule):
             ``long_weight=1 short_weight=1``).
         lock_image: Freeze the image tower in ``expand`` (official ``--lock-image``).
         longclip_keep: Long-CLIP positions kept as they are.
+        longclip_freeze_kept: Long-CLIP: the kept position rows stay frozen in ``expand`` (as Long-CLIP trains).
+        longclip_pca_dim: Long-CLIP's short-caption loss on image features filtered to their top principal components
+            (:func:`layers.vision_language.pca_features`; 32 of 512/768 in Long-CLIP); ``null``: the plain image
+            features (the short-caption loss of TULIP).
         require_distill: A ``rope`` expansion needs a distilled student (else: the no-distillation baseline).
         init_from: Run folder or checkpoint of the previous stage(s).
         length_bins: Caption-length bin edges (tokens) of the R@1-by-length metric.
@@ -127,6 +133,8 @@ class TulipLitModule(SuiteLitModule):
         short_weight: float = 0.2,
         lock_image: bool = False,
         longclip_keep: int = 8,
+        longclip_freeze_kept: bool = True,
+        longclip_pca_dim: int | None = 32,
         require_distill: bool = True,
         init_from: str | None = None,
         length_bins: list[int] | tuple[int, ...] = (80, 100, 120),
@@ -162,6 +170,10 @@ class TulipLitModule(SuiteLitModule):
         self.teacher = DualEncoder.from_open_clip(net)
         heads = int(net.transformer.resblocks[0].attn.num_heads)
         self.longclip_keep, self.require_distill = longclip_keep, require_distill
+        self.longclip_pca_dim = None if text_tower != "longclip" or longclip_pca_dim is None else int(longclip_pca_dim)
+        embed = int(net.visual.output_dim)  # the joint embedding size
+        check(self.longclip_pca_dim is None or 1 <= self.longclip_pca_dim < embed,
+              f"model.longclip_pca_dim={longclip_pca_dim} must be null or in [1, {embed}) (embedding)")  # fmt: skip
         if text_tower == "rope":
             self.student = RoPETextTower.from_teacher(self.teacher.text, heads=heads, theta=theta)
         elif text_tower == "longclip":
@@ -169,7 +181,7 @@ class TulipLitModule(SuiteLitModule):
                   f"model.longclip_keep={longclip_keep}: E - keep = {self.E - longclip_keep} must divide by "
                   f"L - keep = {self.L - longclip_keep}")  # fmt: skip
             self.student = copy.deepcopy(self.teacher.text)
-            self.student.stretch(longclip_keep, self._longclip_factor)
+            self.student.stretch(longclip_keep, self._longclip_factor, freeze_kept=longclip_freeze_kept)
         # saved in every checkpoint: the stages completed, and the latest stage entered (-1: none)
         self.register_buffer("done", torch.zeros(len(STAGES), dtype=torch.bool))
         self.register_buffer("phase", torch.tensor(-1))
@@ -253,7 +265,7 @@ class TulipLitModule(SuiteLitModule):
                 pos = stretch_positions(
                     self.teacher.text.positional_embedding, self.longclip_keep, self._longclip_factor
                 )
-                self.student.positional_embedding.copy_(pos)
+                self.student.set_positions(pos)
         self.phase.fill_(STAGES.index(stage))
         self._sync_rope()
 
@@ -299,7 +311,8 @@ class TulipLitModule(SuiteLitModule):
         enc, ctx = self.model_for("expand")
         f_i = enc.encode_image(images)
         loss_long = clip_loss(f_i, enc.encode_text(truncate_tokens(long, ctx)), enc.scale())
-        loss_short = clip_loss(f_i, enc.encode_text(truncate_tokens(short, min(ctx, short.shape[1]))), enc.scale())
+        f_short = f_i if self.longclip_pca_dim is None else pca_features(f_i, self.longclip_pca_dim)  # Long-CLIP
+        loss_short = clip_loss(f_short, enc.encode_text(truncate_tokens(short, min(ctx, short.shape[1]))), enc.scale())
         return self.long_weight * loss_long + self.short_weight * loss_short
 
     def _step(self, stage: str, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from layers.vision_language import build_open_clip
+from layers.vision_language import build_open_clip, clip_loss, pca_features, stretch_positions
 from lightning_modules.tulip import TulipLitModule
 from ops.rope import ntk_theta
 from suite.errors import CheckpointError, ConfigError
@@ -112,7 +112,7 @@ def test_stage_entry_copies_expands_and_stretches():
     with pytest.raises(ConfigError, match="model.ntk_lengths"):
         TulipLitModule(build_open_clip(**NET), long_context=36, ntk_lengths=[231])
     lc = TulipLitModule(build_open_clip(**NET), long_context=36, text_tower="longclip", longclip_keep=4,
-                        stages=["clip", "expand"])  # fmt: skip
+                        stages=["clip", "expand"], longclip_pca_dim=4)  # fmt: skip
     lc._enter("expand")
     pos, src = lc.student.positional_embedding, lc.teacher.text.positional_embedding
     assert pos.shape[0] == 36 and torch.equal(pos[:4], src[:4]) and torch.allclose(pos[4::4], src[4:])
@@ -145,3 +145,47 @@ def test_stage_two_loss_weighs_long_and_short_captions():
             torch.testing.assert_close(mod._loss("expand", batch), lw * long + sw * short)
     with pytest.raises(ConfigError, match="model.long_weight=0"):
         TulipLitModule(build_open_clip(**NET), long_context=36, long_weight=0.0, short_weight=0.0)
+
+
+def test_longclip_freezes_the_kept_positions_and_filters_the_short_loss_by_pca():
+    torch.manual_seed(0)
+    lc = TulipLitModule(build_open_clip(**NET), long_context=36, text_tower="longclip", longclip_keep=4,
+                        stages=["clip", "expand"], longclip_pca_dim=2, long_weight=1.0, short_weight=1.0)  # fmt: skip
+    lc._enter("expand")
+    teacher_pos = lc.teacher.text.positional_embedding.detach().clone()
+    enc, ctx = lc.model_for("expand")
+    batch = _batch()
+    # the short-caption loss matches the short captions with the image features filtered to 2 principal components
+    f_i = enc.encode_image(batch["image"])
+    want = clip_loss(f_i, enc.encode_text(batch["long"]), enc.scale()) + clip_loss(
+        pca_features(f_i, 2), enc.encode_text(batch["short"]), enc.scale()
+    )
+    loss = lc._loss("expand", batch)
+    torch.testing.assert_close(loss, want)
+    plain = clip_loss(f_i, enc.encode_text(batch["long"]), enc.scale()) + clip_loss(
+        f_i, enc.encode_text(batch["short"]), enc.scale()
+    )
+    assert abs(loss - plain) > 1e-3  # PCA changes the loss, so ignoring it shows
+    # the kept rows get no update: one optimiser step of the expand stage leaves them, and moves the others
+    opt = lc.configure_optimizers()[0][1]
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    pos = lc.student.positions(36).detach()
+    torch.testing.assert_close(pos[:4], teacher_pos[:4], rtol=0, atol=0)
+    assert not torch.allclose(pos[4:], stretch_positions(teacher_pos, 4, 4)[4:])
+    with pytest.raises(ConfigError, match="model.longclip_pca_dim=16"):
+        TulipLitModule(build_open_clip(**NET), long_context=36, text_tower="longclip", longclip_keep=4,
+                       stages=["clip", "expand"], longclip_pca_dim=16)  # fmt: skip
+
+
+def test_pca_features_keep_the_top_components():
+    g = torch.Generator().manual_seed(0)
+    basis = torch.linalg.qr(torch.randn(6, 3, generator=g, dtype=torch.float64))[0]  # [6, 3] orthonormal
+    coef = torch.randn(20, 3, generator=g, dtype=torch.float64) * torch.tensor([5.0, 2.0, 0.5], dtype=torch.float64)
+    x = coef @ basis.T + 3.0
+    torch.testing.assert_close(pca_features(x, 3), x)  # rank 3 around its mean: 3 components reconstruct it
+    one = pca_features(x, 1)
+    centred = x - x.mean(0)
+    top = torch.linalg.svd(centred)[2][0]
+    torch.testing.assert_close(one - x.mean(0), torch.outer(centred @ top, top))

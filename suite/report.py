@@ -181,7 +181,8 @@ def headline_spec(spec_or_slug: dict | str | None) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"headline has unknown keys {unknown} (known: {list(HEADLINE_KEYS)})")
     names = [e["name"] for e in spec.get("runs", [])]
-    start = raw.get("start") or spec.get("sizing_metric")
+    # `start: null` opts out of the start rule (a metric whose step-0 value is not comparable with its final one)
+    start = raw["start"] if "start" in raw else spec.get("sizing_metric")
     longer = {n for n in names if n.endswith("_long") and n[: -len("_long")] in names}  # longer-run checks
     baselines = raw.get("baselines", [n for n in names[1:] if n not in longer])
     if not isinstance(baselines, list) or sorted(set(baselines) - set(names)):
@@ -235,7 +236,7 @@ def baseline_checks(records: list[Any], spec: dict | str | None) -> dict[str, Ba
         if name in untrained:
             parts.append("trains nothing: no start to improve on")
         elif not start:
-            parts.append("start not judged: the spec names no `sizing_metric` or `headline.start`")
+            parts.append("start not judged: the spec names no `sizing_metric` or `headline.start`, or sets it null")
         else:
             pairs = [(r.metrics.get(start_key(start)), r.metrics.get(start)) for r in runs]
             pairs = [(a, b) for a, b in pairs if _finite(a) and _finite(b)]
@@ -304,9 +305,11 @@ def baseline_section(records: list[Any], spec: dict | str | None) -> tuple[list[
         what = ref.get("what") or ref.get("entry") or ref.get("metric")
         ref_text = f", or whose `{head['metric']}` is no better than {what}"
     direction = "higher" if head["higher_is_better"] else "lower"
+    start_text = (f"its own start (`{head['start']}` of the untrained model, recorded at step 0 by `eval_at_start`; "
+                  f"{direction} is better)" if head["start"] else "its own start (not judged here: `headline.start: "
+                  "null`)")  # fmt: skip
     lines.append(
-        f"A baseline that ends no better than its own start (`{head['start']}` of the untrained model, recorded at "
-        f"step 0 by `eval_at_start`; {direction} is better){ref_text} is a weak baseline: a verdict that reads "
+        f"A baseline that ends no better than {start_text}{ref_text} is a weak baseline: a verdict that reads "
         f"`{REPRODUCED}` against it reads `{WEAK}` instead. No better: the mean gain over seeds is at most two "
         "standard errors of it, or 1% of the start (the reference)."
     )

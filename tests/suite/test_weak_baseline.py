@@ -249,3 +249,36 @@ def test_an_empty_baseline_list_says_the_rule_has_nothing_to_judge():
     assert weak == {} and "rule has nothing to judge" in "\n".join(lines)
     _, weak = baseline_section(records, SPEC)
     assert set(weak) == {"base"}
+
+
+CLAIM_DIR = Path(__file__).resolve().parents[2] / "conf" / "claim"
+HEADLINED = sorted(p for p in CLAIM_DIR.rglob("*.yaml") if "\nheadline:" in p.read_text())  # with gpu/, paper/
+
+
+def test_the_claims_declare_their_headlines():
+    assert len(HEADLINED) >= 10, [p.name for p in HEADLINED]  # the glob finds the specs
+
+
+@pytest.mark.parametrize("path", HEADLINED, ids=lambda p: str(p.relative_to(CLAIM_DIR)))
+def test_every_declared_headline_parses_and_starts_from_a_validation_metric(path):
+    from omegaconf import OmegaConf
+
+    spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    head = headline_spec(spec)  # a malformed headline is a ConfigError
+    assert head["start"] is None or str(head["start"]).startswith("val/"), (
+        f"start={head['start']!r}: eval_at_start records only val/* keys (null: no start rule)"
+    )
+    assert str(head["metric"]).startswith(("val/", "test/")), head["metric"]
+    assert not [b for b in head["baselines"] if b.endswith("_long")], "a 4x sizing check is not a baseline"
+
+
+def test_a_null_start_judges_the_reference_only():
+    records = _runs("ours", 0.1, 0.9, 0.9) + _runs("base", 0.5, 0.2, 0.8)  # ends below its start, above 0.5
+    spec = {**SPEC, "headline": {"start": None, "metric": "test/acc", "reference": 0.5}}
+    assert headline_spec(spec)["start"] is None
+    checks = baseline_checks(records, spec)
+    assert checks["base"].weak is False and "start not judged" in checks["base"].reading
+    lines, _ = baseline_section(records, spec)
+    assert "not judged here" in "\n".join(lines)
+    checks = baseline_checks(records, {**spec, "headline": {"metric": "test/acc", "reference": 0.5}})
+    assert checks["base"].weak is True  # the default start (sizing_metric val/acc) fell from 0.5 to 0.2

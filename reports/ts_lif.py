@@ -173,7 +173,9 @@ def verdicts(
     """The paper's claims as verdicts: TS-LIF beats LIF / TC-LIF on test R^2 (per horizon), the gap grows with the
     horizon, and TS-LIF loses less R^2 with missing inputs. A comparison is tested only when both entries converged
     (:func:`convergence`: plateaued on validation R^2, or passed their 4x check); otherwise ``inconclusive:
-    underfit``. ``converged``: :func:`convergence`'s result when the caller has it already."""
+    underfit``. Each verdict names the baseline or ablation entry it is read against (``against``: the text names
+    neurons, not entries), so the weak-baseline rule can flip it. ``converged``: :func:`convergence`'s result when
+    the caller has it already."""
     judged, plateaued, _ = converged or convergence(records, spec)
     records = rep.main_runs(records)
     ratios = _ratios(records)
@@ -194,7 +196,8 @@ def verdicts(
         if da and db:
             ok, why = tested(a, b)
             word = rep.compare(da, db, higher_is_better=hib, converged=ok)
-            out.append(rep.Verdict(claim, word, f"{what}: {rep.mean_sd(da)} vs {rep.mean_sd(db)}; {why}"))
+            ev = f"{what}: {rep.mean_sd(da)} vs {rep.mean_sd(db)}; {why}"
+            out.append(rep.Verdict(claim, word, ev, against=(b,)))  # the weak-baseline rule reads `b`
 
     horizons = sorted({int(m.group(1)) for r in records if (m := re.fullmatch(r"ts_lif_h(\d+)", r.name))})
     gaps: dict[str, dict[int, tuple[float, float, bool]]] = {}
@@ -209,7 +212,7 @@ def verdicts(
             gaps.setdefault(base, {})[h] = (diff, se, ok)
             word = rep.compare(va, vb, higher_is_better=True, converged=ok)
             ev = f"test R^2 {rep.mean_sd(va)} vs {rep.mean_sd(vb)}; {why}"
-            out.append(rep.Verdict(f"TS-LIF forecasts better than {label} (R^2, horizon {h})", word, ev))
+            out.append(rep.Verdict(f"TS-LIF forecasts better than {label} (R^2, horizon {h})", word, ev, against=(b,)))
         by_h = sorted(gaps.get(base, {}).items())
         if len(by_h) > 1:
             (h0, (g0, s0, ok0)), (h1, (g1, s1, ok1)) = by_h[0], by_h[-1]
@@ -219,7 +222,8 @@ def verdicts(
             else:
                 word = rep.REPRODUCED if growth > 2 * se else rep.NOT_REPRODUCED if growth < -2 * se else rep.NOISE
             ev = f"ΔR^2 vs {label}: h{h0} {g0:+.4f} ± {s0:.4f}, h{h1} {g1:+.4f} ± {s1:.4f}"
-            out.append(rep.Verdict(f"TS-LIF's R^2 gain over {label} grows with the horizon", word, ev))
+            against = (f"{base}_h{h0}", f"{base}_h{h1}")
+            out.append(rep.Verdict(f"TS-LIF's R^2 gain over {label} grows with the horizon", word, ev, against=against))
         if top:
             h = max(horizons) if horizons else None
             a, b = f"ts_lif_h{h}", f"{base}_h{h}"

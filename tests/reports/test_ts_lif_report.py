@@ -144,3 +144,16 @@ def test_runs_ended_by_early_stopping_are_judged_by_the_stopping_rule(tmp_path):
     # the endpoint rule (no sizing_patience) reads the stopped curve's +0.01 over its last 20% as rising
     md = verdict_table(verdicts(recs, {k: v for k, v in spec.items() if k != "sizing_patience"}))
     assert "better than LIF (R^2, horizon 24) | **inconclusive: underfit** |" in md
+
+
+def test_each_verdict_names_the_entry_it_is_read_against_so_a_weak_baseline_flips_it():
+    from suite.report import WEAK
+
+    flat = {"val/r2": [(0, 0.2), (100, 0.3), (500, 0.3)]}
+    recs = [_Rec(n, {"test/r2": r2 + d}, flat) for n, r2 in (("ts_lif_h24", 0.3), ("lif_h24", 0.1))
+            for d in (-0.01, 0.01)]  # fmt: skip
+    spec = {"sizing_metric": "val/r2", "sizing_higher_is_better": True}
+    (v,) = verdicts(recs, spec)
+    assert v.verdict == "reproduced" and v.against == ("lif_h24",)
+    md = verdict_table([v], weak={"lif_h24": "ends no better than its start"})
+    assert f"| TS-LIF forecasts better than LIF (R^2, horizon 24) | **{WEAK}** |" in md

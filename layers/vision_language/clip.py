@@ -9,6 +9,7 @@ real ViT-B/16 checkpoint.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ def build_open_clip(
     text_width: int = 64,
     text_heads: int = 2,
     text_layers: int = 2,
+    quick_gelu: bool = False,
 ) -> nn.Module:
     """An open_clip ``CLIP``: the named architecture (``model_name``, e.g. ``ViT-B-16``) or a custom one.
 
@@ -51,13 +53,18 @@ def build_open_clip(
         text_width: Text width.
         text_heads: Text heads.
         text_layers: Text blocks.
+        quick_gelu: ``x * sigmoid(1.702 x)`` activations (open_clip ``force_quick_gelu``), which OpenAI's CLIP weights
+            were trained with; ``ViT-B-16`` alone is the GELU architecture of OpenCLIP's own checkpoints, so a
+            checkpoint of OpenAI weights needs ``quick_gelu=true`` (or ``model_name=ViT-B-16-quickgelu``).
     """
     import open_clip
     from open_clip.model import CLIP, CLIPTextCfg, CLIPVisionCfg
 
     if model_name is not None:
         try:
-            model = open_clip.create_model(model_name, pretrained=None, device=torch.get_default_device())
+            model = open_clip.create_model(
+                model_name, pretrained=None, device=torch.get_default_device(), force_quick_gelu=quick_gelu
+            )
         except RuntimeError as err:
             raise CheckpointError(f"model.net.model_name={model_name!r}: {err}") from None
         if checkpoint is not None and torch.get_default_device().type != "meta":  # meta: counting parameters only
@@ -77,13 +84,15 @@ def build_open_clip(
     text = CLIPTextCfg(
         context_length=context_length, vocab_size=vocab_size, width=text_width, heads=text_heads, layers=text_layers
     )
-    return CLIP(embed_dim, vision, text)
+    return CLIP(embed_dim, vision, text, quick_gelu=quick_gelu)
 
 
 class DualEncoder(nn.Module):
     """Image tower + text tower + learned temperature (CLIP, Radford et al., 2021).
 
-    ``logits = exp(logit_scale) * norm(f_I) norm(f_T)^T`` with ``exp(logit_scale)`` clamped at 100 (CLIP).
+    ``logits = exp(logit_scale) * norm(f_I) norm(f_T)^T``. The forward does not clamp the temperature, so it keeps its
+    gradient at the cap; the trainer clamps the *parameter* to ``[0, log 100]`` after each optimiser step
+    (:meth:`clamp_logit_scale`), as CLIP and the official TULIP training loop do.
 
     Args:
         visual: Image encoder ``[B, 3, H, W] -> [B, E]`` (open_clip ``VisionTransformer``).
@@ -118,7 +127,13 @@ class DualEncoder(nn.Module):
         return F.normalize(self.text(tokens), dim=-1)
 
     def scale(self) -> torch.Tensor:
-        return self.logit_scale.exp().clamp(max=100.0)
+        """``exp(logit_scale)``, unclamped (see :meth:`clamp_logit_scale`)."""
+        return self.logit_scale.exp()
+
+    @torch.no_grad()
+    def clamp_logit_scale(self, max_scale: float = 100.0) -> None:
+        """Clamp the parameter to ``[0, log(max_scale)]`` in place; call it after the optimiser step."""
+        self.logit_scale.clamp_(0.0, math.log(max_scale))
 
 
 def clip_loss(image_features: torch.Tensor, text_features: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

@@ -49,10 +49,18 @@ TOWERS = ("rope", "absolute", "longclip")
 MAKE_STUDENT = 'make train METHOD=tulip ARGS="model.stages=[clip,distill]"'
 
 
+def _no_decay(name: str, p: nn.Parameter) -> bool:
+    """The official exclusion (``main_distill_rope.py`` / ``main_context_finetune_rope.py``, from open_clip):
+    ``p.ndim < 2 or "bn" in n or "ln" in n or "bias" in n or "logit_scale" in n``. Position tables are matrices,
+    so they *are* decayed."""
+    return p.ndim < 2 or any(s in name for s in ("bn", "ln", "bias", "logit_scale"))
+
+
 def _param_groups(named: list[tuple[str, nn.Parameter]], weight_decay: float) -> list[dict]:
-    """AdamW groups: decay on matrices, none on gains, biases, positions and the temperature (official)."""
-    decay = [p for n, p in named if p.ndim >= 2 and "positional_embedding" not in n]
-    rest = [p for n, p in named if not (p.ndim >= 2 and "positional_embedding" not in n)]
+    """AdamW groups of the official code: ``weight_decay`` on the rest, none on :func:`_no_decay` parameters (gains,
+    biases, LayerNorms, the temperature). (Before issue 48 positions were left out of decay too, labelled official.)"""
+    decay = [p for n, p in named if not _no_decay(n, p)]
+    rest = [p for n, p in named if _no_decay(n, p)]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
 
 
@@ -107,9 +115,13 @@ class TulipLitModule(SuiteLitModule):
             (:func:`layers.vision_language.pca_features`; 32 of 512/768 in Long-CLIP); ``null``: the plain image
             features (the short-caption loss of TULIP).
         require_distill: A ``rope`` expansion needs a distilled student (else: the no-distillation baseline).
+        expand_projection: Text projection of the ``rope`` tower in ``expand``: ``teacher`` (official: stage 2 swaps
+            the student's blocks, token embedding and final LayerNorm into CLIP and keeps CLIP's own projection) or
+            ``student`` (the projection distilled in stage 1).
         init_from: Run folder or checkpoint of the previous stage(s).
         length_bins: Caption-length bin edges (tokens) of the R@1-by-length metric.
-        grad_clip: Gradient-norm clip of every stage (``null``: none).
+        grad_clip: Gradient-norm clip of every stage (``null``: none, as the official scripts, which pass no
+            ``--grad-clip-norm``).
         pretrained_teacher: ``net`` holds a pretrained CLIP (the paper): stages start at ``distill``.
     """
 
@@ -136,9 +148,10 @@ class TulipLitModule(SuiteLitModule):
         longclip_freeze_kept: bool = True,
         longclip_pca_dim: int | None = 32,
         require_distill: bool = True,
+        expand_projection: str = "teacher",
         init_from: str | None = None,
         length_bins: list[int] | tuple[int, ...] = (80, 100, 120),
-        grad_clip: float | None = 1.0,
+        grad_clip: float | None = None,
         pretrained_teacher: bool = False,
     ) -> None:
         super().__init__()
@@ -148,6 +161,8 @@ class TulipLitModule(SuiteLitModule):
               f"model.stages={stages} must be in the order {list(STAGES)} without repeats")  # fmt: skip
         check(text_tower in TOWERS, f"model.text_tower={text_tower!r} must be one of {list(TOWERS)}")
         check(distill_loss in ("cosine", "mse", "l2"), f"model.distill_loss={distill_loss!r} must be cosine/mse/l2")
+        check(expand_projection in ("teacher", "student"),
+              f"model.expand_projection={expand_projection!r} must be 'teacher' or 'student'")  # fmt: skip
         steps = {s: int((stage_steps or {}).get(s, 100)) for s in stages}
         check(all(v > 0 for v in steps.values()), f"model.stage_steps={steps} must be > 0 for every stage")
         check("distill" not in stages or text_tower == "rope", "the distill stage needs model.text_tower=rope")
@@ -170,6 +185,7 @@ class TulipLitModule(SuiteLitModule):
         self.teacher = DualEncoder.from_open_clip(net)
         heads = int(net.transformer.resblocks[0].attn.num_heads)
         self.longclip_keep, self.require_distill = longclip_keep, require_distill
+        self.expand_projection = expand_projection
         self.longclip_pca_dim = None if text_tower != "longclip" or longclip_pca_dim is None else int(longclip_pca_dim)
         embed = int(net.visual.output_dim)  # the joint embedding size
         check(self.longclip_pca_dim is None or 1 <= self.longclip_pca_dim < embed,
@@ -257,6 +273,8 @@ class TulipLitModule(SuiteLitModule):
         if stage == "distill" or (stage == "expand" and self.text_tower == "rope" and not self.done[1]):
             fresh = RoPETextTower.from_teacher(self.teacher.text, heads=self.student.heads, theta=self.theta)
             self.student.load_state_dict(fresh.state_dict())
+        elif stage == "expand" and self.text_tower == "rope" and self.expand_projection == "teacher":
+            self._copy_projection()  # official: CLIP keeps its own projection; the distilled one is dropped
         if stage == "expand" and self.text_tower == "longclip":
             with torch.no_grad():
                 for name in ("token_embedding", "transformer", "ln_final"):
@@ -268,6 +286,14 @@ class TulipLitModule(SuiteLitModule):
                 self.student.set_positions(pos)
         self.phase.fill_(STAGES.index(stage))
         self._sync_rope()
+
+    @torch.no_grad()
+    def _copy_projection(self) -> None:
+        src, dst = self.teacher.text.text_projection, self.student.text_projection
+        if isinstance(dst, nn.Module):
+            dst.load_state_dict(src.state_dict())
+        elif dst is not None:
+            dst.copy_(src)
 
     def model_for(self, stage: str) -> tuple[DualEncoder, int]:
         """The dual encoder a stage trains (and evaluates) and its text context."""
@@ -333,6 +359,7 @@ class TulipLitModule(SuiteLitModule):
         if self.grad_clip:
             torch.nn.utils.clip_grad_norm_([p for g in opt.param_groups for p in g["params"]], self.grad_clip)
         opt.step()
+        self.teacher.clamp_logit_scale()  # every encoder shares it; official: the parameter, after the step
         sched.step()
         self.log(f"train/{stage}_loss", loss.detach(), prog_bar=True)
         self.log("train/loss", loss.detach())

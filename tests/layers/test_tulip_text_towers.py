@@ -146,3 +146,21 @@ def test_distillation_losses():
     assert distill_loss(a, 3 * a).item() == pytest.approx(0.0, abs=1e-12)  # cosine ignores the scale
     assert distill_loss(a, b, "mse").item() == pytest.approx(((a - b) ** 2).mean().item())
     assert distill_loss(a, b, "l2").item() == pytest.approx((a - b).norm(dim=1).mean().item())
+
+
+def test_quick_gelu_for_openai_weights():
+    from open_clip.transformer import QuickGELU
+
+    acts = lambda m: {type(b.mlp.gelu) for b in m.transformer.resblocks}  # noqa: E731
+    assert acts(build_open_clip(**SIZES)) == {torch.nn.GELU}
+    assert acts(build_open_clip(**SIZES, quick_gelu=True)) == {QuickGELU}
+    with torch.device("meta"):
+        vit = build_open_clip(model_name="ViT-B-16", quick_gelu=True)
+    assert acts(vit) == {QuickGELU} and {type(b.mlp.gelu) for b in vit.visual.transformer.resblocks} == {QuickGELU}
+    # the paper profile loads OpenAI's ViT-B/16 weights, so it must build the QuickGELU architecture
+    import yaml
+
+    from tests.conftest import ROOT
+
+    spec = yaml.safe_load((ROOT / "conf" / "claim" / "paper" / "tulip.yaml").read_text())
+    assert "model.net.model_name=ViT-B-16 model.net.quick_gelu=true" in spec["overrides"]

@@ -4,6 +4,7 @@ optimiser groups, and the one-line errors of a stage run without its previous st
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -97,9 +98,11 @@ def test_stage_entry_copies_expands_and_stretches():
     enc, ctx = mod.eval_model()
     assert ctx == 36 and enc.text is mod.student
     groups = mod.configure_optimizers()[0][2].param_groups
-    no_decay = {id(p) for p in groups[1]["params"]}
+    no_decay, decay = {id(p) for p in groups[1]["params"]}, {id(p) for p in groups[0]["params"]}
     assert groups[1]["weight_decay"] == 0.0 and id(mod.teacher.logit_scale) in no_decay
-    assert id(mod.student.ln_final.bias) in no_decay and id(mod.teacher.visual.positional_embedding) in no_decay
+    assert id(mod.student.ln_final.bias) in no_decay and id(mod.student.ln_final.weight) in no_decay
+    # the official groups: every matrix not named bn/ln/bias/logit_scale is decayed, position tables included
+    assert id(mod.teacher.visual.positional_embedding) in decay and id(mod.student.text_projection) in decay
     assert groups[0]["weight_decay"] == 0.1 and all(p.ndim >= 2 for p in groups[0]["params"])
     no_ntk = TulipLitModule(build_open_clip(**NET), long_context=36, ntk_scaling_factor=None)
     no_ntk._enter("expand")
@@ -189,3 +192,32 @@ def test_pca_features_keep_the_top_components():
     centred = x - x.mean(0)
     top = torch.linalg.svd(centred)[2][0]
     torch.testing.assert_close(one - x.mean(0), torch.outer(centred @ top, top))
+
+
+def test_temperature_keeps_its_gradient_at_the_cap_and_is_clamped_after_the_step():
+    torch.manual_seed(0)
+    mod = TulipLitModule(build_open_clip(**NET), long_context=36, stages=["clip"])
+    opts, scheds = mod.configure_optimizers()
+    mod.optimizers, mod.lr_schedulers = (lambda: opts), (lambda: scheds)
+    mod.manual_backward, mod.log = (lambda loss: loss.backward()), (lambda *a, **k: None)
+    cap = math.log(100.0)
+    with torch.no_grad():
+        mod.teacher.logit_scale.fill_(cap + 0.5)  # beyond the cap, where a step can leave it
+    mod._step("clip", _batch())
+    assert mod.teacher.logit_scale.grad.abs().item() > 1e-6, "a clamp in the forward would cut this gradient"
+    assert mod.teacher.logit_scale.item() == pytest.approx(cap)  # the parameter is clamped after the step
+
+
+def test_stage_two_keeps_the_teachers_text_projection():
+    for choice in ("teacher", "student"):
+        mod = TulipLitModule(build_open_clip(**NET), long_context=36, expand_projection=choice)
+        mod._enter("distill")
+        with torch.no_grad():
+            mod.student.text_projection.add_(1.0)  # as stage 1 moves it
+        distilled = mod.student.text_projection.detach().clone()
+        mod.done[1] = True
+        mod._enter("expand")
+        want = mod.teacher.text.text_projection.detach() if choice == "teacher" else distilled
+        torch.testing.assert_close(mod.student.text_projection.detach(), want, rtol=0, atol=0)
+    with pytest.raises(ConfigError, match="model.expand_projection='last'"):
+        TulipLitModule(build_open_clip(**NET), long_context=36, expand_projection="last")

@@ -153,6 +153,7 @@ def claim_report(records: list[Any], out_dir: Any) -> str:
             ("nforgot_released", "test/af", False, "the plug-ins with gradients (paper) forget less than as released"),
             ("nforgot_no_class", "test/af", False, "L_class (inter-class connectivity) reduces forgetting"),
             ("nforgot_no_disc", "test/ap", True, "the discrepancy term raises AP"),
+            ("nforgot_mmd01", "test/ap", True, "the default discrepancy weight (mmd_loss 1) beats a 10x smaller one"),
             (
                 "nforgot_reembed",
                 "test/ap",

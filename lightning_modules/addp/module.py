@@ -4,7 +4,11 @@ insights as switchable components. No official code exists; the choices the pape
 
 * Task: the denoiser D(x~, sigma~ | image, expression) generates a depth map (Marigold-style, image concatenated to
   the noisy target, pixel space at this scale) or the referred object's mask (InstructPix2Pix-style editing with an
-  expression embedding). Targets live in [-1, 1]: depth ``2 (d - d_min)/(d_max - d_min) - 1``, masks ``2 m - 1``.
+  expression embedding). Targets live in [-1, 1]: depth ``2 (d - d_min)/(d_max - d_min) - 1`` with the fixed metric
+  range ``depth_min..depth_max`` (the same for every image, no per-image normalisation), masks ``2 m - 1``.
+* Depth metrics (:mod:`lightning_modules.addp.metrics`) compare the decoded metres with the metric ground truth:
+  ``depth_protocol=pooled`` (the suite's, on the embedded scenes: every valid pixel of the split) or ``nyu_eigen``
+  (the standard NYUv2 protocol of the paper's comparison: Eigen crop, 10 m cap, per-image means).
 * Diffusion: discrete VP timesteps t in 1..T (:mod:`ops.addp.timesteps`), EDM preconditioning
   (:class:`layers.diffusion.EDMPrecond`), the x0 loss ``lambda(sigma~) |D(x0_in + sigma~ n) - x0|^2`` on valid pixels,
   sampled with the suite's ODE solvers (DDIM = ``euler``, or RX-DPM) on the K DDIM timesteps.
@@ -32,7 +36,7 @@ from torch.nn import functional as F
 
 from layers.diffusion.precond import EDMPrecond
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule
-from lightning_modules.addp.metrics import DepthMetrics, MaskMetrics, depth_errors
+from lightning_modules.addp.metrics import DEPTH_PROTOCOLS, DepthMetrics, MaskMetrics, depth_errors, nyu_eigen_errors
 from ops.addp import (
     contribution_curve,
     correctional_cfg,
@@ -88,7 +92,9 @@ class AddpLitModule(SuiteLitModule):
         augment, augment_prob, augment_strength, self_gap: insight 2 (``mix`` draws one kind of the task per batch).
         p_uncond: Probability of dropping the expression in training (CFG). guidance_w: CFG weight at sampling.
         correction_rounds, correction_w_neg, restart_step: insight 3 (refseg, test time).
-        depth_min, depth_max: Depth normalisation range (metres).
+        depth_min, depth_max: The fixed depth range (metres) mapped to [-1, 1], the same for every image.
+        depth_protocol: ``pooled`` (every valid pixel of the split; the embedded scenes) or ``nyu_eigen`` (the
+            standard NYUv2 protocol: Eigen crop, 10 m cap, per-image means) for the depth metrics.
         curve_batches: Validation/test batches whose per-step x0 quality is measured.
     """
 
@@ -122,6 +128,7 @@ class AddpLitModule(SuiteLitModule):
         restart_step: int = 5,
         depth_min: float = 0.0,
         depth_max: float = 10.0,
+        depth_protocol: str = "pooled",
         curve_batches: int = 2,
         optimizer: OptimizerFactory | None = None,
         scheduler: SchedulerFactory | None = None,
@@ -135,6 +142,7 @@ class AddpLitModule(SuiteLitModule):
             "timestep_dist": (timestep_dist, DISTS),
             "timestep_use": (timestep_use, ("sample", "weight")),
             "solver": (solver, tuple(SAMPLERS)),
+            "depth_protocol": (depth_protocol, DEPTH_PROTOCOLS),
         }
         for key, (val, allowed) in choices.items():
             if val not in allowed:
@@ -162,7 +170,7 @@ class AddpLitModule(SuiteLitModule):
         self._curve_sum: Tensor | None = None
         self._curve_n = 0
         self.metrics = nn.ModuleDict(
-            {s: DepthMetrics(s) if task == "depth" else MaskMetrics(s) for s in ("val", "test")}
+            {s: DepthMetrics(s, depth_protocol) if task == "depth" else MaskMetrics(s) for s in ("val", "test")}
         )
         self.round_metrics = nn.ModuleList([MaskMetrics("test") for _ in range(correction_rounds)])
         # control of the correction rounds: the same restarts with the original expression and no negative, so that
@@ -298,14 +306,18 @@ class AddpLitModule(SuiteLitModule):
     # -- evaluation ------------------------------------------------------------------------------------------------
     def x0_quality_curve(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """Quality of the x0-prediction before the first step (x0 = 0) and after each denoiser call: {metric: [K+1]}
-        (``absrel``, ``delta1`` for depth; ``iou`` (overall over the batch) for masks). Used by
+        (``absrel``, ``delta1`` for depth by ``depth_protocol``; ``iou`` (overall over the batch) for masks). Used by
         :class:`callbacks.x0_quality.X0QualityCurve` and by ``timestep_dist=contribution``."""
         x0, valid, c = self.encode(batch)
         _, calls = self.predict(c)
         preds = [torch.zeros_like(x0)] + [d for _, d in calls]
         out: dict[str, list[float]] = {}
         for p in preds:
-            if self.hparams.task == "depth":
+            if self.hparams.task == "depth" and self.hparams.depth_protocol == "nyu_eigen":
+                e = nyu_eigen_errors(self.decode(p), batch["target"], valid)  # per-image means, as the metrics
+                out.setdefault("absrel", []).append(float(e["absrel"].mean()) if len(e["absrel"]) else 0.0)
+                out.setdefault("delta1", []).append(float(e["delta1"].mean()) if len(e["delta1"]) else 0.0)
+            elif self.hparams.task == "depth":
                 e = depth_errors(self.decode(p), batch["target"], valid)
                 n = float(e["n"].clamp_min(1))
                 out.setdefault("absrel", []).append(float(e["absrel"]) / n)

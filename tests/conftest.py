@@ -62,3 +62,15 @@ def run_entry(module: str, args: list[str]) -> int:
     finally:
         sys.argv = saved
     return 0
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny convolutions: one thread is far faster than two contended ones on the shared 2-core machine. Use with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -11,14 +11,7 @@ from layers.diffusion import MLPDenoiser
 from lightning_modules.diffusion import DiffusionLitModule
 from suite.errors import ConfigError
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny convolutions: one thread is far faster than two contended ones on the shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_curve_on_the_suite_diffusion_module_ends_at_the_sample():

@@ -14,14 +14,7 @@ from lightning_modules.addp.metrics import DepthMetrics, MaskMetrics, mask_iou_p
 from lightning_modules.addp.module import pick_negative
 from suite.errors import ConfigError
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny convolutions: one thread is far faster than two contended ones on the shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _module(task: str, **kw) -> AddpLitModule:

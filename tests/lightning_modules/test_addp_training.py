@@ -12,13 +12,7 @@ from datamodules.perception import PerceptionDataModule
 from layers.diffusion import SmallUNet
 from lightning_modules.addp import AddpLitModule
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _val_metrics(m: AddpLitModule, batch: dict) -> dict[str, float]:

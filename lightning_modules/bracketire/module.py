@@ -17,7 +17,8 @@
   ``real_model.py``): the student starts from ``init_ckpt`` (a supervised run), the teacher is its copy updated as an
   EMA of the student after every step (decay 0.999), and the loss is the EMA term plus ``w_self`` times the
   temporally unbalanced term with ``t ~ U{0, .., self_frames - 1}`` (:func:`ops.isp.losses.self_adapt_loss`). The
-  ground truth is never read in training; validation / test use it for scoring only.
+  ground truth is never read in training; validation / test use it for scoring only. The official settings
+  (AdamW lr 7.5e-5, cosine to 1e-6, no warm-up: ``real_bash/train_real.sh``) are ``conf/model/bracketire_adapt.yaml``.
 
 Inputs are exposure-normalised (``x_i 4^(2 - i)``) and only the first ``frames`` exposures are used (the ablation
 of the number of frames). Metrics: PSNR and SSIM (torchmetrics) on the 16-bit mu-tonemapped linear sRGB of the

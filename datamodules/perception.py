@@ -1,14 +1,18 @@
 """Dense perception data for ADDP (issue 25): monocular depth and referring segmentation.
 
-Every item is a dict of tensors (``S`` = ``image_size``, ``D`` = ``cond_dim``, ``M`` = objects per scene)::
+Every item is a dict of tensors and strings (``S`` = ``image_size``, ``D`` = ``cond_dim``, ``M`` = objects per scene)::
 
     image     [3, S, S]  float in [0, 1]
     target    [1, S, S]  depth in metres (``task=depth``) or the referred object's mask in {0, 1} (``task=refseg``)
     valid     [1, S, S]  bool: pixels with a ground truth (depth 0 / NaN / inf are invalid; masks: all valid)
     cond      [D]        embedding of the referring expression (:func:`embed_expression`; zeros for depth)
     refined   [D]        embedding of a refined expression (the full description / a second sentence)
+    text, refined_text   str: the two expressions as text ("" for depth), for a pretrained text encoder in the model
+                         (``model.text_encoder=bert``); the hashed ``cond``/``refined`` are the embedded stand-in
     obj_masks [M, 1, S, S], obj_conds [M, D], obj_valid [M]: every object of the scene with its full description
               (the simulated user of the correction rounds names the wrong object it sees); row 0 is the target.
+    obj_texts str: the M full descriptions as text, one per line (one string per item, so batches collate to a
+              list of B strings)
 
 Sources (``dataset``):
 
@@ -164,6 +168,17 @@ def _pack(image: Tensor, target: Tensor, valid: Tensor, conds: dict[str, Tensor]
     return {"image": image, "target": target, "valid": valid, **conds, **obj}
 
 
+def _texts(first: list[str], refined: list[str], objects: list[list[str]]) -> dict[str, list[str]]:
+    """The expressions as text (``text``, ``refined_text``, ``obj_texts`` with one line per object); whitespace runs
+    become one space so that a line break only separates objects."""
+    one = lambda t: " ".join(str(t).split())  # noqa: E731
+    return {
+        "text": [one(t) for t in first],
+        "refined_text": [one(t) for t in refined],
+        "obj_texts": ["\n".join(one(t) for t in row) for row in objects],
+    }
+
+
 class PerceptionDataModule(SuiteDataModule):
     """Depth / referring-segmentation data: embedded rendered scenes or NYUv2, KITTI, RefCOCO files.
 
@@ -248,6 +263,7 @@ class PerceptionDataModule(SuiteDataModule):
                         "obj_masks": masks[:, :, None],
                         "obj_conds": obj_conds,
                         "obj_valid": torch.ones(n, masks.shape[1], dtype=torch.bool),
+                        **_texts(first if self.task == "refseg" else [""] * n, [r[0] for r in full], full),
                     },
                 )
             )
@@ -268,7 +284,7 @@ class PerceptionDataModule(SuiteDataModule):
         return PerceptionDataset(
             _pack(image, depth, valid, {"cond": z, "refined": z.clone()},
                   {"obj_masks": torch.zeros(n, 1, 1, s, s), "obj_conds": torch.zeros(n, 1, d),
-                   "obj_valid": torch.zeros(n, 1, dtype=torch.bool)})
+                   "obj_valid": torch.zeros(n, 1, dtype=torch.bool), **_texts([""] * n, [""] * n, [[""]] * n)})
         )  # fmt: skip
 
     def _splits(self, n: int, test_idx: np.ndarray | None) -> dict[str, np.ndarray]:
@@ -366,7 +382,7 @@ class PerceptionDataModule(SuiteDataModule):
             rows = rows[: self.max_items] if self.max_items else rows
             if not rows:
                 raise DataFormatError(f"{refs_path}: no refs of split {split!r}")
-            imgs, masks, conds, refined = [], [], [], []
+            imgs, masks, conds, refined, texts = [], [], [], [], []
             for ref in rows:
                 info, ann = images[ref["image_id"]], anns[ref["ann_id"]]
                 path = root / "images" / "train2014" / info["file_name"]
@@ -377,15 +393,17 @@ class PerceptionDataModule(SuiteDataModule):
                 imgs.append(_resize(torch.from_numpy(im).permute(2, 0, 1)[None], s, "area"))
                 masks.append(_resize(torch.from_numpy(mk)[None, None], s, "nearest"))
                 sents = [x["sent"] for x in ref["sentences"]] or [""]
+                texts.append((sents[0], sents[-1]))
                 conds.append(embed_expression(sents[0], d))
-                refined.append(embed_expression(sents[-1] if len(sents) > 1 else sents[0], d))
+                refined.append(embed_expression(sents[-1], d))
             target = torch.cat(masks)
             n = target.shape[0]
             out[split] = PerceptionDataset(
                 _pack(torch.cat(imgs), target, torch.ones_like(target, dtype=torch.bool),
                       {"cond": torch.stack(conds), "refined": torch.stack(refined)},
                       {"obj_masks": target[:, None].clone(), "obj_conds": torch.stack(refined)[:, None],
-                       "obj_valid": torch.zeros(n, 1, dtype=torch.bool)})
+                       "obj_valid": torch.zeros(n, 1, dtype=torch.bool),
+                       **_texts([a for a, _ in texts], [b for _, b in texts], [[b] for _, b in texts])})
             )  # fmt: skip
         return out
 

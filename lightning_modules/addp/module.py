@@ -22,6 +22,10 @@ insights as switchable components. No official code exists; the choices the pape
   ``correction_rounds`` of correctional guidance at test time: a simulated user sees the mask, names the wrong object
   it covers most (a negative expression), then gives the refined expression; each round re-noises the previous mask
   to the DDIM step ``restart_step`` and denoises on with :func:`ops.addp.correctional_cfg` (*interpretation*).
+* Expression encoder (``text_encoder``): ``hash``, the datamodule's signed bag-of-words hash (the embedded stand-in,
+  no weights), or ``bert``, a pretrained transformers encoder of the expressions' text (BERT-style, loaded from
+  ``text_encoder_path``, frozen unless ``text_encoder_trainable``) pooled and projected by a learned linear map to
+  ``net.cond_dim`` (:class:`layers.vision_language.pretrained_text.PretrainedTextEncoder`): the paper's kind.
 * Baseline ``mode=discriminative``: the same network in one step (x~ = 0, fixed noise input), trained by regression
   (depth, MSE) or segmentation (masks, BCE): same size, same budget.
 """
@@ -57,6 +61,9 @@ from suite.rng import fixed_draws
 TASKS = ("depth", "refseg")
 MODES = ("diffusion", "discriminative")
 DISTS = ("uniform", "contribution", "power")
+TEXT_ENCODERS = ("hash", "bert")
+# condition key of the batch -> the key of its text (PerceptionDataModule): used when text_encoder != hash
+TEXT_KEYS = {"cond": "text", "refined": "refined_text", "obj_conds": "obj_texts"}
 TASK_AUGMENTS = {"depth": ("none", "self", "shift", "warp", "mix"), "refseg": ("none", "self", "morph", "shift", "mix")}
 
 
@@ -96,6 +103,12 @@ class AddpLitModule(SuiteLitModule):
         depth_protocol: ``pooled`` (every valid pixel of the split; the embedded scenes) or ``nyu_eigen`` (the
             standard NYUv2 protocol: Eigen crop, 10 m cap, per-image means) for the depth metrics.
         curve_batches: Validation/test batches whose per-step x0 quality is measured.
+        text_encoder: ``hash`` (the batch's hashed ``cond`` / ``refined`` / ``obj_conds``; the embedded stand-in) or
+            ``bert`` (a pretrained transformers encoder of the batch's ``text`` / ``refined_text`` / ``obj_texts``).
+        text_encoder_path: ``bert``: a local folder (config, weights, tokenizer) or a hub name (bert-base-uncased).
+        text_encoder_trainable: ``bert``: fine-tune the encoder too (default frozen; the projection always trains).
+        text_pooling: ``bert``: ``mean`` | ``cls`` | ``pooler`` token-feature pooling before the projection.
+        text_max_length: ``bert``: tokens kept per expression.
     """
 
     def __init__(
@@ -130,6 +143,11 @@ class AddpLitModule(SuiteLitModule):
         depth_max: float = 10.0,
         depth_protocol: str = "pooled",
         curve_batches: int = 2,
+        text_encoder: str = "hash",
+        text_encoder_path: str | None = None,
+        text_encoder_trainable: bool = False,
+        text_pooling: str = "mean",
+        text_max_length: int = 64,
         optimizer: OptimizerFactory | None = None,
         scheduler: SchedulerFactory | None = None,
         scheduler_interval: str = "step",
@@ -143,6 +161,7 @@ class AddpLitModule(SuiteLitModule):
             "timestep_use": (timestep_use, ("sample", "weight")),
             "solver": (solver, tuple(SAMPLERS)),
             "depth_protocol": (depth_protocol, DEPTH_PROTOCOLS),
+            "text_encoder": (text_encoder, TEXT_ENCODERS),
         }
         for key, (val, allowed) in choices.items():
             if val not in allowed:
@@ -163,6 +182,21 @@ class AddpLitModule(SuiteLitModule):
         self.save_hyperparameters(ignore=["net", "optimizer", "scheduler"])
         self.net = net
         self.cond_dim = int(getattr(net, "cond_dim", 0))
+        self.text_encoder: nn.Module | None = None
+        if text_encoder == "bert":
+            if not text_encoder_path:
+                raise ConfigError(
+                    "model.text_encoder=bert needs model.text_encoder_path: a local folder or a hub name "
+                    "(e.g. bert-base-uncased)"
+                )
+            if self.cond_dim < 1:
+                raise ConfigError("model.text_encoder=bert needs a denoiser with model.net.cond_dim >= 1")
+            from layers.vision_language.pretrained_text import PretrainedTextEncoder
+
+            self.text_encoder = PretrainedTextEncoder.from_pretrained(
+                str(text_encoder_path), self.cond_dim, pooling=text_pooling, trainable=text_encoder_trainable,
+                max_length=text_max_length,
+            )  # fmt: skip
         self.precond = EDMPrecond(net, sigma_data)
         self.steps = ddim_timesteps(T, n_steps)
         p0 = power_distribution(T, power_gamma) if timestep_dist == "power" else torch.full((T,), 1.0 / T)
@@ -178,10 +212,30 @@ class AddpLitModule(SuiteLitModule):
         self.restart_metrics = nn.ModuleList([MaskMetrics("test") for _ in range(correction_rounds - 1)])
 
     # -- data ------------------------------------------------------------------------------------------------------
-    def encode(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+    def expression(self, batch: dict[str, Any], key: str = "cond") -> Tensor:
+        """The embedding of the batch's expressions, ``cond`` / ``refined`` ``[B, D]`` or ``obj_conds`` ``[B, M, D]``:
+        the batch's hashed vectors (``text_encoder=hash``) or the text encoder of its strings (``obj_texts``: one
+        line per object)."""
+        if self.text_encoder is None:
+            return batch[key].float()
+        texts = batch.get(TEXT_KEYS[key])
+        if texts is None:
+            raise ConfigError(
+                f"model.text_encoder={self.hparams.text_encoder} encodes the expressions' text, but the batch has no "
+                f"{TEXT_KEYS[key]!r} (PerceptionDataModule provides it)"
+            )
+        if key != "obj_conds":
+            return self.text_encoder(list(texts))
+        rows = [t.split("\n") for t in texts]
+        m = batch["obj_masks"].shape[1]
+        if any(len(r) != m for r in rows):
+            raise ConfigError(f"obj_texts must hold one line per object ({m}), got {[len(r) for r in rows]}")
+        return self.text_encoder([t for r in rows for t in r]).view(len(rows), m, -1)
+
+    def encode(self, batch: dict[str, Any]) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         """(x0 [B, 1, H, W] in [-1, 1], valid [B, 1, H, W], conditions) of a batch; checks the embedding size."""
         h = self.hparams
-        cond = batch["cond"].float()
+        cond = self.expression(batch)
         if cond.ndim != 2 or cond.shape[1] != self.cond_dim:
             raise ConfigError(
                 f"condition embedding has shape {tuple(cond.shape)}, the denoiser expects [B, {self.cond_dim}] "
@@ -388,10 +442,11 @@ class AddpLitModule(SuiteLitModule):
         for r, metric in enumerate(self.round_metrics):
             if r > 0 and h.mode == "diffusion":
                 if r == 1:
-                    neg = pick_negative(self.decode(pred), batch["obj_masks"], batch["obj_valid"], batch["obj_conds"])
+                    objs = self.expression(batch, "obj_conds")
+                    neg = pick_negative(self.decode(pred), batch["obj_masks"], batch["obj_valid"], objs)
                     w_neg = h.correction_w_neg
                 if r >= 2:
-                    c = {**c, "cond": batch["refined"].float()}
+                    c = {**c, "cond": self.expression(batch, "refined")}
                 pred, _ = self.predict(c, x_start=pred.clamp(-1, 1), start=h.restart_step, neg=neg, w_neg=w_neg)
             metric.update(self.decode(pred), target)
             self.log(f"test/iou_round{r + 1}", metric.iou, on_epoch=True, batch_size=pred.shape[0])

@@ -148,6 +148,9 @@ def test_refcoco_refs_instances_images(tmp_path: Path):
     assert [len(dm.datasets[s]) for s in ("train", "val", "test")] == [2, 1, 1]
     assert torch.allclose(dm.datasets["train"].items["cond"][0], embed_expression("man on the left", 64))
     assert torch.allclose(dm.datasets["train"].items["refined"][0], embed_expression("left man in red", 64))
+    items = dm.datasets["train"].items  # the text for a pretrained encoder (model.text_encoder=bert)
+    assert items["text"][0] == "man on the left"
+    assert items["refined_text"][0] == items["obj_texts"][0] == "left man in red"
     square = coco_mask([[5.0, 5.0, 15.0, 5.0, 15.0, 15.0, 5.0, 15.0]], 20, 30)
     assert 100 <= square.sum() <= 121
     rle = coco_mask({"counts": [200, 100, 300], "size": [20, 30]}, 20, 30)

@@ -189,33 +189,11 @@ class DeepSemdiceLitModule(SuiteLitModule):
         self.log_dict({f"train/{k}": v.detach() for k, v in losses.items()})
 
     # -- evaluation --------------------------------------------------------------------------------------------------
-    @torch.no_grad()
     def coverage(
         self, env: Any, episodes: int, steps: int | None, seed: int, behaviour: Any = None
     ) -> dict[str, float]:
-        """Roll out the deterministic actor (or ``behaviour.act(t)``, a behaviour policy); entropy / count of the
-        visited (x, y) cells and the particle entropy of the visited states."""
-        from datamodules.gym_offline import flat_obs  # the env protocol only; no paper code in datamodules
-
-        states = []
-        for ep in range(episodes):
-            obs, _ = env.reset(seed=seed + ep)
-            for t in range(steps or 10**9):
-                if behaviour is not None:
-                    action = np.asarray(behaviour.act(t), dtype=np.float32)
-                else:
-                    action = self.actor(torch.from_numpy(flat_obs(obs)).double()[None])[0].float().numpy()
-                obs, _, terminated, truncated, _ = env.step(action)
-                states.append(flat_obs(obs))
-                if terminated or truncated:
-                    break
-        x = np.stack(states)
-        cells = np.floor(x[:, :2] / self.cell).astype(np.int64)
-        _, counts = np.unique(cells, axis=0, return_counts=True)
-        p = counts / counts.sum()
-        xs = torch.from_numpy(x).double()
-        pbe = float(torch.log(self.c + ops.knn_mean_distance(xs, min(self.k, len(xs) - 1))).mean())
-        return {"cell_entropy": float(-(p * np.log(p)).sum()), "cells": float(len(counts)), "pbe": pbe}
+        """Roll out the deterministic actor (or ``behaviour.act(t)``, a behaviour policy): :func:`state_coverage`."""
+        return state_coverage(self.actor, env, episodes, steps, seed, self.cell, self.k, self.c, behaviour)
 
     def _eval_step(self, batch: list[torch.Tensor], stage: str) -> None:
         losses = self.losses(batch, actor=False)
@@ -245,3 +223,43 @@ class DeepSemdiceLitModule(SuiteLitModule):
 
     def on_test_epoch_end(self) -> None:
         self._log_coverage("test")
+
+
+@torch.no_grad()
+def state_coverage(
+    actor: nn.Module,
+    env: Any,
+    episodes: int,
+    steps: int | None,
+    seed: int,
+    cell: float,
+    k: int = 6,
+    c: float = 1.0,
+    behaviour: Any = None,
+) -> dict[str, float]:
+    """Roll out the deterministic ``actor`` (float64 states in, tanh actions out; or ``behaviour.act(t)``, a behaviour
+    policy) for ``episodes`` episodes from ``env.reset(seed=seed + ep)``: entropy and count of the visited
+    ``cell``-sized squares of the first two state coordinates, and the mean kNN particle entropy of the visited states.
+    Shared by the pre-training (:class:`DeepSemdiceLitModule`) and the online APT (``finetune.DdpgFinetuneLitModule``
+    with ``eval_metric=coverage``), so both are scored by the same roll-outs."""
+    from datamodules.gym_offline import flat_obs  # the env protocol only; no paper code in datamodules
+
+    states = []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=seed + ep)
+        for t in range(steps or 10**9):
+            if behaviour is not None:
+                action = np.asarray(behaviour.act(t), dtype=np.float32)
+            else:
+                action = actor(torch.from_numpy(flat_obs(obs)).double()[None])[0].float().numpy()
+            obs, _, terminated, truncated, _ = env.step(action)
+            states.append(flat_obs(obs))
+            if terminated or truncated:
+                break
+    x = np.stack(states)
+    cells = np.floor(x[:, :2] / cell).astype(np.int64)
+    _, counts = np.unique(cells, axis=0, return_counts=True)
+    p = counts / counts.sum()
+    xs = torch.from_numpy(x).double()
+    pbe = float(torch.log(c + ops.knn_mean_distance(xs, min(k, len(xs) - 1))).mean())
+    return {"cell_entropy": float(-(p * np.log(p)).sum()), "cells": float(len(counts)), "pbe": pbe}

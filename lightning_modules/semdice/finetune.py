@@ -10,6 +10,15 @@ starting from scratch), stores them in a replay buffer, then makes one critic up
 Q'(s', pi'(s') + smoothing)``) and one actor update (``-Q(s, pi(s))``), with Polyak targets. ``train/episode_return``
 is logged at every episode end and ``val/return`` / ``test/return`` is the mean deterministic return over
 ``eval_episodes``.
+
+The same module runs the **APT baseline as its paper and URLB run it: online, reward-free** (``reward=apt``): the
+env's reward is ignored and each update's reward is APT's particle reward of the batch's next states,
+``log(1 + mean of the k = 12 nearest-neighbour distances / their running mean)`` (Liu & Abbeel 2021, eq. 6; URLB
+``PBE`` with ``knn_avg``, ``knn_rms``; :func:`ops.semdice.deep.apt_particle_reward`), with URLB's double-Q critic
+(``double_q``: two critics, the minimum in the target and in the actor's objective) and ``eval_metric=coverage`` (the
+pre-training check's coverage roll-outs, :func:`lightning_modules.semdice.deep.state_coverage`). The kNN runs in the
+raw state space: URLB's ICM trunk (a learnt 512-d representation for the kNN) is not built (PointMaze's state is
+4-d, positions and velocities).
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ import torch
 from torch import nn
 
 from lightning_modules._base import SuiteLitModule
-from lightning_modules.semdice.deep import mlp
+from lightning_modules.semdice.deep import mlp, state_coverage
+from ops.semdice import deep as ops
 from ops.semdice.tabular import check_gamma
 from suite.debug import smoke_test
 from suite.errors import CheckpointError, ConfigError
@@ -68,6 +78,10 @@ def pretrained_checkpoint(init_run: str, seed: int) -> str:
     return str(ckpt)
 
 
+REWARDS = ("task", "apt")
+EVAL_METRICS = ("return", "coverage")
+
+
 class DdpgFinetuneLitModule(SuiteLitModule):
     """Online DDPG on the task reward, optionally initialised from a pre-trained SEMDICE / APT actor.
 
@@ -83,6 +97,11 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         warmup: Environment steps before the first update (random actions only when starting from scratch).
         env_steps: Environment steps per training step.
         eval_episodes: Deterministic evaluation episodes per validation.
+        reward: ``task`` (the env's reward, fine-tuning) or ``apt`` (reward-free: APT's particle reward).
+        knn_k: APT's neighbours (12, URLB); knn_c: its ``c``; knn_rms: divide the distances by their running mean.
+        double_q: Two critics, their minimum in the target and the actor's objective (URLB's DDPG critic).
+        eval_metric: ``return`` (``val/return``) or ``coverage`` (``val/cell_entropy``, ``val/cells``, ``val/pbe``
+            of ``eval_episodes`` roll-outs of ``eval_steps`` steps, squares of side ``cell``; the pre-training check's).
     """
 
     def __init__(
@@ -101,9 +120,25 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         warmup: int = 1000,
         env_steps: int = 1,
         eval_episodes: int = 2,
+        reward: str = "task",
+        knn_k: int = 12,
+        knn_c: float = 1.0,
+        knn_rms: bool = True,
+        double_q: bool = False,
+        eval_metric: str = "return",
+        eval_steps: int | None = None,
+        cell: float = 0.5,
     ) -> None:
         super().__init__()
         check_gamma(gamma, "model.gamma")
+        if reward not in REWARDS:
+            raise ConfigError(f"model.reward={reward!r} must be one of {list(REWARDS)}")
+        if eval_metric not in EVAL_METRICS:
+            raise ConfigError(f"model.eval_metric={eval_metric!r} must be one of {list(EVAL_METRICS)}")
+        if knn_k < 1 or cell <= 0 or knn_c <= 0:
+            raise ConfigError(f"model: knn_k={knn_k} >= 1, knn_c={knn_c} > 0, cell={cell} > 0 required")
+        if reward == "apt" and knn_k >= batch:
+            raise ConfigError(f"model.knn_k={knn_k} must be smaller than model.batch={batch} (the kNN runs in a batch)")
         if min(hidden, buffer_size, batch, env_steps) < 1 or warmup < 0 or lr <= 0 or not 0 < tau <= 1:
             raise ConfigError(
                 f"model: hidden={hidden}, buffer_size={buffer_size}, batch={batch}, env_steps={env_steps} must be "
@@ -120,6 +155,11 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         self.init_ckpt, self.gamma, self.tau, self.lr = init_ckpt, gamma, tau, lr
         self.noise, self.noise_clip, self.batch, self.warmup = noise, noise_clip, batch, warmup
         self.buffer_size, self.env_steps, self.eval_episodes = buffer_size, env_steps, eval_episodes
+        self.reward, self.knn_k, self.knn_c, self.double_q = reward, knn_k, knn_c, double_q
+        self.eval_metric, self.eval_steps, self.cell = eval_metric, eval_steps, cell
+        self.knn_rms = knn_rms
+        # APT's running mean of kNN distances (mean, count), a buffer so that a resumed run keeps its reward scale
+        self.register_buffer("rms_state", torch.tensor([0.0, 1e-4], dtype=torch.float64))
         self._built = False
         self.env: Any = None
         self.env_step = 0
@@ -129,10 +169,12 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         h = self.hparams.hidden
         self.actor = nn.Sequential(mlp(obs_dim, act_dim, h), nn.Tanh()).double()
         self.critic = mlp(obs_dim + act_dim, 1, h).double()
+        self.critic2 = mlp(obs_dim + act_dim, 1, h).double() if self.double_q else None
         if self.init_ckpt is not None:
             self._load_actor(self.init_ckpt)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.critic2_target = copy.deepcopy(self.critic2).requires_grad_(False) if self.double_q else None
         self.obs_dim, self.act_dim, self._built = obs_dim, act_dim, True
         self.buf = {
             "s": np.zeros((self.buffer_size, obs_dim)),
@@ -164,10 +206,8 @@ class DdpgFinetuneLitModule(SuiteLitModule):
             self._build(dm.obs_dim, dm.act_dim)
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
-        return [
-            torch.optim.Adam(self.critic.parameters(), lr=self.lr),
-            torch.optim.Adam(self.actor.parameters(), lr=self.lr),
-        ]
+        critics = [*self.critic.parameters(), *(self.critic2.parameters() if self.double_q else [])]
+        return [torch.optim.Adam(critics, lr=self.lr), torch.optim.Adam(self.actor.parameters(), lr=self.lr)]
 
     # -- acting ------------------------------------------------------------------------------------------------------
     def _reset(self, env: Any, seed: int | None = None) -> np.ndarray:
@@ -213,6 +253,44 @@ class DdpgFinetuneLitModule(SuiteLitModule):
     def q(self, net: nn.Module, s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         return net(torch.cat([s, a], -1)).squeeze(-1)
 
+    def q_min(self, s: torch.Tensor, a: torch.Tensor, target: bool = False) -> torch.Tensor:
+        """``Q(s, a)``, or with ``double_q`` the minimum of the two critics (URLB's DDPG)."""
+        q = self.q(self.critic_target if target else self.critic, s, a)
+        if self.double_q:
+            q = torch.minimum(q, self.q(self.critic2_target if target else self.critic2, s, a))
+        return q
+
+    def critic_loss(
+        self, s: torch.Tensor, a: torch.Tensor, r: torch.Tensor, s2: torch.Tensor, d: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """TD loss of a replay batch and the reward it used: the env's ``r`` (``reward=task``) or APT's particle
+        reward of ``s2`` (``reward=apt``, ``r`` ignored); target ``r + gamma (1 - d) Q'(s2, pi'(s2) + smoothing)``,
+        ``Q'`` the minimum of the two target critics with ``double_q``, each critic regressed to it."""
+        with torch.no_grad():
+            if self.reward == "apt":
+                r = self.intrinsic_reward(s2)
+            eps = (torch.randn_like(a) * self.noise).clamp(-self.noise_clip, self.noise_clip)
+            a2 = (self.actor_target(s2) + eps).clamp(-1, 1)
+            target = r + self.gamma * (1 - d) * self.q_min(s2, a2, target=True)
+        loss = ((self.q(self.critic, s, a) - target) ** 2).mean()
+        if self.double_q:
+            loss = loss + ((self.q(self.critic2, s, a) - target) ** 2).mean()
+        return loss, r
+
+    def intrinsic_reward(self, s2: torch.Tensor) -> torch.Tensor:
+        """APT's particle reward of a batch of next states (``reward=apt``), updating the running mean (a smoke
+        test's tiny batch uses fewer neighbours)."""
+        if s2.shape[0] < 2:
+            return torch.zeros(s2.shape[0], dtype=s2.dtype)
+        rms = None
+        if self.knn_rms:
+            rms = ops.RunningMean()
+            rms.mean, rms.count = (float(v) for v in self.rms_state)
+        r = ops.apt_particle_reward(s2, min(self.knn_k, s2.shape[0] - 1), self.knn_c, rms)
+        if rms is not None:
+            self.rms_state.copy_(torch.tensor([rms.mean, rms.count], dtype=torch.float64))
+        return r
+
     def training_step(self, batch: Any, batch_idx: int) -> None:
         self._collect()
         n = min(self.size, self.buffer_size)
@@ -225,20 +303,21 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         idx = self._rng.integers(0, n, batch)
         s, a, r, s2, d = (torch.from_numpy(self.buf[k][idx]) for k in ("s", "a", "r", "s2", "d"))
         opt_critic, opt_actor = self.optimizers()
-        with torch.no_grad():
-            eps = (torch.randn_like(a) * self.noise).clamp(-self.noise_clip, self.noise_clip)
-            a2 = (self.actor_target(s2) + eps).clamp(-1, 1)
-            target = r + self.gamma * (1 - d) * self.q(self.critic_target, s2, a2)
-        critic_loss = ((self.q(self.critic, s, a) - target) ** 2).mean()
+        critic_loss, r = self.critic_loss(s, a, r, s2, d)
+        if self.reward == "apt":
+            self.log("train/intr_reward", r.mean())
         opt_critic.zero_grad()
         self.manual_backward(critic_loss)
         opt_critic.step()
-        actor_loss = -self.q(self.critic, s, self.actor(s)).mean()
+        actor_loss = -self.q_min(s, self.actor(s)).mean()
         opt_actor.zero_grad()
         self.manual_backward(actor_loss)
         opt_actor.step()
+        pairs = [(self.critic, self.critic_target), (self.actor, self.actor_target)]
+        if self.double_q:
+            pairs.append((self.critic2, self.critic2_target))
         with torch.no_grad():
-            for net, tgt in ((self.critic, self.critic_target), (self.actor, self.actor_target)):
+            for net, tgt in pairs:
                 for p, pt in zip(net.parameters(), tgt.parameters()):
                     pt.lerp_(p, self.tau)
         self.log("train/loss", critic_loss, prog_bar=True)
@@ -263,10 +342,25 @@ class DdpgFinetuneLitModule(SuiteLitModule):
             env.close()
         return float(np.mean(returns))
 
+    def coverage(self, episodes: int) -> dict[str, float]:
+        """The pre-training check's coverage of the deterministic actor (``eval_metric=coverage``): roll-outs from
+        ``env.reset(seed=10_000 + ep)`` with no reset options, as :class:`DeepSemdiceLitModule` scores its actors."""
+        env = self.trainer.datamodule.make_env()
+        try:
+            return state_coverage(self.actor, env, episodes, self.eval_steps, 10_000, self.cell, 6, self.knn_c)
+        finally:
+            env.close()
+
+    def _evaluate(self, stage: str) -> None:
+        if self.eval_metric == "coverage":
+            self.log_dict({f"{stage}/{k}": v for k, v in self.coverage(self.eval_episodes).items()}, batch_size=1)
+        else:
+            self.log(f"{stage}/return", self.evaluate(self.eval_episodes), batch_size=1)
+
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         if not self.trainer.sanity_checking:
-            self.log("val/return", self.evaluate(self.eval_episodes), batch_size=1)
+            self._evaluate("val")
             self.log("val/env_steps", float(self.env_step), batch_size=1)
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
-        self.log("test/return", self.evaluate(self.eval_episodes), batch_size=1)
+        self._evaluate("test")

@@ -36,11 +36,7 @@ def soft_chisq_f_pos_conj(y: torch.Tensor) -> torch.Tensor:
 
 def knn_mean_distance(x: torch.Tensor, k: int = 6) -> torch.Tensor:
     """Mean Euclidean distance from each row of ``x [B, D]`` to its ``k`` nearest other rows, ``[B]``."""
-    if not 1 <= k < x.shape[0]:
-        raise ValueError(f"k={k} must satisfy 1 <= k < batch size {x.shape[0]}")
-    dist = torch.cdist(x, x)
-    dist = dist + torch.diag(torch.full((x.shape[0],), float("inf"), dtype=x.dtype, device=x.device))
-    return dist.topk(k, dim=1, largest=False).values.mean(1)
+    return knn_distances(x, k).mean(1)
 
 
 def knn_mean_distance_naive(x: torch.Tensor, k: int = 6) -> torch.Tensor:
@@ -50,6 +46,39 @@ def knn_mean_distance_naive(x: torch.Tensor, k: int = 6) -> torch.Tensor:
         d = torch.stack([torch.sqrt(((x[i] - x[j]) ** 2).sum()) for j in range(x.shape[0]) if j != i])
         out.append(torch.sort(d).values[:k].mean())
     return torch.stack(out)
+
+
+def knn_distances(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Distances from each row of ``x [B, D]`` to its ``k`` nearest other rows, ascending, ``[B, k]``."""
+    if not 1 <= k < x.shape[0]:
+        raise ValueError(f"k={k} must satisfy 1 <= k < batch size {x.shape[0]}")
+    dist = torch.cdist(x, x)
+    dist = dist + torch.diag(torch.full((x.shape[0],), float("inf"), dtype=x.dtype, device=x.device))
+    return dist.topk(k, dim=1, largest=False).values
+
+
+class RunningMean:
+    """Running mean of every value seen (URLB's ``RMS`` mean, started at 0 with a 1e-4 pseudo-count): APT divides
+    its kNN distances by it so the particle reward keeps one scale while the agent's states spread."""
+
+    def __init__(self, eps: float = 1e-4) -> None:
+        self.mean, self.count = 0.0, eps
+
+    def update(self, x: torch.Tensor) -> float:
+        n = x.numel()
+        self.mean += (float(x.mean()) - self.mean) * n / (self.count + n)
+        self.count += n
+        return self.mean
+
+
+def apt_particle_reward(x: torch.Tensor, k: int = 12, c: float = 1.0, rms: RunningMean | None = None) -> torch.Tensor:
+    """APT's intrinsic reward of a batch of states ``x [B, D]`` (Liu & Abbeel 2021, eq. 6; URLB ``PBE`` with
+    ``knn_avg``): ``log(c + mean_j d_j(s) / m)``, ``d_j`` the distances to the ``k`` nearest other states of the
+    batch, ``m`` the running mean of all distances seen (``rms``; ``None``: ``m = 1``, the raw distances), ``[B]``."""
+    d = knn_distances(x, k)
+    if rms is not None:
+        d = d / rms.update(d)
+    return torch.log(c + d.mean(1))
 
 
 def pbe_log_density(x: torch.Tensor, k: int = 6, c: float = 1.0) -> torch.Tensor:

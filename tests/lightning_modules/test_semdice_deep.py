@@ -172,3 +172,91 @@ def test_finetune_picks_the_pretraining_run_of_its_seed(tmp_path):
         DdpgFinetuneLitModule(init_run=str(sweep), init_seed=2)
     with pytest.raises(ConfigError, match="exclusive"):
         DdpgFinetuneLitModule(init_run=str(sweep), init_ckpt="x.ckpt")
+
+
+def _apt_module(**kw):
+    from lightning_modules.semdice import DdpgFinetuneLitModule
+
+    m = DdpgFinetuneLitModule(hidden=16, buffer_size=10, batch=32, reward="apt", double_q=True, knn_k=4, **kw)
+    m._build(4, 2)
+    return m
+
+
+def test_online_apt_rewards_novelty_not_the_task_and_bootstraps_on_the_twin_minimum():
+    """reward=apt: the TD target is APT's particle reward of the next states (the env's reward ignored) plus the
+    discounted minimum of the two target critics; each critic is regressed to it; the actor maximises the minimum."""
+    g = torch.Generator().manual_seed(0)
+    s, s2 = torch.randn(32, 4, dtype=torch.float64, generator=g), torch.randn(32, 4, dtype=torch.float64, generator=g)
+    a = torch.rand(32, 2, dtype=torch.float64, generator=g) * 2 - 1
+    d = (torch.rand(32, generator=g) < 0.2).double()
+    m = _apt_module()
+    with torch.no_grad():  # centre the second target critic on the first, so that each is the minimum somewhere
+        probe = torch.cat([s2, m.actor_target(s2)], -1)
+        m.critic2_target[-1].bias += (m.critic_target(probe) - m.critic2_target(probe)).mean()
+    torch.manual_seed(5)
+    loss0, r0 = m.critic_loss(s, a, torch.zeros(32, dtype=torch.float64), s2, d)
+    m.rms_state.copy_(torch.tensor([0.0, 1e-4], dtype=torch.float64))
+    torch.manual_seed(5)
+    loss1, r1 = m.critic_loss(s, a, torch.full((32,), 1e6, dtype=torch.float64), s2, d)
+    torch.testing.assert_close(loss0, loss1, rtol=0, atol=0)  # the task reward never enters
+    torch.manual_seed(5)
+    eps = (torch.randn_like(a) * m.noise).clamp(-m.noise_clip, m.noise_clip)
+    a2 = (m.actor_target(s2) + eps).clamp(-1, 1)
+    with torch.no_grad():
+        x2 = torch.cat([s2, a2], -1)
+        q1_next, q2_next = m.critic_target(x2).squeeze(-1), m.critic2_target(x2).squeeze(-1)
+        assert (q1_next < q2_next).any() and (q2_next < q1_next).any()  # the twins differ: the minimum matters
+        q_next = torch.minimum(q1_next, q2_next)
+        r = ops.apt_particle_reward(s2, 4, 1.0, ops.RunningMean())
+        target = r + m.gamma * (1 - d) * q_next
+        x = torch.cat([s, a], -1)
+        want = ((m.critic(x).squeeze(-1) - target) ** 2).mean() + ((m.critic2(x).squeeze(-1) - target) ** 2).mean()
+    torch.testing.assert_close(r0, r, rtol=0, atol=1e-14)
+    torch.testing.assert_close(loss0, want, rtol=0, atol=1e-12)
+    assert float(m.rms_state[1]) == pytest.approx(32 * 4 + 1e-4)  # the running mean saw every distance once
+    q1, q2 = m.q(m.critic, s, a), m.q(m.critic2, s, a)
+    torch.testing.assert_close(m.q_min(s, a), torch.minimum(q1, q2), rtol=0, atol=0)
+    task = _apt_module()
+    task.reward = "task"
+    torch.manual_seed(5)
+    lt0, _ = task.critic_loss(s, a, torch.zeros(32, dtype=torch.float64), s2, d)
+    torch.manual_seed(5)
+    lt1, _ = task.critic_loss(s, a, torch.ones(32, dtype=torch.float64), s2, d)
+    assert float((lt0 - lt1).abs()) > 1e-3  # with reward=task the env's reward is the target's
+    from lightning_modules.semdice import DdpgFinetuneLitModule
+
+    with pytest.raises(ConfigError, match="model.reward='rnd'"):
+        DdpgFinetuneLitModule(reward="rnd")
+    with pytest.raises(ConfigError, match="model.knn_k=12 must be smaller than model.batch=8"):
+        DdpgFinetuneLitModule(reward="apt", batch=8)
+    with pytest.raises(ConfigError, match="model.eval_metric='auc'"):
+        DdpgFinetuneLitModule(eval_metric="auc")
+
+
+def test_the_claims_online_apt_entry_runs_and_is_scored_by_coverage(tmp_path, capsys):
+    """The deep claim's ``apt_online`` entry, as the spec writes it (tiny budget appended): it learns from its own
+    replay with the particle reward, logs the coverage curve against environment steps, records its step-0 coverage
+    for the weak-baseline rule, and leaves an actor the downstream check can load."""
+    import json
+    import shlex
+
+    from lightning_modules.semdice import DdpgFinetuneLitModule
+    from suite.claim import load_spec, merge_overrides
+    from tests.conftest import run_entry
+
+    spec = load_spec("semdice_deep")
+    entry = next(e for e in spec["runs"] if e["name"] == "apt_online")
+    tiny = ["data.steps_per_epoch=30", "model.warmup=16", "model.batch=24", "model.eval_episodes=1",
+            "model.eval_steps=40", "data.episode_steps=40", "trainer.max_epochs=2", "logger=csv",
+            "trainer.enable_progress_bar=false", "eval_at_start=true", f"paths.log_dir={tmp_path}"]  # fmt: skip
+    args = merge_overrides(shlex.split(spec["overrides"]), shlex.split(entry["overrides"]), tiny)
+    assert "model.reward=apt" in args and "data=gym_online" in args
+    assert run_entry("train", ["experiment=semdice_deep", *args]) == 0, capsys.readouterr().err[-2000:]
+    (run,) = (tmp_path / "train" / "semdice_deep" / "runs").glob("*")
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert {"test/cell_entropy", "test/cells", "val/cell_entropy@start"} <= set(metrics), sorted(metrics)
+    assert "test/return" not in metrics
+    curve = (run / "csv" / "metrics.csv").read_text()
+    assert "train/intr_reward" in curve and "val/env_steps" in curve
+    ft = DdpgFinetuneLitModule(init_ckpt=str(run / "checkpoints" / "last.ckpt"), buffer_size=10)
+    ft._build(4, 2)  # the downstream check loads this actor like a SEMDICE one

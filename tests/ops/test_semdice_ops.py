@@ -248,3 +248,22 @@ def test_fused_policy_gradient_matches_autograd(mdp, state_reward):
         opt.step()
     fl = fused.policy_gradient_ascent(l0, T.numpy(), p0.numpy(), GAMMA, reward.numpy(), 2.0, 30)
     np.testing.assert_allclose(fl, logits.detach().numpy(), rtol=0, atol=1e-11)
+
+
+def test_apt_particle_reward_by_hand():
+    """Four points on a line, k = 2: the mean distance to the two nearest others, divided by the running mean of
+    every distance seen (URLB's RMS from 0 with a 1e-4 pseudo-count), then log(c + .)."""
+    x = torch.tensor([[0.0], [1.0], [3.0], [7.0]], dtype=torch.float64)
+    # nearest two: 0 -> (1, 3); 1 -> (1, 2); 3 -> (2, 3); 7 -> (4, 6)
+    d = torch.tensor([[1.0, 3.0], [1.0, 2.0], [2.0, 3.0], [4.0, 6.0]], dtype=torch.float64)
+    torch.testing.assert_close(deep.knn_distances(x, 2), d, rtol=0, atol=0)
+    torch.testing.assert_close(deep.apt_particle_reward(x, 2, 1.0), torch.log(1 + d.mean(1)), rtol=0, atol=1e-15)
+    rms = deep.RunningMean()
+    m1 = 22.0 / 8 * 8 / (1e-4 + 8)  # first update: mean 2.75 of 8 distances, pulled by the pseudo-count
+    torch.testing.assert_close(deep.apt_particle_reward(x, 2, 1.0, rms), torch.log(1 + d.mean(1) / m1), rtol=0, atol=1e-14)
+    assert rms.count == pytest.approx(8 + 1e-4) and rms.mean == pytest.approx(m1, abs=1e-15)
+    m2 = m1 + (2 * 2.75 - m1) * 8 / (8 + 1e-4 + 8)  # the same batch scaled by 2: the mean of all 16 distances seen
+    torch.testing.assert_close(
+        deep.apt_particle_reward(2 * x, 2, 1.0, rms), torch.log(1 + 2 * d.mean(1) / m2), rtol=0, atol=1e-14
+    )
+    assert rms.mean == pytest.approx(2.75 * 1.5, rel=1e-5)

@@ -46,3 +46,13 @@ def test_deep_report_judges_against_apt_and_the_data_policy(tmp_path):
     text = deep_report(recs, tmp_path)
     assert "| data |" in text and "| init |" in text
     assert text.count("**reproduced**") == 2 and "semdice_finetune.md" in text
+    # the online APT (its paper's protocol) is judged on a row of its own, with its curve against env steps
+    online = [rec("apt_online", 2.5 + s / 100, 20) for s in range(3)]
+    for r in online:
+        r.curves["val/env_steps"] = [(0, 1000.0), (8, 9000.0), (10, 11000.0)]
+    text = deep_report(recs + online, tmp_path)
+    assert "APT, online as its paper runs it" in text and text.count("**reproduced**") == 3
+    assert "| 9000 | 2.510 ± 0.01 |" in text
+    close = [rec("apt_online", 3.0 + s / 100, 27) for s in range(3)]  # as good as SEMDICE: not reproduced
+    row = [line for line in deep_report(recs + close, tmp_path).splitlines() if "online as its paper" in line]
+    assert len(row) == 1 and "**reproduced**" not in row[0]

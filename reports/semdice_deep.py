@@ -4,10 +4,9 @@ actor vs the data's own behaviour policy), the APT curves, and the verdicts on t
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
-
-import statistics
 
 from suite.report import Verdict, compare, entry_curves, mean_sd, plateau, values, verdict_table
 

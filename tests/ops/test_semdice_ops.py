@@ -260,7 +260,9 @@ def test_apt_particle_reward_by_hand():
     torch.testing.assert_close(deep.apt_particle_reward(x, 2, 1.0), torch.log(1 + d.mean(1)), rtol=0, atol=1e-15)
     rms = deep.RunningMean()
     m1 = 22.0 / 8 * 8 / (1e-4 + 8)  # first update: mean 2.75 of 8 distances, pulled by the pseudo-count
-    torch.testing.assert_close(deep.apt_particle_reward(x, 2, 1.0, rms), torch.log(1 + d.mean(1) / m1), rtol=0, atol=1e-14)
+    torch.testing.assert_close(
+        deep.apt_particle_reward(x, 2, 1.0, rms), torch.log(1 + d.mean(1) / m1), rtol=0, atol=1e-14
+    )
     assert rms.count == pytest.approx(8 + 1e-4) and rms.mean == pytest.approx(m1, abs=1e-15)
     m2 = m1 + (2 * 2.75 - m1) * 8 / (8 + 1e-4 + 8)  # the same batch scaled by 2: the mean of all 16 distances seen
     torch.testing.assert_close(

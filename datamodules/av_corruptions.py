@@ -16,7 +16,8 @@ unimodal assistance selects on exactly that). A linear probe on the audio featur
 tests/datamodules/test_multimodal.py. Per sample the onset, duration, gain, pitch and a background noise floor are
 random.
 
-Corruptions follow READ's Kinetics50-C / VGGSound-C: ImageNet-C-style video corruptions (a subset of the 15) and
+Corruptions follow READ's Kinetics50-C / VGGSound-C: ImageNet-C-style video corruptions (a subset of the 15, the
+shared functions of :mod:`datamodules.corruptions` with ImageNet-C's parameters, :data:`VIDEO_TABLE`) and
 the 6 audio corruptions (gaussian_noise, traffic, crowd, rain, thunder, wind), each at severities 1-5. Audio noise
 is added in the power domain (the READ benchmark mixes noise waveforms into the audio), as spectral signatures:
 traffic = low-frequency rumble, crowd = babble of other classes' harmonics, rain = broadband crackle, thunder =
@@ -25,11 +26,26 @@ loud low-frequency bursts, wind = slowly modulated low-mid band.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import numpy as np
 import torch
-import torch.nn.functional as F
+
+from datamodules import corruptions
 
 VIDEO_CORRUPTIONS = ("gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "contrast", "brightness")
+#: Video corruption -> (shared function of :mod:`datamodules.corruptions`, its parameter per severity 1..5). The noise,
+#: contrast and brightness parameters are ImageNet-C's (READ corrupts 224 px frames); defocus is approximated by a
+#: Gaussian blur of std sigma (kernel radius ceil(2 sigma)), which SuMi's pinned results were produced with.
+VIDEO_TABLE: dict[str, tuple[Callable[..., torch.Tensor], tuple[float, ...]]] = {
+    "gaussian_noise": (corruptions.gaussian_noise, (0.08, 0.12, 0.18, 0.26, 0.38)),
+    "shot_noise": (corruptions.shot_noise, (60.0, 25.0, 12.0, 5.0, 3.0)),
+    "impulse_noise": (corruptions.impulse_noise, (0.03, 0.06, 0.09, 0.17, 0.27)),
+    "defocus_blur": (partial(corruptions.gaussian_blur, truncate=2.0), (0.6, 0.9, 1.2, 1.6, 2.2)),
+    "contrast": (corruptions.contrast, (0.4, 0.3, 0.2, 0.1, 0.05)),
+    "brightness": (corruptions.brightness, (0.1, 0.2, 0.3, 0.4, 0.5)),
+}
 AUDIO_CORRUPTIONS = ("gaussian_noise", "traffic", "crowd", "rain", "thunder", "wind")
 
 
@@ -109,32 +125,13 @@ def corrupt_audio(power: np.ndarray, kind: str, severity: int, rng: np.random.Ge
 
 
 def corrupt_video(images: torch.Tensor, kind: str, severity: int, gen: torch.Generator) -> torch.Tensor:
-    """ImageNet-C-style corruption of images ``[N, C, H, W]`` in ``[0, 1]`` at ``severity`` in 1..5."""
+    """ImageNet-C-style corruption of images ``[N, C, H, W]`` in ``[0, 1]`` at ``severity`` in 1..5.
+
+    The shared corruption functions of :mod:`datamodules.corruptions` with READ's table :data:`VIDEO_TABLE`. RGB
+    frames get the standard per-channel contrast and HSV brightness; on SuMi's grey frames these equal, bit for bit,
+    the global-mean contrast and additive brightness its results were produced with.
+    """
     if kind not in VIDEO_CORRUPTIONS:
         raise ValueError(f"video corruption {kind!r} must be one of {list(VIDEO_CORRUPTIONS)}")
-    s = severity - 1
-    x = images
-    if kind == "gaussian_noise":
-        x = x + torch.randn(x.shape, generator=gen) * [0.08, 0.12, 0.18, 0.26, 0.38][s]
-    elif kind == "shot_noise":
-        lam = [60.0, 25.0, 12.0, 5.0, 3.0][s]
-        x = torch.poisson(x * lam, generator=gen) / lam
-    elif kind == "impulse_noise":
-        amount = [0.03, 0.06, 0.09, 0.17, 0.27][s]
-        u = torch.rand(x.shape, generator=gen)
-        x = torch.where(u < amount / 2, torch.zeros_like(x), torch.where(u > 1 - amount / 2, torch.ones_like(x), x))
-    elif kind == "defocus_blur":
-        sigma = [0.6, 0.9, 1.2, 1.6, 2.2][s]
-        r = int(np.ceil(2 * sigma))
-        k = torch.exp(-(torch.arange(-r, r + 1, dtype=x.dtype) ** 2) / (2 * sigma**2))
-        k = k / k.sum()
-        c = x.shape[1]
-        x = F.conv2d(F.pad(x, (r, r, 0, 0), mode="reflect"), k.view(1, 1, 1, -1).repeat(c, 1, 1, 1), groups=c)
-        x = F.conv2d(F.pad(x, (0, 0, r, r), mode="reflect"), k.view(1, 1, -1, 1).repeat(c, 1, 1, 1), groups=c)
-    elif kind == "contrast":
-        c = [0.4, 0.3, 0.2, 0.1, 0.05][s]
-        mean = x.mean(dim=(1, 2, 3), keepdim=True)
-        x = (x - mean) * c + mean
-    else:  # brightness
-        x = x + [0.1, 0.2, 0.3, 0.4, 0.5][s]
-    return x.clamp(0.0, 1.0)
+    fn, params = VIDEO_TABLE[kind]
+    return fn(images, params[severity - 1], gen)

@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import Dataset
 
 from datamodules._base import SuiteDataModule, seeded_permutation, split_indices
+from datamodules.corruptions import CorruptibleImages
 from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 # Where the Debian package `dataset-fashion-mnist` puts its files (the first is Debian's install path; the others
@@ -218,7 +219,7 @@ class ImageTensorDataset(Dataset):
         return (x, self.labels[i], i) if self.return_index else (x, self.labels[i])
 
 
-class FashionMNISTDataModule(SuiteDataModule):
+class FashionMNISTDataModule(CorruptibleImages, SuiteDataModule):
     """Plain Fashion-MNIST classification: 10 classes, ``x`` float ``[B, 1, 28, 28]`` in ``[0, 1]``.
 
     ``source=embedded`` reads the Debian package's files (or ``data_dir`` if it holds them); ``source=real`` reads
@@ -233,6 +234,11 @@ class FashionMNISTDataModule(SuiteDataModule):
         subset: Keep only this many training images (seeded), e.g. for quick runs; ``None`` keeps all.
         download: Allow torchvision to download (``source=real`` only).
         return_index: Items are ``(x, y, index)`` instead of ``(x, y)``.
+        corruption: Corrupt the test images with this CIFAR-10-C corruption (:mod:`datamodules.corruptions`);
+            ``None`` keeps them clean.
+        severity: Its severity, 1..5.
+        corruption_dir: A CIFAR-10-C-style folder (``<corruption>.npy``, ``labels.npy``) whose images of the
+            datamodule's shape replace the test set instead of corrupting it here.
     """
 
     num_classes = 10
@@ -249,8 +255,12 @@ class FashionMNISTDataModule(SuiteDataModule):
         download: bool = False,
         return_index: bool = False,
         dataset: str = "fashion_mnist",
+        corruption: str | None = None,
+        severity: int = 5,
+        corruption_dir: str | None = None,
     ) -> None:
         super().__init__(source, data_dir, batch_size, num_workers, seed)
+        self.init_corruption(corruption, severity, corruption_dir)
         if dataset not in DATASETS:
             raise ConfigError(f"data.dataset={dataset!r} must be one of {list(DATASETS)}")
         self.dataset = dataset
@@ -266,6 +276,8 @@ class FashionMNISTDataModule(SuiteDataModule):
         else:
             xtr, ytr = load_fashion_mnist("train", data_dir, download)
             xte, yte = load_fashion_mnist("test", data_dir, download)
+        xte, yte = self.read_corrupted_test((1, *xte.shape[-2:])) or (xte, yte)
+        xte = self.corrupt_test(xte)
         return split_train_val(xtr, ytr, xte, yte, self.val_fraction, self.subset, self.seed, self.return_index)
 
     def load_embedded(self) -> dict[str, Any]:

@@ -17,12 +17,16 @@ import torch
 from torch.utils.data import Dataset, Subset
 
 from datamodules._base import SuiteDataModule, seeded_permutation
+from datamodules.corruptions import CorruptibleImages
 from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 
 class _Normalised(Dataset):
-    def __init__(self, base: Dataset, mean: float, std: float) -> None:
-        self.base, self.mean, self.std = base, mean, std
+    """``(x - mean) / std`` of a dataset of ``[0, 1]`` images, corrupted first by ``corrupt(x [1, C, H, W], i)``
+    when given (item ``i`` seeded by its index, so the corrupted set does not depend on the loading order)."""
+
+    def __init__(self, base: Dataset, mean: float, std: float, corrupt: Any = None) -> None:
+        self.base, self.mean, self.std, self.corrupt = base, mean, std, corrupt
 
     def __len__(self) -> int:
         return len(self.base)
@@ -32,10 +36,12 @@ class _Normalised(Dataset):
             x, y = self.base[i]
         except OSError as err:  # an unreadable image file: name it
             raise DataFormatError(f"image {i} of the ImageFolder cannot be read ({err})") from None
+        if self.corrupt is not None:
+            x = self.corrupt(x[None], i)[0]
         return (x - self.mean) / self.std, y
 
 
-class ImageFolderDataModule(SuiteDataModule):
+class ImageFolderDataModule(CorruptibleImages, SuiteDataModule):
     """Class-folder images as ``x`` float ``[B, 3, S, S]`` (normalised), ``y`` the sorted-folder class index.
 
     Args:
@@ -45,6 +51,10 @@ class ImageFolderDataModule(SuiteDataModule):
         mean, std: per-channel normalisation (ViT: 0.5 / 0.5).
         subset: keep this many images (seeded), e.g. the paper's 5,000 of ImageNet val; ``None`` keeps all.
         batch_size, num_workers, seed: see :class:`SuiteDataModule`.
+        corruption, severity: corrupt the ``test`` split's images (before normalisation) with this CIFAR-10-C
+            corruption at this severity (:mod:`datamodules.corruptions`, image by image as they load; ``None``:
+            clean). The parameters are CIFAR-10-C's (32 px), milder than ImageNet-C's at 224 px.
+        corruption_dir: not supported here (CIFAR-10-C files are 32x32 arrays, not class folders).
     """
 
     def __init__(
@@ -58,8 +68,17 @@ class ImageFolderDataModule(SuiteDataModule):
         mean: float = 0.5,
         std: float = 0.5,
         subset: int | None = None,
+        corruption: str | None = None,
+        severity: int = 5,
+        corruption_dir: str | None = None,
     ) -> None:
         super().__init__(source, data_dir, batch_size, num_workers, seed)
+        self.init_corruption(corruption, severity, corruption_dir)
+        if corruption_dir is not None:
+            raise ConfigError(
+                f"data.corruption_dir={corruption_dir}: data=imagefolder corrupts its own images (data.corruption); "
+                "CIFAR-10-C folders are read by data=fashion_mnist|poisoned"
+            )
         if image_size < 8:
             raise ConfigError(f"data.image_size={image_size} must be >= 8")
         if std <= 0:
@@ -89,7 +108,14 @@ class ImageFolderDataModule(SuiteDataModule):
         except FileNotFoundError as err:
             raise MissingDataError(f"{root}: {err}") from None
         data: Dataset = _Normalised(ds, self.mean, self.std)
+        test: Dataset = _Normalised(ds, self.mean, self.std, self._corrupt_item if self.corruption else None)
         if self.subset is not None and self.subset < len(ds):
-            data = Subset(data, seeded_permutation(len(ds), self.seed)[: self.subset].tolist())
+            keep = seeded_permutation(len(ds), self.seed)[: self.subset].tolist()
+            data, test = Subset(data, keep), Subset(test, keep)
         self.classes = ds.classes
-        return {"train": data, "val": data, "test": data}
+        return {"train": data, "val": data, "test": test}
+
+    def _corrupt_item(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        from datamodules.corruptions import corrupt
+
+        return corrupt(x, str(self.corruption), self.severity, seed=(self.seed * 1_000_003 + i) % 2**62)

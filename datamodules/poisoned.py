@@ -34,6 +34,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules._base import SuiteDataModule, split_indices
+from datamodules.corruptions import CorruptibleImages
 from datamodules.poisoned_sources import EMBEDDED, SOURCES, load_source
 from suite.errors import ConfigError
 
@@ -300,7 +301,7 @@ class IndexedImages(Dataset):
         return self.images[j], self.labels[j], j
 
 
-class PoisonedDataModule(SuiteDataModule):
+class PoisonedDataModule(CorruptibleImages, SuiteDataModule):
     """An image-classification set with several simultaneous backdoor attacks and the defender's probes.
 
     The training set holds the ``N`` (partly poisoned) originals followed by ``num_probes`` clean-probe copies and
@@ -336,6 +337,12 @@ class PoisonedDataModule(SuiteDataModule):
         image_size: Side Imagenette images are resized to.
         narcissus_noise: ``.npy`` file of the precomputed Narcissus noise (needed only when ``attacks`` lists it).
         download: Let torchvision download CIFAR-10/GTSRB/Fashion-MNIST (``source=real``).
+        corruption: Corrupt the (subset of the) test images with this CIFAR-10-C corruption before the triggered
+            test sets are built from them (:mod:`datamodules.corruptions`; ``None``: clean). Training and
+            validation images stay clean.
+        severity: Its severity, 1..5.
+        corruption_dir: A CIFAR-10-C folder (``<corruption>.npy``, ``labels.npy``; e.g. with ``dataset=cifar10``)
+            whose severity rows replace the test set (then subset by ``test_subset``) instead of corrupting here.
     """
 
     def __init__(
@@ -359,8 +366,12 @@ class PoisonedDataModule(SuiteDataModule):
         download: bool = False,
         narcissus_noise: str | None = None,
         probe_mode: str = "replace",
+        corruption: str | None = None,
+        severity: int = 5,
+        corruption_dir: str | None = None,
     ) -> None:
         super().__init__(source, data_dir, batch_size, num_workers, seed)
+        self.init_corruption(corruption, severity, corruption_dir)
         if probe_mode not in PROBE_MODES:
             raise ConfigError(f"data.probe_mode={probe_mode!r} must be one of {list(PROBE_MODES)}")
         self.probe_mode = probe_mode
@@ -416,7 +427,8 @@ class PoisonedDataModule(SuiteDataModule):
         return load_source(self.dataset, split, data_dir, self.download and self.source == "real", self.image_size)
 
     def load_embedded(self) -> dict[str, Any]:
-        return self.build(*self._load_split("train"), *self._load_split("test"))
+        test = self.read_corrupted_test(self.image_shape) or self._load_split("test")
+        return self.build(*self._load_split("train"), *test)
 
     def load_real(self) -> dict[str, Any]:
         return self.load_embedded()
@@ -503,7 +515,7 @@ class PoisonedDataModule(SuiteDataModule):
             rows[probe_src] = False
         self.default_train_rows = torch.nonzero(rows).squeeze(1)
         # Test: clean, then per attack the non-target-class images with the trigger and the target label.
-        xt = xte.float() / 255.0
+        xt = self.corrupt_test(xte.float() / 255.0)
         self.test_names = ["clean", *self.attack_names]
         tests = [IndexedImages(xt, yte.clone())]
         for a in self.attack_names:

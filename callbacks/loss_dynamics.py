@@ -6,19 +6,29 @@ training set and stores each example's cross-entropy loss (or its correct-class 
 when the matrix is full). Under DDP each rank scores its shard and the ``(index, value)`` pairs are all-gathered
 and scattered by example index, so every rank holds the same full matrix.
 
-Data contract: the datamodule provides ``dynamics_dataloader()`` (preferred) or a ``train`` dataset; batches are
-``(x, y, index)`` with ``index`` the example's row in ``[0, N)``. The model's ``forward(x)`` returns logits.
+Contract (:func:`callbacks.contracts.loss_dynamics_problems`, checked at ``setup`` with one
+:class:`~suite.errors.ConfigError` line naming what is missing): the model's ``forward(x)`` returns logits
+``[B, K]``; the datamodule provides ``dynamics_dataloader()`` with batches ``(x, y, index)``, ``index`` the example's
+row in ``[0, N)`` (preferred: it can name rows the training loader leaves out, as ``PoisonedDataModule`` does), or
+else a map-style ``train`` split with items ``(x, y)``, which is scored in its fixed order with each item's row as its
+index (as the dataset returns it: a dataset that augments in ``__getitem__`` should provide ``dynamics_dataloader``).
+With ``save`` the matrix is written to ``<default_root_dir>/loss_dynamics.pt`` at the end of fitting
+(``{"values": [N, E], "epochs": [E]}``, loadable with ``torch.load(..., weights_only=True)``).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch import Callback, LightningModule, Trainer
+from torch import nn
 from torch.utils.data import DataLoader
 
+from callbacks.contracts import dynamics_loader, loss_dynamics_problems, refuse
 from suite.errors import ConfigError, DataFormatError
 
 METRICS = ("loss", "prob")
@@ -40,6 +50,7 @@ class LossDynamics(Callback):
         every_n_epochs: Record after every n-th epoch.
         enabled: Start recording (a module may switch it off, e.g. once a defence has what it needs).
         dtype: Storage dtype (``float32`` or ``float16`` to halve memory).
+        save: Write the recorded matrix to ``<default_root_dir>/loss_dynamics.pt`` when fitting ends.
 
     Attributes:
         trajectories: ``[N, recorded]`` values, row = example index (``None`` before the first record).
@@ -53,6 +64,7 @@ class LossDynamics(Callback):
         every_n_epochs: int = 1,
         enabled: bool = True,
         dtype: str = "float32",
+        save: bool = True,
     ) -> None:
         if metric not in METRICS:
             raise ConfigError(f"callbacks.loss_dynamics.metric={metric!r} must be one of {list(METRICS)}")
@@ -63,7 +75,7 @@ class LossDynamics(Callback):
         if dtype not in ("float32", "float16"):
             raise ConfigError(f"callbacks.loss_dynamics.dtype={dtype!r} must be 'float32' or 'float16'")
         self.metric, self.capacity, self.every_n_epochs, self.enabled = metric, capacity, every_n_epochs, enabled
-        self.dtype = getattr(torch, dtype)
+        self.dtype, self.save = getattr(torch, dtype), save
         self._values: torch.Tensor | None = None
         self.epochs: list[int] = []
 
@@ -75,13 +87,20 @@ class LossDynamics(Callback):
         self._values, self.epochs = None, []
 
     @staticmethod
+    def contract_problems(module: nn.Module, datamodule: Any = None, probe: bool = True) -> list[str]:
+        """What ``module`` / ``datamodule`` lack for loss dynamics (empty: they meet the contract); no Trainer needed.
+        See :func:`callbacks.contracts.loss_dynamics_problems`."""
+        return loss_dynamics_problems(module, datamodule, probe=probe)
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage == "fit" and self.enabled:
+            refuse("callbacks.loss_dynamics", self.contract_problems(pl_module, trainer.datamodule))
+
+    @staticmethod
     def _loader(trainer: Trainer) -> DataLoader:
-        dm = trainer.datamodule
-        if dm is not None and hasattr(dm, "dynamics_dataloader"):
-            return dm.dynamics_dataloader()
-        if dm is not None and hasattr(dm, "loader"):
-            return dm.loader("train", shuffle=False)
-        raise ConfigError("LossDynamics needs a datamodule with dynamics_dataloader() or loader('train')")
+        if trainer.datamodule is None:
+            raise ConfigError("callbacks.loss_dynamics needs a datamodule (dynamics_dataloader() or a train split)")
+        return dynamics_loader(trainer.datamodule)
 
     @torch.no_grad()
     def record(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -99,7 +118,7 @@ class LossDynamics(Callback):
             if len(batch) < 3:
                 raise DataFormatError("LossDynamics: batches must be (x, y, index); the dataset returns no index")
             x, y, idx = batch[0], batch[1], batch[2]
-            x, y = x.to(pl_module.device), y.to(pl_module.device)
+            x, y = move_data_to_device(x, pl_module.device), y.to(pl_module.device)
             val_parts.append(example_values(pl_module(x), y, self.metric))
             idx_parts.append(torch.as_tensor(idx, device=pl_module.device).long())
         pl_module.train(was_training)
@@ -118,6 +137,12 @@ class LossDynamics(Callback):
             return
         if (trainer.current_epoch + 1) % self.every_n_epochs == 0:
             self.record(trainer, pl_module)
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.save and self._values is not None and trainer.is_global_zero and trainer.default_root_dir:
+            path = Path(trainer.default_root_dir) / "loss_dynamics.pt"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(self.state_dict(), path)
 
     def state_dict(self) -> dict[str, Any]:
         return {"values": self.trajectories, "epochs": torch.tensor(self.epochs, dtype=torch.long)}

@@ -19,6 +19,12 @@ full-precision model. Methods (the paper's method and the baselines it compares 
 :class:`MaskedLMQuantCalibration` does the same for the pretrained MiniLM masked LM (:mod:`layers.quant.minilm`;
 losses at the masked positions).
 
+Contract (:func:`callbacks.contracts.quant_calibration_problems`, checked at ``setup`` with one
+:class:`~suite.errors.ConfigError` line naming what is missing): ``pl_module.<net_attr>`` is a causal LM shaped like
+:class:`layers.lm.CausalLM` (``embed``, ``blocks`` of ``norm1``/``mixer``/``norm2``/``mlp`` with linear layers,
+``norm``, ``lm_head``; :class:`~callbacks.contracts.CausalLMNet`), and the datamodule's train (calibration) and val
+(evaluation) batches are dicts with ``input_ids`` and ``labels``. Vision classifiers are not supported yet.
+
 Logged at the end of the test epoch (``quant/<method>_<metric>``): ``loss``, ``ppl``, ``ppl_gap`` (to ``fp``), ``kl``
 (token-mean KL from the full-precision model) and ``log_qsur`` (mean log-QSUR of the inputs of the input-side
 linears, :mod:`ops.quant.qsur`). Also written to ``quant_calibration.json`` in the run's log folder.
@@ -36,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule, Trainer
 
+from callbacks.contracts import quant_calibration_problems, refuse
 from ops.quant import CayleySGD, check_bits, kl_full, kl_top, log_qsur
 from suite.debug import smoke_test
 from suite.errors import ConfigError
@@ -249,6 +256,21 @@ class QuantCalibration(Callback):
             out["log_qsur"] = sum(qsurs) / len(qsurs)
         return out
 
+    # -- the contract -----------------------------------------------------------------------------------------------
+    masked = False  # the LM kind this callback transforms (MaskedLMQuantCalibration: True)
+
+    def contract_problems(self, module: torch.nn.Module, datamodule: Any = None) -> list[str]:
+        """What ``module`` / ``datamodule`` lack for this callback (empty: they meet the contract); no Trainer needed.
+        See :func:`callbacks.contracts.quant_calibration_problems`."""
+        return quant_calibration_problems(module, datamodule, net_attr=self.net_attr, masked=self.masked)
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        # the module before fitting (a long run is not wasted), its calibration / evaluation data at test time
+        refuse(
+            "callbacks.quant_calibration",
+            self.contract_problems(pl_module, trainer.datamodule if stage == "test" else None),
+        )
+
     # -- Lightning hooks -------------------------------------------------------------------------------------------
     def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         with torch.inference_mode(False):  # the test loop runs in inference mode; calibration needs autograd
@@ -301,8 +323,11 @@ class MaskedLMQuantCalibration(QuantCalibration):
     QuantMiniLM` (post-LN BERT: online input rotations instead of ``R_res``, see that module), and every loss (the
     calibration loss, the evaluation loss and KL) is taken at the masked positions only (``labels != -100``): the MLM
     distribution there is what the head was fitted for, and KL-Top ranks the 30,522-token vocabulary. ``log_qsur``
-    is not computed.
+    is not computed. Contract: ``pl_module.<net_attr>`` is a :class:`~callbacks.contracts.MaskedLMNet` (a BERT
+    ``encoder`` and an MLM ``head``), batches as for :class:`QuantCalibration`.
     """
+
+    masked = True
 
     def transformed(self, net: torch.nn.Module, init: str) -> torch.nn.Module:
         from layers.quant.minilm import QuantMiniLM

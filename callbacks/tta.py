@@ -5,12 +5,17 @@ During ``trainer.test`` the callback adapts the module on each unlabelled test b
 (``episodic=False``) or from the source weights for every batch (``episodic=True``). The objective is a strategy
 from :mod:`callbacks.tta_methods` chosen by name (``source``, ``tent``, ``eata``, ``sar``, ``sumi``).
 
-What the module must provide: batches ``(x, y, ...)`` where ``x`` is whatever ``module(x)`` maps to logits
-``[B, C]`` (a tensor or a tuple of modalities), and a ``num_classes`` attribute (or pass ``num_classes``). SuMi also
-needs ``module.tta_forward(x)`` (see ``lightning_modules.sumi.SumiLitModule``). If ``test_step`` returns
-``{"preds": [B]}`` the callback records accuracy per batch and logs it per quarter of the stream
-(``tta/acc_q1`` ... ``tta/acc_q4``) to show collapse over time; the history is written to
-``<default_root_dir>/tta_history.csv``.
+What the module must provide (the contract, :func:`callbacks.contracts.tta_problems`, checked at ``setup`` with
+one :class:`~suite.errors.ConfigError` line naming what is missing): batches ``(x, y, ...)`` with class labels ``y``
+where ``x`` is whatever ``module(x)`` maps to logits ``[B, C]`` (a tensor or a tuple of modalities), a
+``num_classes`` attribute (or pass ``num_classes``) and, for ``params=norm``, normalisation layers. SuMi also needs
+``module.tta_forward(x)`` (see ``lightning_modules.sumi.SumiLitModule``). The callback scores every adapted batch:
+with the ``{"preds": [B]}`` that ``test_step`` returns, or else its own ``module(x).argmax(-1)`` after the module's
+``test_step`` (the same adapted weights), and logs accuracy per quarter of the stream (``tta/acc_q1`` ...
+``tta/acc_q4``) to show collapse over time, plus ``tta/param_shift``, the relative L2 distance of the adapted
+parameters from the source ones at the end of the stream; the history is written to
+``<default_root_dir>/tta_history.csv``. Several test loaders (e.g. clean then triggered sets) form one stream, in
+order; the history's ``loader`` column says which batch came from which.
 
 Which parameters adapt (``params``): ``norm`` (affine weights and biases of every LayerNorm / BatchNorm /
 GroupNorm / InstanceNorm, as Tent, EATA, SAR and SuMi) or ``all``. BatchNorm layers use test-batch statistics
@@ -31,23 +36,12 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from callbacks.tta_methods import METHODS, Strategy
+from callbacks.contracts import NORM_TYPES, norm_parameters, refuse, tta_problems  # noqa: F401 (re-export)
+from callbacks.tta_methods import METHODS, Strategy, SuMi
 from suite.errors import ConfigError
 
-NORM_TYPES = (nn.LayerNorm, _BatchNorm, nn.GroupNorm, nn.modules.instancenorm._InstanceNorm)
 PARAMS = ("norm", "all")
 OPTIMIZERS = ("adam", "sgd")
-
-
-def norm_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
-    """``(name, parameter)`` of the affine weight and bias of every normalisation layer of ``module``."""
-    out = []
-    for name, m in module.named_modules():
-        if isinstance(m, NORM_TYPES):
-            for pname, p in m.named_parameters(recurse=False):
-                if pname in ("weight", "bias"):
-                    out.append((f"{name}.{pname}" if name else pname, p))
-    return out
 
 
 def _detach_from_inference(x: Any) -> Any:
@@ -121,6 +115,23 @@ class TestTimeAdaptation(Callback):
         self.history: list[dict[str, float]] = []
         self.optimizer: torch.optim.Optimizer | None = None
 
+    # -- the contract -----------------------------------------------------------------------------------------------
+    def contract_problems(self, module: nn.Module, datamodule: Any = None, probe: bool = True) -> list[str]:
+        """What ``module`` / ``datamodule`` lack for this configuration (empty: they meet the contract); no Trainer
+        needed. See :func:`callbacks.contracts.tta_problems`."""
+        return tta_problems(
+            module,
+            datamodule,
+            params=self.params_mode if self.strategy.adapts else "all",
+            tta_forward=isinstance(self.strategy, SuMi),
+            num_classes=self.num_classes_arg,
+            probe=probe,
+        )
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        # The module's side is checked before fitting too (a long run is not wasted); the data at test time.
+        refuse("callbacks.tta", self.contract_problems(pl_module, trainer.datamodule if stage == "test" else None))
+
     # -- set-up and reset --------------------------------------------------------------------------------------------
     def _select(self, module: nn.Module) -> list[nn.Parameter]:
         if self.params_mode == "all":
@@ -191,7 +202,7 @@ class TestTimeAdaptation(Callback):
     def on_test_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        diag: dict[str, float] = {"step": float(self.t), "size": float(len(batch[1]))}
+        diag: dict[str, float] = {"step": float(self.t), "size": float(len(batch[1])), "loader": float(dataloader_idx)}
         if self.strategy.adapts:
             if self.episodic:
                 self.reset()
@@ -215,11 +226,15 @@ class TestTimeAdaptation(Callback):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        if isinstance(outputs, dict) and isinstance(outputs.get("preds"), torch.Tensor) and self.history:
-            y = batch[1]
-            correct = (outputs["preds"].view(-1) == y.view(-1)).float()
-            self.history[-1]["acc"] = float(correct.mean())
-            self.history[-1]["size"] = float(correct.numel())
+        if not self.history:
+            return
+        preds = outputs.get("preds") if isinstance(outputs, dict) else None
+        if not isinstance(preds, torch.Tensor):  # the module returns no predictions: score the adapted model itself
+            with torch.no_grad():
+                preds = pl_module(batch[0]).argmax(-1)
+        correct = (preds.view(-1) == batch[1].view(-1)).float()
+        self.history[-1]["acc"] = float(correct.mean())
+        self.history[-1]["size"] = float(correct.numel())
 
     def quarter_accuracies(self) -> list[float]:
         """Sample-weighted accuracy over each quarter of the stream (collapse shows as a falling sequence)."""
@@ -233,6 +248,15 @@ class TestTimeAdaptation(Callback):
             out.append(sum(r["acc"] * r["size"] for r in part) / max(n, 1.0))
         return out
 
+    def param_shift(self) -> float:
+        """``||theta - theta_0|| / ||theta_0||`` over the adapted parameters (0: the stream changed nothing)."""
+        with torch.no_grad():
+            diff = sum(
+                float((p.detach().cpu() - p0.cpu()).pow(2).sum()) for p, p0 in zip(self._params, self._source_params)
+            )
+            ref = sum(float(p0.pow(2).sum()) for p0 in self._source_params)
+        return math.sqrt(diff) / max(math.sqrt(ref), 1e-12)
+
     def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         for q, acc in enumerate(self.quarter_accuracies(), start=1):
             pl_module.log(f"tta/acc_q{q}", acc)
@@ -241,6 +265,8 @@ class TestTimeAdaptation(Callback):
             pl_module.log("tta/selected", sum(sel) / len(sel))
         if self.history and "resets" in self.history[-1]:
             pl_module.log("tta/resets", self.history[-1]["resets"])
+        if self._params:
+            pl_module.log("tta/param_shift", self.param_shift())
         if trainer.is_global_zero and self.history and trainer.default_root_dir:
             path = Path(trainer.default_root_dir) / "tta_history.csv"
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tempfile
+
 import lightning.pytorch as pl
 import pytest
 import torch
@@ -59,12 +61,13 @@ class Toy(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.5)
 
 
-def fit(cb: LossDynamics, epochs: int, data: ToyData | None = None) -> tuple[Toy, ToyData]:
+def fit(cb: LossDynamics, epochs: int, data: ToyData | None = None, root=None) -> tuple[Toy, ToyData]:
     data = data or ToyData()
     model = Toy()
     trainer = pl.Trainer(
         max_epochs=epochs, accelerator="cpu", callbacks=[cb], logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+        default_root_dir=str(root or tempfile.mkdtemp(prefix="loss_dynamics_")),
     )  # fmt: skip
     trainer.fit(model, datamodule=data)
     return model, data
@@ -111,9 +114,41 @@ def test_disabled_and_state_roundtrip():
     assert other.trajectories.dtype == torch.float16
 
 
+class DictData(ToyData):
+    def load_embedded(self):
+        ds = [{"x": x, "y": y} for x, y in zip(self.x, self.y)]
+        return {"train": ds, "val": ds, "test": ds}
+
+
+class UnindexedDynamics(ToyData):
+    """Names a dynamics loader, but its batches carry no index."""
+
+    def dynamics_dataloader(self):
+        return self.loader("train", shuffle=False)
+
+
+def test_a_train_split_without_index_is_scored_by_row_and_the_matrix_is_written(tmp_path):
+    cb = LossDynamics(capacity=3)
+    model, data = fit(cb, 2, ToyData(with_index=False), root=tmp_path)
+    assert cb.trajectories.shape == (37, 2) and bool(torch.isfinite(cb.trajectories).all())
+    logits = data.x @ model.snapshots[-1]["weight"].T + model.snapshots[-1]["bias"]
+    torch.testing.assert_close(cb.trajectories[:, -1], example_values(logits, data.y, "loss"), rtol=1e-6, atol=1e-6)
+    saved = torch.load(tmp_path / "loss_dynamics.pt", weights_only=True)
+    assert torch.equal(saved["values"], cb.trajectories) and saved["epochs"].tolist() == [0, 1]
+    fit(LossDynamics(save=False), 1, root=tmp_path / "off")
+    assert not (tmp_path / "off" / "loss_dynamics.pt").exists()
+
+
 def test_errors():
+    with pytest.raises(ConfigError, match=r"^callbacks.loss_dynamics: datamodule UnindexedDynamics dynamics batches "
+                       r"are \(x, y\), needs \(x, y, index\)"):  # fmt: skip
+        fit(LossDynamics(), 1, UnindexedDynamics(with_index=False))
+    with pytest.raises(ConfigError, match=r"training items are dicts with keys \['x', 'y'\], needs \(x, y\)"):
+        fit(LossDynamics(), 1, DictData())
+    data = UnindexedDynamics(with_index=False)  # the check is at setup; recording without an index fails on its own
+    data.setup()
     with pytest.raises(DataFormatError, match="no index"):
-        fit(LossDynamics(), 1, ToyData(with_index=False))
+        LossDynamics().record(type("T", (), {"datamodule": data, "world_size": 1})(), Toy())
     with pytest.raises(ConfigError, match="metric='acc'"):
         LossDynamics(metric="acc")
     with pytest.raises(ConfigError, match="capacity=0"):
@@ -159,6 +194,7 @@ def test_ddp_two_processes_record_the_single_process_matrix(tmp_path):
         model = Toy()
         trainer = pl.Trainer(
             max_epochs=3, accelerator="cpu", devices=devices, strategy=strategy, use_distributed_sampler=False,
+            default_root_dir=str(out),
             callbacks=[LossDynamics(capacity=5), SaveTrajectories(out)], logger=False, enable_checkpointing=False,
             enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
         )  # fmt: skip

@@ -308,3 +308,48 @@ def test_claim_report_table_and_plot(tmp_path) -> None:  # noqa: ANN001
     assert "| SuMi adapts more accurately than Tent on the wild stream | **inconclusive: underfit** |" in claim_report(
         records, tmp_path
     )
+
+
+class SilentClassifier(TinyClassifier):
+    """Returns nothing from test_step: the callback scores the adapted model itself."""
+
+    def test_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+        super().test_step(batch, batch_idx)
+
+
+def test_scores_the_adapted_model_when_test_step_returns_no_preds(tmp_path) -> None:  # noqa: ANN001
+    told, silent = TestTimeAdaptation(method="tent", lr=0.05), TestTimeAdaptation(method="tent", lr=0.05)
+    run(TinyClassifier(), told, tmp_path)
+    trainer = run(SilentClassifier(), silent, tmp_path)
+    assert [h["acc"] for h in silent.history] == [h["acc"] for h in told.history]
+    assert len(silent.quarter_accuracies()) == 4
+    assert float(trainer.callback_metrics["tta/param_shift"]) > 0 and silent.param_shift() == 0  # restored at the end
+    assert TestTimeAdaptation(method="source").contract_problems(TinyClassifier("none")) == []  # source adapts nothing
+
+
+class DictTestData(pl.LightningDataModule):
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader([{"x": torch.randn(6), "y": 0}] * 4, batch_size=2)
+
+
+def test_contract_problems_without_a_trainer() -> None:
+    tent = TestTimeAdaptation(method="tent")
+    assert tent.contract_problems(TinyClassifier()) == []
+    plain = TinyClassifier("none")
+    plain.num_classes = None
+    assert tent.contract_problems(plain) == [
+        "model TinyClassifier has no integer num_classes >= 2 (or set callbacks.tta.num_classes)",
+        "model TinyClassifier has no normalisation layers (needs LayerNorm/BatchNorm/GroupNorm/InstanceNorm to adapt, "
+        "or callbacks.tta.params=all)",
+    ]
+    assert TestTimeAdaptation(method="tent", params="all", num_classes=4).contract_problems(plain) == []
+    (problem,) = tent.contract_problems(TinyClassifier(), DictTestData())
+    assert problem == (
+        "datamodule DictTestData test batches are dicts with keys ['x', 'y'], needs (x, y, ...) with class labels y [B]"
+    )
+    wrong = TinyClassifier()
+    wrong.num_classes = 7
+    data = pl.LightningDataModule.from_datasets(test_dataset=loader().dataset, batch_size=8)
+    assert tent.contract_problems(wrong, data) == [
+        "model TinyClassifier(x) returns a tensor [2, 4], needs logits [B, 7]"
+    ]

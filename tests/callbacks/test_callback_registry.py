@@ -224,3 +224,14 @@ def test_callback_does_its_work_through_train(name: str, slug: str, tmp_path: Pa
     check, extra = CHECKS[name]
     run, metrics = _run(slug, census().shrink[slug] + SPECS[name].overrides() + extra, tmp_path, capsys)
     check(slug, run, metrics)
+
+
+def test_a_pair_that_misses_a_contract_is_refused_in_one_line(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """``python -m train experiment=leaderbot +callbacks.tta=...``: refused at setup, before any training, in one line
+    naming what the module lacks."""
+    code = run_entry("train", ["experiment=leaderbot", "debug=fdr", "logger=csv", f"paths.log_dir={tmp_path}",
+                               *SPECS["TestTimeAdaptation"].overrides()])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert err[-1].startswith("error: callbacks.tta: model LeaderbotLitModule has no integer num_classes >= 2"), err
+    assert not list(tmp_path.rglob("metrics.json"))

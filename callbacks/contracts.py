@@ -7,19 +7,21 @@ it) that needs no Trainer. The callbacks run their check at ``setup`` and refuse
 :class:`~suite.errors.ConfigError` line naming what is missing; ``tests/callbacks/test_callback_registry.py`` runs it
 over every ``conf/experiment/*.yaml`` to find, and then train, the pairs each callback works with.
 
-=============================  ==========================================  =============================================
-callback                       module                                      datamodule
-=============================  ==========================================  =============================================
-``TestTimeAdaptation``         :class:`Classifier` (``num_classes >= 2``,  test batches ``(x, y, ...)``, ``y`` integer
-                               ``module(x) -> logits [B, C]``) with        class labels ``[B]``
-                               normalisation layers (``params=norm``);
-                               :class:`MultimodalTTA` for ``method=sumi``
-``LossDynamics``               ``module(x) -> logits [B, K]``              :class:`DynamicsData` (batches
-                                                                           ``(x, y, index)``) or a map-style ``train``
-                                                                           split with items ``(x, y)`` (row = index)
-``QuantCalibration``           ``module.<net_attr>`` a :class:`CausalLMNet` train / val batches ``{input_ids, labels}``
-``MaskedLMQuantCalibration``   ``module.<net_attr>`` a :class:`MaskedLMNet` the same (labels ``-100`` off the masks)
-=============================  ==========================================  =============================================
+==============================  ==========================================  ============================================
+callback                        module                                      datamodule
+==============================  ==========================================  ============================================
+``TestTimeAdaptation``          :class:`Classifier` (``num_classes >= 2``,  test batches ``(x, y, ...)``, ``y`` integer
+                                ``module(x) -> logits [B, C]``) with        class labels ``[B]``
+                                normalisation layers (``params=norm``);
+                                :class:`MultimodalTTA` for ``method=sumi``
+``LossDynamics``                ``module(x) -> logits [B, K]``              :class:`DynamicsData` (batches
+                                                                            ``(x, y, index)``) or a map-style ``train``
+                                                                            split with items ``(x, y)`` (row = index)
+``QuantCalibration``            ``module.<net_attr>`` a :class:`CausalLMNet` train / val batches ``{input_ids, labels}``
+``MaskedLMQuantCalibration``    ``module.<net_attr>`` a :class:`MaskedLMNet` the same (labels ``-100`` off the masks)
+``ClassifierQuantCalibration``  ``module(x) -> logits [B, C]`` with at least train / test batches ``(x, y, ...)``, ``y``
+                                one ``nn.Linear`` / ``nn.Conv2d``          integer class labels ``[B]``
+==============================  ==========================================  ============================================
 
 The data checks look at one small batch (two examples of the split's dataset, collated by its loader); the module
 checks run one forward pass on it in eval mode, without gradients and without consuming the global random state.
@@ -418,6 +420,44 @@ def quant_calibration_problems(
             problems.append(
                 f"datamodule {dname} {split} batches are {layout(batch)}, needs dicts with input_ids, labels"
             )
+    return problems
+
+
+# -- ClassifierQuantCalibration --------------------------------------------------------------------------------------
+def classifier_quant_problems(module: nn.Module, datamodule: Any = None, *, probe: bool = True) -> list[str]:
+    """What ``module`` / ``datamodule`` lack for :class:`callbacks.quant_classifier.ClassifierQuantCalibration`
+    (empty: nothing).
+
+    Args:
+        module: The LightningModule (``module(x) -> logits [B, C]``, with ``nn.Linear`` / ``nn.Conv2d`` layers).
+        datamodule: Its datamodule, or ``None`` to check the module alone.
+        probe: Check ``module(x)`` on a test batch gives logits ``[B, C]``.
+    """
+    name = type(module).__name__
+    problems = []
+    if not has_forward(module):
+        problems.append(f"model {name} has no forward(x) -> logits [B, C]")
+    if not any(isinstance(m, (nn.Linear, nn.Conv2d)) for m in module.modules()):
+        problems.append(f"model {name} has no nn.Linear or nn.Conv2d layer to quantize")
+    if datamodule is None:
+        return problems
+    dname = type(datamodule).__name__
+    batches = {}
+    for split in ("train", "test"):
+        batch, why = sample_batch(datamodule, split)
+        if why:
+            problems.append(f"datamodule {dname} {why}")
+        elif not labelled(batch):
+            shown = _labels_shown(batch)
+            problems.append(
+                f"datamodule {dname} {split} batches are {shown}, needs (x, y, ...) with class labels y [B]"
+            )
+        else:
+            batches[split] = batch
+    if probe and not problems:
+        problem, _ = logit_problem(module, batches["test"][0], None)
+        if problem:
+            problems.append(problem)
     return problems
 
 

@@ -23,7 +23,8 @@ Contract (:func:`callbacks.contracts.quant_calibration_problems`, checked at ``s
 :class:`~suite.errors.ConfigError` line naming what is missing): ``pl_module.<net_attr>`` is a causal LM shaped like
 :class:`layers.lm.CausalLM` (``embed``, ``blocks`` of ``norm1``/``mixer``/``norm2``/``mlp`` with linear layers,
 ``norm``, ``lm_head``; :class:`~callbacks.contracts.CausalLMNet`), and the datamodule's train (calibration) and val
-(evaluation) batches are dicts with ``input_ids`` and ``labels``. Vision classifiers are not supported yet.
+(evaluation) batches are dicts with ``input_ids`` and ``labels``. Vision (and other) classifiers:
+:class:`callbacks.quant_classifier.ClassifierQuantCalibration`.
 
 Logged at the end of the test epoch (``quant/<method>_<metric>``): ``loss``, ``ppl``, ``ppl_gap`` (to ``fp``), ``kl``
 (token-mean KL from the full-precision model) and ``log_qsur`` (mean log-QSUR of the inputs of the input-side
@@ -303,17 +304,10 @@ class QuantCalibration(Callback):
             for r in self.results.values():
                 r["ppl_gap"] = r["ppl"] - fp["ppl"]
         pl_module.train(was_training)
-        if trainer.is_global_zero:
-            folder = Path(trainer.log_dir or trainer.default_root_dir)
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "quant_calibration.json").write_text(
-                json.dumps({"bits": self.bits, "results": self.results}, indent=2)
-            )
+        write_results(trainer, {"bits": self.bits, "results": self.results})
 
     def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        for method, r in self.results.items():
-            for k, v in r.items():
-                pl_module.log(f"quant/{method}_{k}", float(v), add_dataloader_idx=False)
+        log_results(pl_module, self.results)
 
 
 class MaskedLMQuantCalibration(QuantCalibration):
@@ -347,6 +341,21 @@ class MaskedLMQuantCalibration(QuantCalibration):
         """``(logits [N, V], labels [N])`` at the ``N`` masked positions of ``batch``."""
         mask = batch["labels"] != IGNORE
         return model(batch["input_ids"], mask), batch["labels"][mask]
+
+
+def write_results(trainer: Trainer, payload: dict[str, Any]) -> None:
+    """Write ``payload`` to ``quant_calibration.json`` in the run's log folder (rank zero)."""
+    if trainer.is_global_zero:
+        folder = Path(trainer.log_dir or trainer.default_root_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "quant_calibration.json").write_text(json.dumps(payload, indent=2))
+
+
+def log_results(pl_module: LightningModule, results: dict[str, dict[str, float]]) -> None:
+    """Log ``results[method][metric]`` as ``quant/<method>_<metric>``."""
+    for method, r in results.items():
+        for k, v in r.items():
+            pl_module.log(f"quant/{method}_{k}", float(v), add_dataloader_idx=False)
 
 
 def _record_input(m: Any, inputs: tuple, seen: dict, key: str, t: Any) -> None:

@@ -40,18 +40,22 @@ def hadamard(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return (h / math.sqrt(n)).to(dtype)
 
 
-def random_orthogonal(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+def random_orthogonal(
+    n: int, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """Haar-random orthogonal ``[n, n]`` (QR of a Gaussian with the sign of ``diag(R)`` fixed)."""
     q, r = torch.linalg.qr(torch.randn(n, n, generator=generator, dtype=torch.float64))
-    return (q * torch.sign(torch.diag(r))[None]).float()
+    return (q * torch.sign(torch.diag(r))[None]).to(dtype)
 
 
-def random_hadamard(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+def random_hadamard(
+    n: int, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """QuaRot's randomised Hadamard ``diag(s) H`` (random orthogonal when ``n`` is not a power of two)."""
     if not is_pow2(n):
-        return random_orthogonal(n, generator)
-    s = torch.randint(0, 2, (n,), generator=generator).float() * 2 - 1
-    return s[:, None] * hadamard(n)
+        return random_orthogonal(n, generator, dtype)
+    s = torch.randint(0, 2, (n,), generator=generator).to(dtype) * 2 - 1
+    return s[:, None] * hadamard(n, dtype)
 
 
 def klt(cov: torch.Tensor) -> torch.Tensor:

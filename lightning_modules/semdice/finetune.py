@@ -158,8 +158,6 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         self.reward, self.knn_k, self.knn_c, self.double_q = reward, knn_k, knn_c, double_q
         self.eval_metric, self.eval_steps, self.cell = eval_metric, eval_steps, cell
         self.knn_rms = knn_rms
-        # APT's running mean of kNN distances (mean, count), a buffer so that a resumed run keeps its reward scale
-        self.register_buffer("rms_state", torch.tensor([0.0, 1e-4], dtype=torch.float64))
         self._built = False
         self.env: Any = None
         self.env_step = 0
@@ -175,6 +173,8 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.critic2_target = copy.deepcopy(self.critic2).requires_grad_(False) if self.double_q else None
+        # APT's running mean of kNN distances (mean, count), a buffer so that a resumed run keeps its reward scale
+        self.register_buffer("rms_state", torch.tensor([0.0, 1e-4], dtype=torch.float64))
         self.obs_dim, self.act_dim, self._built = obs_dim, act_dim, True
         self.buf = {
             "s": np.zeros((self.buffer_size, obs_dim)),

@@ -13,8 +13,9 @@ is logged at every episode end and ``val/return`` / ``test/return`` is the mean 
 
 The same module runs the **APT baseline as its paper and URLB run it: online, reward-free** (``reward=apt``): the
 env's reward is ignored and each update's reward is APT's particle reward of the batch's next states,
-``log(1 + mean of the k = 12 nearest-neighbour distances / their running mean)`` (Liu & Abbeel 2021, eq. 6; URLB
-``PBE`` with ``knn_avg``, ``knn_rms``; :func:`ops.semdice.deep.apt_particle_reward`), with URLB's double-Q critic
+``log(1 + mean of the k = 12 nearest-neighbour distances / their running mean)`` (Liu & Abbeel 2021, the
+particle-based entropy reward; URLB ``PBE`` with ``knn_avg``, ``knn_rms``;
+:func:`ops.semdice.deep.apt_particle_reward`), with URLB's double-Q critic
 (``double_q``: two critics, the minimum in the target and in the actor's objective) and ``eval_metric=coverage`` (the
 pre-training check's coverage roll-outs, :func:`lightning_modules.semdice.deep.state_coverage`). The kNN runs in the
 raw state space: URLB's ICM trunk (a learnt 512-d representation for the kNN) is not built (PointMaze's state is

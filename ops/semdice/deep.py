@@ -72,9 +72,10 @@ class RunningMean:
 
 
 def apt_particle_reward(x: torch.Tensor, k: int = 12, c: float = 1.0, rms: RunningMean | None = None) -> torch.Tensor:
-    """APT's intrinsic reward of a batch of states ``x [B, D]`` (Liu & Abbeel 2021, eq. 6; URLB ``PBE`` with
-    ``knn_avg``): ``log(c + mean_j d_j(s) / m)``, ``d_j`` the distances to the ``k`` nearest other states of the
-    batch, ``m`` the running mean of all distances seen (``rms``; ``None``: ``m = 1``, the raw distances), ``[B]``."""
+    """APT's intrinsic reward of a batch of states ``x [B, D]`` (Liu & Abbeel 2021, the particle-based entropy
+    reward; URLB ``PBE`` with ``knn_avg``): ``log(c + mean_j d_j(s) / m)``, ``d_j`` the distances to the ``k``
+    nearest other states of the batch, ``m`` the running mean of all distances seen (``rms``; ``None``: ``m = 1``,
+    the raw distances), ``[B]``."""
     d = knn_distances(x, k)
     if rms is not None:
         d = d / rms.update(d)

@@ -29,6 +29,12 @@ Contract (:func:`callbacks.contracts.quant_calibration_problems`, checked at ``s
 Logged at the end of the test epoch (``quant/<method>_<metric>``): ``loss``, ``ppl``, ``ppl_gap`` (to ``fp``), ``kl``
 (token-mean KL from the full-precision model) and ``log_qsur`` (mean log-QSUR of the inputs of the input-side
 linears, :mod:`ops.quant.qsur`). Also written to ``quant_calibration.json`` in the run's log folder.
+
+Under DDP (``trainer=ddp``) the result is the one-process result (:mod:`callbacks.distributed`): every rank
+calibrates on the ranks' calibration batches pooled (the same transforms, Hessians and learned rotations on every
+rank), evaluates its own shard of the validation batches, and the token sums are added over the ranks before loss,
+perplexity and KL are formed; rank zero writes the json. Equal to one process up to float rounding. ``log_qsur`` is
+the exception: each rank estimates it from its own first evaluation batch, and the logged value is rank zero's.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from callbacks.contracts import quant_calibration_problems, refuse
+from callbacks.distributed import gather_batches, sum_over_ranks
 from ops.quant import CayleySGD, check_bits, kl_full, kl_top, log_qsur
 from suite.debug import smoke_test
 from suite.errors import ConfigError
@@ -150,6 +157,7 @@ class QuantCalibration(Callback):
         self.klt_centered, self.w_sym_scale = klt_centered, w_sym_scale
         self.results: dict[str, dict[str, float]] = {}
         self._smoke = False  # fast_dev_run: RTN weights only, no clip search
+        self._pool = None  # DDP: sums [loss, kl, n] over the ranks (set by the Trainer hooks)
 
     # -- the calibration pipeline (usable without a Trainer) -------------------------------------------------------
     def build(self, net: torch.nn.Module, method: str, calib: list[dict[str, torch.Tensor]], steps: int):
@@ -251,6 +259,8 @@ class QuantCalibration(Callback):
                     qsurs.append(
                         float(log_qsur(torch.cov(x.T) + 1e-8 * torch.eye(x.shape[1], dtype=x.dtype), x.mean(0)))
                     )
+        if self._pool is not None:
+            tot, kl, n = self._pool([tot, kl, n])
         loss = tot / max(n, 1)
         out = {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "kl": kl / max(n, 1)}
         if qsurs:
@@ -287,7 +297,9 @@ class QuantCalibration(Callback):
         fast = smoke_test(trainer)
         n_calib = 1 if fast else self.calib_batches
         calib = _take(dm.train_dataloader(), n_calib, pl_module.device)
+        calib = gather_batches(trainer, pl_module, calib)  # DDP: every rank calibrates on the pooled batches
         evals = _take(dm.val_dataloader(), 1 if fast else self.eval_batches, pl_module.device)
+        self._pool = partial(sum_over_ranks, trainer, device=pl_module.device)  # DDP: each rank scores its shard
         steps = min(self.steps, 2) if fast else self.steps
         self._smoke = fast
         was_training = pl_module.training
@@ -304,6 +316,7 @@ class QuantCalibration(Callback):
             for r in self.results.values():
                 r["ppl_gap"] = r["ppl"] - fp["ppl"]
         pl_module.train(was_training)
+        self._pool = None
         write_results(trainer, {"bits": self.bits, "results": self.results})
 
     def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -344,9 +357,12 @@ class MaskedLMQuantCalibration(QuantCalibration):
 
 
 def write_results(trainer: Trainer, payload: dict[str, Any]) -> None:
-    """Write ``payload`` to ``quant_calibration.json`` in the run's log folder (rank zero)."""
+    """Write ``payload`` to ``quant_calibration.json`` in the run's log folder (rank zero).
+
+    Every rank must call it: ``trainer.log_dir`` is a broadcast from rank zero under DDP (asked on rank zero alone,
+    it waits for the other ranks forever)."""
+    folder = Path(trainer.log_dir or trainer.default_root_dir)
     if trainer.is_global_zero:
-        folder = Path(trainer.log_dir or trainer.default_root_dir)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "quant_calibration.json").write_text(json.dumps(payload, indent=2))
 

@@ -21,10 +21,17 @@ C]`` with at least one ``nn.Linear`` / ``nn.Conv2d``, train and test batches ``(
 Logged at the end of the test epoch: ``quant/<method>_acc`` (top-1), ``quant/<method>_acc_drop`` (``fp`` accuracy
 minus it) and ``quant/<method>_kl`` (mean KL of the logits from full precision); also ``quant_calibration.json`` in
 the run's log folder. Under ``debug=`` / ``fast_dev_run``: one calibration and one test batch, at most 2 steps.
+
+Under DDP (``trainer=ddp``) the result is the one-process result (:mod:`callbacks.distributed`): every rank
+calibrates on the ranks' calibration batches pooled (the same transforms, scales and learned rotations on every
+rank), scores its own shard of the test batches, and the counts are summed over the ranks before the accuracies and
+KL are formed; rank zero writes the json. Equal to one process up to float rounding (and the examples a padded last
+shard repeats).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
@@ -32,6 +39,7 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from callbacks.contracts import classifier_quant_problems, first_loader, refuse
+from callbacks.distributed import gather_batches, sum_over_ranks
 from callbacks.quant_calibration import log_results, write_results
 from ops.quant import CayleySGD, check_bits, kl_full
 from ops.quant.fake import SYM_SCALES
@@ -158,14 +166,17 @@ class ClassifierQuantCalibration(Callback):
                 p.requires_grad_(True)
 
     @torch.no_grad()
-    def evaluate(self, model, batches: list[tuple[Any, torch.Tensor]], fp_logits: list[torch.Tensor]):
-        """``{acc, kl}`` of ``model`` (as it is now) on ``(x, y)`` ``batches``; ``kl`` from ``fp_logits``."""
+    def evaluate(self, model, batches: list[tuple[Any, torch.Tensor]], fp_logits: list[torch.Tensor], pool=None):
+        """``{acc, kl}`` of ``model`` (as it is now) on ``(x, y)`` ``batches``; ``kl`` from ``fp_logits``. ``pool``
+        maps the counts ``[correct, kl sum, n]`` to their sums over the ranks (DDP)."""
         correct, kl, n = 0, 0.0, 0
         for (x, y), fp in zip(batches, fp_logits, strict=True):
             logits = model(x)
             correct += int((logits.argmax(-1) == y).sum())
             kl += float(kl_full(fp, logits)) * len(y)
             n += len(y)
+        if pool is not None:
+            correct, kl, n = pool([correct, kl, n])
         return {"acc": correct / max(n, 1), "kl": kl / max(n, 1)}
 
     # -- the contract -----------------------------------------------------------------------------------------------
@@ -185,7 +196,9 @@ class ClassifierQuantCalibration(Callback):
     def _run(self, trainer: Trainer, pl_module: LightningModule) -> None:
         dm, fast = trainer.datamodule, smoke_test(trainer)
         calib = [x for x, _ in _take(dm.train_dataloader(), 1 if fast else self.calib_batches, pl_module.device)]
+        calib = gather_batches(trainer, pl_module, calib)  # DDP: every rank calibrates on the pooled batches
         evals = _take(dm.test_dataloader(), 1 if fast else self.eval_batches, pl_module.device)
+        pool = partial(sum_over_ranks, trainer, device=pl_module.device)  # DDP: each rank scores its own shard
         steps = min(self.steps, 2) if fast else self.steps
         was_training = pl_module.training
         pl_module.eval()
@@ -197,13 +210,13 @@ class ClassifierQuantCalibration(Callback):
             for method in self.methods:
                 q = self.build(pl_module, method, calib, steps)
                 try:
-                    self.results[method] = self.evaluate(pl_module, evals, fp_logits)
+                    self.results[method] = self.evaluate(pl_module, evals, fp_logits, pool)
                 finally:
                     if q is not None:
                         q.detach()
         finally:
             pl_module.train(was_training)
-        fp = self.results.get("fp") or self.evaluate(pl_module, evals, fp_logits)
+        fp = self.results.get("fp") or self.evaluate(pl_module, evals, fp_logits, pool)
         for r in self.results.values():
             r["acc_drop"] = fp["acc"] - r["acc"]
         write_results(trainer, {"w_bits": self.w_bits, "a_bits": self.a_bits, "results": self.results})

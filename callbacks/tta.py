@@ -20,6 +20,16 @@ order; the history's ``loader`` column says which batch came from which.
 Which parameters adapt (``params``): ``norm`` (affine weights and biases of every LayerNorm / BatchNorm /
 GroupNorm / InstanceNorm, as Tent, EATA, SAR and SuMi) or ``all``. BatchNorm layers use test-batch statistics
 (Tent). A model without normalisation layers is a :class:`~suite.errors.ConfigError` at test start.
+
+Under DDP (``trainer=ddp``) the result differs from one process by design. Each rank adapts its own copy of the
+model online on its own shard of the stream (the ranks' ``k``-th batches together are one process's ``k``-th
+batch), with its own optimiser: no gradient is all-reduced, so the ranks' adapted weights drift apart, and a rank
+sees each batch at half (1/W) the size, which changes BatchNorm's test-batch statistics, EATA / SAR's selection and
+SuMi's per-batch terms. What is pooled over the ranks: ``tta/acc_q1..q4`` (the correct predictions and examples of
+each quarter of every rank's stream, summed: the accuracy over the whole global stream), ``tta/selected`` (over
+every rank's batches), ``tta/resets`` (summed), ``tta/param_shift`` (the mean of the ranks' shifts). Rank zero writes
+every rank's rows to ``tta_history.csv`` (its ``rank`` column; ``shift`` is a rank's ``param_shift`` after each
+batch). Episodic adaptation (``episodic=True``) still differs from one process through the smaller batches.
 """
 
 from __future__ import annotations
@@ -28,15 +38,18 @@ import copy
 import csv
 import math
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from callbacks.contracts import NORM_TYPES, norm_parameters, refuse, tta_problems  # noqa: F401 (re-export)
+from callbacks.distributed import sum_over_ranks
 from callbacks.tta_methods import METHODS, Strategy, SuMi
 from suite.errors import ConfigError
 
@@ -212,6 +225,7 @@ class TestTimeAdaptation(Callback):
                     m.train()
                 for _ in range(self.steps):
                     diag.update(self.strategy.adapt(x, min(self.t, self.total - 1), self.total))
+            diag["shift"] = self.param_shift() if self._params else 0.0
         else:
             diag.update(self.strategy.adapt(batch[0], self.t, self.total))
         self.history.append(diag)
@@ -236,17 +250,20 @@ class TestTimeAdaptation(Callback):
         self.history[-1]["acc"] = float(correct.mean())
         self.history[-1]["size"] = float(correct.numel())
 
-    def quarter_accuracies(self) -> list[float]:
-        """Sample-weighted accuracy over each quarter of the stream (collapse shows as a falling sequence)."""
+    def quarter_counts(self) -> list[tuple[float, float]]:
+        """``(correct, examples)`` over each quarter of this process's stream (empty before any scored batch)."""
         rows = [h for h in self.history if "acc" in h]
         if not rows:
             return []
         out = []
         for q in range(4):
             part = rows[len(rows) * q // 4 : max(len(rows) * (q + 1) // 4, len(rows) * q // 4 + 1)]
-            n = sum(r["size"] for r in part)
-            out.append(sum(r["acc"] * r["size"] for r in part) / max(n, 1.0))
+            out.append((sum(r["acc"] * r["size"] for r in part), sum(r["size"] for r in part)))
         return out
+
+    def quarter_accuracies(self) -> list[float]:
+        """Sample-weighted accuracy over each quarter of the stream (collapse shows as a falling sequence)."""
+        return [correct / max(n, 1.0) for correct, n in self.quarter_counts()]
 
     def param_shift(self) -> float:
         """``||theta - theta_0|| / ||theta_0||`` over the adapted parameters (0: the stream changed nothing)."""
@@ -258,23 +275,35 @@ class TestTimeAdaptation(Callback):
         return math.sqrt(diff) / max(math.sqrt(ref), 1e-12)
 
     def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        for q, acc in enumerate(self.quarter_accuracies(), start=1):
-            pl_module.log(f"tta/acc_q{q}", acc)
+        # DDP: every rank has as many batches of the same size (the suite's sharding), so each sum below is taken on
+        # every rank or on none, and the pooled values are the same on every rank.
+        pool = partial(sum_over_ranks, trainer, device=pl_module.device)
+        counts = self.quarter_counts()
+        if counts:
+            pooled = pool([v for pair in counts for v in pair])
+            for q in range(len(counts)):
+                pl_module.log(f"tta/acc_q{q + 1}", pooled[2 * q] / max(pooled[2 * q + 1], 1.0))
         sel = [h["selected"] for h in self.history if "selected" in h]
         if sel:
-            pl_module.log("tta/selected", sum(sel) / len(sel))
+            total, n = pool([sum(sel), len(sel)])
+            pl_module.log("tta/selected", total / n)
         if self.history and "resets" in self.history[-1]:
-            pl_module.log("tta/resets", self.history[-1]["resets"])
+            pl_module.log("tta/resets", pool([self.history[-1]["resets"]])[0])
         if self._params:
-            pl_module.log("tta/param_shift", self.param_shift())
-        if trainer.is_global_zero and self.history and trainer.default_root_dir:
+            pl_module.log("tta/param_shift", pool([self.param_shift()])[0] / trainer.world_size)
+        history = [{**h, "rank": float(trainer.global_rank)} for h in self.history]
+        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            everyone: list[Any] = [None] * trainer.world_size
+            dist.all_gather_object(everyone, history)
+            history = [h for rows in everyone for h in rows]
+        if trainer.is_global_zero and history and trainer.default_root_dir:
             path = Path(trainer.default_root_dir) / "tta_history.csv"
             path.parent.mkdir(parents=True, exist_ok=True)
-            keys = sorted({k for h in self.history for k in h})
+            keys = sorted({k for h in history for k in h})
             with path.open("w", newline="") as f:
                 writer = csv.DictWriter(f, fieldnames=keys)
                 writer.writeheader()
-                writer.writerows(self.history)
+                writer.writerows(history)
 
     def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         for m, track, mean, var in self._bn_state:

@@ -21,6 +21,7 @@ from callbacks.run_config import CONFIG_KEY, ConfigInCheckpoint
 from suite.debug import overfit_verdict
 from suite.errors import CheckpointError, ConfigError, Preempted, SuiteError
 from suite.loggers import truncate_csv
+from suite.measured import measured_nothing
 from suite.start_metrics import evaluate_at_start, read_start, write_start
 from suite.startup import StartupWatch, slurm_task
 from suite.summary import is_result, resume_command, run_summary, shown
@@ -427,6 +428,9 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
         print(run_summary(output_dir, metrics, "debug run" if cfg.get("smoke") else "run"), flush=True)
         if cfg.get("test", True) and not any(k.startswith("test/") for k in metrics):
             print("note: the test measured nothing (no test/* metric was logged: no test batch ran?)", flush=True)
+        note = measured_nothing(str(cfg.get("experiment_slug")), cfg.get("method_metrics"), metrics)
+        if note and cfg.get("test", True):
+            print(note, flush=True)
         if cfg.get("train", True) and trainer.overfit_batches:  # debug=overfit: say whether the batch was learnt
             print(overfit_verdict(output_dir / "csv" / "metrics.csv"), flush=True)
     release_process_group()

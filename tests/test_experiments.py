@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,19 @@ def test_every_debug_mode_runs_through_the_train_entry_point(slug: str, mode: st
         assert "overfit check: PASSED: " in out.out or "overfit check: FAILED " in out.out, out.out[-2000:]
     if mode == "fdr":  # fast_dev_run writes no checkpoint (README, `make help`)
         assert not (run / "checkpoints").exists() or not any((run / "checkpoints").iterdir()), slug
+        # the method itself ran (issue 51 item 4): its own metrics are logged, finite, and no "measured nothing" line
+        for pattern in METHOD_ON[slug][1]:
+            hits = [k for k, v in metrics.items() if fnmatchcase(k, pattern) and math.isfinite(v)]
+            assert hits, f"{slug}: the default's debug=fdr run logged no finite {pattern} in {sorted(metrics)}"
+        # ... and the run says it measured nothing exactly when none of the experiment's own method_metrics is there
+        # (a one-batch subject can leave MDA no usable image and LiCE no valid counterfactual: they say so)
+        from omegaconf import OmegaConf
+
+        from suite.measured import method_metric_hits
+
+        declared = OmegaConf.load(run / "config.yaml").method_metrics
+        silent = not method_metric_hits(declared, metrics)
+        assert ("the method measured nothing" in out.out) == silent, (declared, out.out[-2000:])
     else:  # the others do, weights-only loadable
         state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
         assert f"experiment_slug: {slug}" in state["suite_config_yaml"]
@@ -52,3 +66,109 @@ def test_every_debug_mode_runs_through_the_train_entry_point(slug: str, mode: st
         # (Lightning counts each optimizer step: semdice_deep steps nu/mu, critic and actor)
         budget = {"limit": 2 * 2, "overfit": 1 * 10}[mode] * max(len(state.get("optimizer_states", [])), 1)
         assert 0 < state["global_step"] <= budget, state["global_step"]
+
+
+# -- issue 51 item 4: the default run of every method exercises the method it is named after -----------------------
+class OneOf(tuple):
+    """A config value that must be one of these (a list value: must contain one of them)."""
+
+
+class Positive:
+    """A config value that must be a number > 0."""
+
+
+# slug -> ({config key: value that turns the method on}, [metric patterns only the method's own run logs]).
+# The config half fails when someone switches a method off by default (or points the default at a baseline); the
+# metric half is checked on each experiment's `debug=fdr` run above. Every slug of conf/experiment/ must be here.
+METHOD_ON: dict[str, tuple[dict[str, object], list[str]]] = {
+    "addp": ({"model.mode": "diffusion", "model.timestep_dist": "contribution",
+              "model.augment": OneOf(("mix", "self"))}, ["test/absrel", "test/curve/absrel/*"]),
+    "badloss": ({"model.defence": "badloss"}, ["detect/auc", "test/asr_mean"]),
+    "bracketire": ({"model.arch": "tmrnet", "model.mode": "supervised", "train": True}, ["test/psnr", "test/ssim"]),
+    "gated_deltanet": ({"model.net.mixer.0.kind": "gated_deltanet", "model.net.mixer.0.use_gate": True,
+                        "model.net.mixer.0.use_delta": True}, ["test/acc*"]),
+    "grass": ({"model.arch": "grass", "model.encoding": "rrwp", "model.added_edges_per_node": Positive()},
+              ["test/mae"]),
+    "leaderbot": ({"model.kind": "davidson", "model.k_cov": 0, "model.k_tie": 1}, ["test/nll", "test/mae_tie"]),
+    "lice": ({"model.methods": OneOf(("lice_optimize",)), "model.num_counterfactuals": Positive()},
+             ["test/lice_optimize/found", "test/lice_threshold/found"]),
+    "mda": ({"model.attribution.enabled": True, "model.attribution.methods": OneOf(("mda",))}, ["attr/n_images"]),
+    "nforgot": ({"model.method": "nforgot"}, ["test/ap"]),
+    "ostquant": ({"callbacks.quant_calibration.methods": OneOf(("ostquant",))}, ["quant/ostquant_ppl"]),
+    "ostquant_minilm": ({"callbacks.quant_calibration.methods": OneOf(("ostquant",))}, ["quant/ostquant_loss"]),
+    "preworld": ({"model.stage": "pretrain", "model.w_rgb": Positive(), "model.w_depth": Positive()}, ["test/miou"]),
+    "rx_dpm": ({"model.rx": True, "model.analytic": False}, ["test/w2"]),
+    "semdice": ({"model.kind": "semdice"}, ["test/normalized_entropy"]),
+    "semdice_deep": ({"model.method": "semdice"}, ["test/cell_entropy"]),
+    "semdice_finetune": ({"model.pretrain_steps": Positive(), "model.init_ckpt": None, "model.init_run": None},
+                         ["test/pretrain_steps"]),
+    "sgm_lipschitz": ({"model.lipschitz_sigmas": OneOf((0.05, 0.2, 0.5, 1.0, 2.0))},
+                      ["test/lip_learned_0", "test/lip_exact_0"]),
+    "stickbreaking": ({"model.net.mixer.0.kind": "stickbreaking"}, ["test/ppl_len*"]),
+    "sumi": ({"callbacks.tta.method": "sumi"}, ["tta/acc_q*"]),
+    "systematic_outliers": ({"callbacks.outlier_census._target_": "callbacks.outlier_census.OutlierCensus"},
+                            ["census/sink_share"]),
+    "ts_lif": ({"model.neuron": "ts_lif", "model.backbone": "gru"}, ["test/r2"]),
+    "tulip": ({"model.stages": ["clip", "distill", "expand"], "model.text_tower": "rope"}, ["test/long_r1"]),
+}  # fmt: skip
+
+
+def _method_value_ok(value: object, want: object) -> bool:
+    if isinstance(want, OneOf):
+        return any(v in want for v in value) if isinstance(value, list) else value in want
+    if isinstance(want, Positive):
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    return value == want
+
+
+def test_every_experiment_is_in_the_method_table():
+    assert sorted(METHOD_ON) == SLUGS, "add the new experiment's method switch and metrics to METHOD_ON"
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_the_default_run_enables_the_method(slug: str, tmp_path: Path):
+    """`make train METHOD=<slug>` with no ARGS runs the paper's method, not a baseline or a switched-off default."""
+    from omegaconf import OmegaConf
+
+    from tests.conftest import compose_train
+
+    cfg = compose_train([f"experiment={slug}"], tmp_path)
+    keys, _ = METHOD_ON[slug]
+    for key, want in keys.items():
+        value = OmegaConf.select(cfg, key, default="<missing>")
+        value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+        assert _method_value_ok(value, want), f"{slug}: default {key}={value!r}, the method needs {want!r}"
+    assert list(cfg.method_metrics), f"{slug}: the experiment names no method_metrics (suite/measured.py)"
+
+
+def test_measured_nothing_names_the_missing_metrics():
+    from suite.measured import measured_nothing
+
+    pats = ["quant/ostquant_*", "test/lip_exact_0"]
+    assert measured_nothing("x", pats, {"quant/ostquant_ppl": 9.1, "test/acc": 0.5}) is None
+    assert measured_nothing("x", pats, {"test/lip_exact_0": 2.0}) is None
+    assert measured_nothing("x", [], {}) is None  # an experiment that declares nothing is not judged
+    line = measured_nothing("x", pats, {"test/acc": 0.5, "quant/ostquant_ppl": float("nan"), "quant/fp_ppl": 3.0})
+    assert line == (
+        "note: x: the method measured nothing: none of its metrics (quant/ostquant_*, test/lip_exact_0) was logged "
+        "with a finite value (switched off, or no test data it could use?)"
+    )
+
+
+def test_make_train_with_the_method_switched_off_says_it_measured_nothing(tmp_path):
+    """`make train METHOD=sgm_lipschitz ARGS="... model.lipschitz_sigmas=null"`, as a user types it: the Lipschitz
+    study does not run, the run still succeeds, and its last line says that the method measured nothing."""
+    import os
+    import subprocess
+
+    args = f"ARGS=debug=fdr logger=csv model.lipschitz_sigmas=null paths.log_dir={tmp_path}"
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        ["make", "-s", "--no-print-directory", "train", "METHOD=sgm_lipschitz", args], cwd=ROOT, capture_output=True,
+        text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-1] == (
+        "note: sgm_lipschitz: the method measured nothing: none of its metrics (test/lip_learned_*, test/lip_exact_*) "
+        "was logged with a finite value (switched off, or no test data it could use?)"
+    ), proc.stdout[-2000:]

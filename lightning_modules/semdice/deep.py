@@ -164,27 +164,39 @@ class DeepSemdiceLitModule(SuiteLitModule):
             return -ops.log_soft_chisq_f_prime_inv((q - self.nu(s).squeeze(-1).detach()) / self.alpha).mean()
         return -q.mean()
 
-    def _step(self, opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
-        opt.zero_grad()
-        self.manual_backward(loss)
-        opt.step()
+    def update(
+        self, batch: list[torch.Tensor], optimizers: Any, backward: Any = None, step: int | None = None
+    ) -> dict[str, torch.Tensor]:
+        """One update of every network on ``batch`` with ``optimizers`` (those of :meth:`configure_optimizers`);
+        ``backward(loss)`` defaults to Lightning's ``manual_backward`` (the downstream module's in-process
+        pre-training passes ``Tensor.backward``, no trainer). Returns the losses."""
+        backward = backward or self.manual_backward
+        opt_dual, opt_critic, opt_actor = optimizers
 
-    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
-        opt_dual, opt_critic, opt_actor = self.optimizers()
+        def take(opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+            opt.zero_grad()
+            backward(loss)
+            opt.step()
+
         losses = self.losses(batch, actor=False)
         for name, opt in (("dual", opt_dual), ("critic", opt_critic)):
             if name in losses:  # each loss reaches only its own networks (targets are detached)
-                self._step(opt, losses[name])
+                take(opt, losses[name])
         # the actor is updated against the updated critic; the critic gradients it leaves are zeroed next step
         losses["actor"] = self.actor_loss(batch[0].double())
-        self._step(opt_actor, losses["actor"])
+        take(opt_actor, losses["actor"])
         bad = {k: float(v) for k, v in losses.items() if not torch.isfinite(v)}
         if bad:
-            raise NonFiniteLossError(f"{self.method} losses became {bad} at step {self.global_step}")
+            where = self.global_step if step is None else step
+            raise NonFiniteLossError(f"{self.method} losses became {bad} at step {where}")
         if self.method == "apt":
             with torch.no_grad():
                 for p, pt in zip(self.critic.parameters(), self.critic_target.parameters()):
                     pt.lerp_(p, self.tau)
+        return losses
+
+    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
+        losses = self.update(batch, self.optimizers())
         self.log("train/loss", losses.get("dual", losses["critic"]), prog_bar=True)
         self.log_dict({f"train/{k}": v.detach() for k, v in losses.items()})
 

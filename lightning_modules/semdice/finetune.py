@@ -1,14 +1,18 @@
 """``DdpgFinetuneLitModule``: downstream adaptation of a pre-trained actor on the task reward (online DDPG).
 
 SEMDICE's downstream protocol (paper, URLB): fine-tune with a standard DDPG-style critic on the extrinsic reward,
-starting from the pre-trained actor (``init_ckpt`` = a ``semdice_deep`` checkpoint, SEMDICE or APT; or ``init_run`` =
-a ``semdice_deep`` run folder or multirun folder, whose run of seed ``init_seed`` gives its ``checkpoints/last.ckpt``,
-see :func:`pretrained_checkpoint`) or from scratch (both ``null``). The module steps the environment of
+starting from the pre-trained actor (``init_ckpt`` = a ``semdice_deep`` checkpoint, SEMDICE or APT; or ``init_run`` = a
+``semdice_deep`` run folder or multirun folder, whose run of seed ``init_seed`` gives its ``checkpoints/last.ckpt``, see
+:func:`pretrained_checkpoint`), from an actor it pre-trains itself with SEMDICE before fine-tuning (neither given,
+``pretrain_steps > 0``: reward-free updates of :class:`~lightning_modules.semdice.deep.DeepSemdiceLitModule` on the
+generated offline dataset ``pretrain_data``, the default of ``make train METHOD=semdice_finetune``, so the default run
+fine-tunes a SEMDICE actor) or from scratch (``pretrain_steps=0``). ``test/pretrain_steps`` is logged whenever the actor
+started pre-trained (the in-process updates, or the checkpoint's ``global_step``). The module steps the environment of
 :class:`~datamodules.gym_offline.GymOnlineDataModule` itself: each training step takes ``env_steps`` environment steps
 with the noisy actor (``clip(N(0, noise), ±noise_clip)``; uniform random actions for the first ``warmup`` steps when
 starting from scratch), stores them in a replay buffer, then makes one critic update (target ``r + gamma (1 - done)
-Q'(s', pi'(s') + smoothing)``) and one actor update (``-Q(s, pi(s))``), with Polyak targets. ``train/episode_return``
-is logged at every episode end and ``val/return`` / ``test/return`` is the mean deterministic return over
+Q'(s', pi'(s') + smoothing)``) and one actor update (``-Q(s, pi(s))``), with Polyak targets. ``train/episode_return`` is
+logged at every episode end and ``val/return`` / ``test/return`` is the mean deterministic return over
 ``eval_episodes``.
 
 The same module runs the **APT baseline as its paper and URLB run it: online, reward-free** (``reward=apt``): the
@@ -25,6 +29,7 @@ raw state space: URLB's ICM trunk (a learnt 512-d representation for the kNN) is
 from __future__ import annotations
 
 import copy
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +43,8 @@ from ops.semdice import deep as ops
 from ops.semdice.tabular import check_gamma
 from suite.debug import smoke_test
 from suite.errors import CheckpointError, ConfigError
+
+log = logging.getLogger(__name__)
 
 
 def _run_seed(run: Path) -> int | None:
@@ -90,7 +97,12 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         init_ckpt: A ``semdice_deep`` checkpoint whose ``actor.*`` weights initialise the actor (``null``: scratch).
         init_run: Instead of ``init_ckpt``: a ``semdice_deep`` run or multirun folder; the actor of its run of seed
             ``init_seed`` is loaded (:func:`pretrained_checkpoint`).
-        init_seed: The pre-training seed to pick from ``init_run`` (the config sets it to the run's own seed).
+        init_seed: The pre-training seed to pick from ``init_run`` (the config sets it to the run's own seed); also
+            the seed of the in-process pre-training's data and networks.
+        pretrain_steps: With neither ``init_ckpt`` nor ``init_run``: SEMDICE pre-training updates (dual, critic and
+            actor, reward-free) run in-process before fine-tuning; 0: fine-tune from scratch.
+        pretrain_data: Keyword arguments of :class:`~datamodules.gym_offline.GymOfflineDataModule` for that
+            pre-training (the reward-free offline dataset, generated and cached like ``semdice_deep``'s).
         hidden: MLP width (must match the checkpoint's).
         lr: Adam learning rate; gamma: discount; tau: Polyak rate.
         noise: Exploration / smoothing noise std; noise_clip: its clip.
@@ -129,6 +141,8 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         eval_metric: str = "return",
         eval_steps: int | None = None,
         cell: float = 0.5,
+        pretrain_steps: int = 0,
+        pretrain_data: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         check_gamma(gamma, "model.gamma")
@@ -147,6 +161,8 @@ class DdpgFinetuneLitModule(SuiteLitModule):
             )
         if init_ckpt is not None and init_run is not None:
             raise ConfigError("model.init_ckpt and model.init_run are exclusive: set one (or neither for scratch)")
+        if pretrain_steps < 0:
+            raise ConfigError(f"model.pretrain_steps={pretrain_steps} must be >= 0 (0: from scratch)")
         if init_run is not None:
             init_ckpt = pretrained_checkpoint(init_run, int(init_seed))
         if init_ckpt is not None and not Path(init_ckpt).is_file():
@@ -159,6 +175,9 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         self.reward, self.knn_k, self.knn_c, self.double_q = reward, knn_k, knn_c, double_q
         self.eval_metric, self.eval_steps, self.cell = eval_metric, eval_steps, cell
         self.knn_rms = knn_rms
+        # pre-training updates the actor starts from (None: scratch); in-process only without a checkpoint
+        self.pretrain_steps = int(pretrain_steps) if init_ckpt is None and pretrain_steps > 0 else 0
+        self.pretrained_steps: float | None = None
         self._built = False
         self.env: Any = None
         self.env_step = 0
@@ -171,6 +190,8 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         self.critic2 = mlp(obs_dim + act_dim, 1, h).double() if self.double_q else None
         if self.init_ckpt is not None:
             self._load_actor(self.init_ckpt)
+        elif self.pretrain_steps:
+            self._pretrain(obs_dim, act_dim)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.critic2_target = copy.deepcopy(self.critic2).requires_grad_(False) if self.double_q else None
@@ -188,7 +209,8 @@ class DdpgFinetuneLitModule(SuiteLitModule):
 
     def _load_actor(self, path: str) -> None:
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+            state = ckpt["state_dict"]
         except (OSError, KeyError, RuntimeError) as err:
             raise CheckpointError(f"model.init_ckpt={path}: not a readable Lightning checkpoint ({err})") from None
         actor = {k[len("actor.") :]: v for k, v in state.items() if k.startswith("actor.")}
@@ -199,6 +221,44 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         except RuntimeError as err:
             msg = " ".join(str(err).split())[:200]
             raise CheckpointError(f"model.init_ckpt={path}: actor does not fit this task/width ({msg})") from None
+        self.pretrained_steps = float(ckpt.get("global_step", 0)) if isinstance(ckpt, dict) else 0.0
+
+    def _pretrain(self, obs_dim: int, act_dim: int) -> None:
+        """SEMDICE pre-training in-process (``pretrain_steps`` updates on ``pretrain_data``), then copy its actor.
+
+        The same updates as a ``semdice_deep`` run (:meth:`DeepSemdiceLitModule.update`), without a trainer: a
+        smoke test (``debug=...``) runs 2 updates on a 2,000-transition dataset."""
+        from datamodules.gym_offline import GymOfflineDataModule
+        from lightning_modules.semdice.deep import DeepSemdiceLitModule
+
+        smoke = self._trainer is not None and smoke_test(self.trainer)
+        kwargs = {"seed": int(self.hparams.init_seed), **(self.hparams.pretrain_data or {})}
+        if smoke:
+            kwargs["num_steps"] = min(int(kwargs.get("num_steps", 20000)), 2000)
+        steps = min(self.pretrain_steps, 2) if smoke else self.pretrain_steps
+        dm = GymOfflineDataModule(**kwargs)
+        dm.setup("fit")
+        if (dm.obs_dim, dm.act_dim) != (obs_dim, act_dim):
+            raise ConfigError(
+                f"model.pretrain_data: {dm.env_id} has states/actions of size {dm.obs_dim}/{dm.act_dim}, the "
+                f"fine-tuning task {obs_dim}/{act_dim}"
+            )
+        with torch.random.fork_rng():
+            torch.manual_seed(int(self.hparams.init_seed))
+            pre = DeepSemdiceLitModule(obs_dim, act_dim, method="semdice", hidden=self.hparams.hidden, lr=self.lr,
+                                       gamma=self.gamma)  # fmt: skip
+            opts = pre.configure_optimizers()
+            done = 0
+            while done < steps:
+                for batch in dm.train_dataloader():
+                    losses = pre.update(batch, opts, backward=torch.Tensor.backward, step=done)
+                    done += 1
+                    if done >= steps:
+                        break
+        self.actor.load_state_dict(pre.actor.state_dict())
+        self.pretrained_steps = float(done)
+        log.info("semdice_finetune: pre-trained the actor with SEMDICE for %d updates (dual loss %.4g) on %s",
+                 done, float(losses["dual"].detach()), dm.cache_path.name)  # fmt: skip
 
     def setup(self, stage: str) -> None:
         if not self._built:
@@ -237,7 +297,7 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         from datamodules.gym_offline import flat_obs
 
         for _ in range(self.env_steps):
-            scratch_warmup = self.init_ckpt is None and self.env_step < self.warmup
+            scratch_warmup = self.pretrained_steps is None and self.env_step < self.warmup
             a = self._rng.uniform(-1, 1, self.act_dim) if scratch_warmup else self.act(self._obs, explore=True)
             obs, r, terminated, truncated, _ = self.env.step(a.astype(np.float32))
             s2 = flat_obs(obs).astype(np.float64)
@@ -365,3 +425,5 @@ class DdpgFinetuneLitModule(SuiteLitModule):
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate("test")
+        if self.pretrained_steps is not None:  # the actor started pre-trained: the method's own run
+            self.log("test/pretrain_steps", self.pretrained_steps, batch_size=1)

@@ -17,14 +17,18 @@ from lightning.pytorch import LightningModule, Trainer
 
 
 def gather_batches(trainer: Trainer, pl_module: LightningModule, batches: list[Any]) -> list[Any]:
-    """Each batch (a tensor or a collection of tensors, batch dimension first) concatenated over the ranks, rank
-    zero's rows first; every rank gets the same list. One process: ``batches`` unchanged."""
+    """Each batch (a tensor or a collection of tensors, batch dimension first) pooled over the ranks in the order of
+    the one-process batch (rank ``r`` holds rows ``r, r + W, ...`` of each global batch, so the rows are interleaved
+    back): every rank gets the same list, the one-process list. One process: ``batches`` unchanged.
+
+    The order matters beyond rounding: a calibration that learns with Adam on an untrained model (near-zero
+    gradients) takes the sign of each gradient entry, and a sum in another order can flip it."""
     if trainer.world_size <= 1:
         return batches
     out = []
     for batch in batches:
         gathered = pl_module.all_gather(batch)  # each tensor [W, B, ...]
-        out.append(apply_to_collection(gathered, torch.Tensor, lambda t: t.reshape(-1, *t.shape[2:])))
+        out.append(apply_to_collection(gathered, torch.Tensor, lambda t: t.transpose(0, 1).reshape(-1, *t.shape[2:])))
     return out
 
 

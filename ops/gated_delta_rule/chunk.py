@@ -192,47 +192,54 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
         d_o = qc.new_zeros(m, c, dv) if d_o is None else d_o.reshape(m, c, dv)  # a copy when d_o is strided
         ebs = (eb * scale).view(m, c, 1)
         decay = eb[..., -1]
-        # Reverse loop over the chunks: du = dV_new (attn^T dO + k_dec dS_{i+1}), dhs[i] = dS_{i+1}.
-        du, dhs = qc.new_empty(m, c, dv), hs.new_empty(n, bh, dk, dv)
-        dhs[n - 1] = 0.0 if d_h is None else d_h.reshape(bh, dk, dv)
-        d_h0 = hs.new_empty(bh, dk, dv)
-        k_dec, do_s = qc.new_empty(bh, c, dk), qc.new_empty(bh, c, dv)
+        # Reverse loop over the chunks with dS_{i+1} (``dh``): dU = dV_new = attn^T dO + k_dec dS_{i+1} (kept in d_v's
+        # buffer until the groups below), and the parts of dQ, dK and d(e^{b_C}) that read the states.
         q3, k3, v3 = qc.view(m, c, dk), kc.view(m, c, dk), vc.view(m, c, dv)
+        d_q, d_k, d_v = torch.empty_like(qc), torch.empty_like(kc), torch.empty_like(vc)
+        d_q3, d_k3, du = d_q.view(m, c, dk), d_k.view(m, c, dk), d_v.view(m, c, dv)
+        d_dec = eb.new_empty(n, bh)
+        dh, nxt = hs.new_zeros(bh, dk, dv), hs.new_empty(bh, dk, dv)
+        if d_h is not None:
+            dh.copy_(d_h.reshape(bh, dk, dv))
+        k_dec, do_s, s_kv = qc.new_empty(bh, c, dk), qc.new_empty(bh, c, dv), hs.new_empty(bh, dk, dv)
         split = [x.view(n, bh, *x.shape[1:]).unbind(0) if x is not None else [None] * n for x in (q3, k3, w, attn)]
-        du_n, do_n, ebs_n = du.view(n, bh, c, dv).unbind(0), d_o.view(n, bh, c, dv).unbind(0), ebs.view(n, bh, c, 1)
-        e_t, dec = e_tail.view(n, bh, c, 1).unbind(0), decay.reshape(n, bh, 1, 1).unbind(0)
+        per_chunk = [x.view(n, bh, *x.shape[1:]).unbind(0) for x in (v_new, du, d_o, d_q3, d_k3)]
+        ebs_n, e_t = ebs.view(n, bh, c, 1).unbind(0), e_tail.view(n, bh, c, 1).unbind(0)
+        dec = decay.reshape(n, bh, 1, 1).unbind(0)
         for i in reversed(range(n)):
             q_i, k_i, w_i, attn_i = (x[i] for x in split)
-            dh, du_i = dhs[i], du_n[i]
-            torch.bmm(attn_i.transpose(-1, -2), do_n[i], out=du_i).baddbmm_(torch.mul(k_i, e_t[i], out=k_dec), dh)
-            nxt = dhs[i - 1] if i > 0 else d_h0
-            torch.bmm(q_i.transpose(-1, -2), torch.mul(do_n[i], ebs_n[i], out=do_s), out=nxt)
+            vn_i, du_i, do_i, dq_i, dk_i = (x[i] for x in per_chunk)
+            h_i = hs[i]
+            torch.bmm(attn_i.transpose(-1, -2), do_i, out=du_i).baddbmm_(torch.mul(k_i, e_t[i], out=k_dec), dh)
+            torch.mul(do_i, ebs_n[i], out=do_s)  # dO'
+            torch.bmm(do_s, h_i.transpose(-1, -2), out=dq_i)
+            torch.bmm(vn_i, dh.transpose(-1, -2), out=dk_i).mul_(e_t[i])  # through k_dec (before diag(e^{b_C - b}))
+            torch.sum(torch.mul(dh, h_i, out=s_kv), (-1, -2), out=d_dec[i])
+            torch.bmm(q_i.transpose(-1, -2), do_s, out=nxt)
             if w_i is not None:
                 nxt.baddbmm_(w_i.transpose(-1, -2), du_i, alpha=-1.0)
             nxt.addcmul_(dh, dec[i])
+            dh, nxt = nxt, dh
+        d_h0 = dh
         # Chunk-local gradients, in groups.
-        hs3, dhs3 = hs[:n].view(m, dk, dv), dhs.view(m, dk, dv)
-        beta3, eb3, et3 = bc.view(m, c, 1), eb.view(m, c, 1), e_tail.view(m, c, 1)
-        d_q, d_k, d_v = torch.empty_like(qc), torch.empty_like(kc), torch.empty_like(vc)
-        d_q3, d_k3, d_v3 = d_q.view(m, c, dk), d_k.view(m, c, dk), d_v.view(m, c, dv)
+        hs3 = hs[:n].view(m, dk, dv)
+        beta3, eb3 = bc.view(m, c, 1), eb.view(m, c, 1)
         db, d_beta = eb.new_empty(m, c), eb.new_empty(m, c)
-        d_bc = eb.new_empty(m)
+        d_bc = d_dec.view(m) * decay.view(m)  # gradient of b_C from e^{b_C}; the e^{b_C - b} part is added below
         g = min(_GROUP, m)
-        d_p, do_g = qc.new_empty(g, c, c), qc.new_empty(g, c, dv)
+        d_p, r_v = qc.new_empty(g, c, c), qc.new_empty(g, c, dv)
         x_k, kb = qc.new_empty(g, c, dk), qc.new_empty(g, c, dk)
-        scratch = qc.new_empty(g * max(c * max(c, dk, dv), dk * dv))
+        scratch = qc.new_empty(g * c * max(c, dk, dv))
         for sl in _groups(m):
             j = sl.stop - sl.start
             dp, xk, kbg = d_p[:j], x_k[:j], kb[:j]
-            q_g, k_g, v_g, vn_g, s_g, ds_g = q3[sl], k3[sl], v3[sl], v_new[sl], hs3[sl], dhs3[sl]
-            torch.bmm(d_o[sl], vn_g.transpose(-1, -2), out=dp)  # d attn
-            dq = torch.bmm(torch.mul(d_o[sl], ebs[sl], out=do_g[:j]), s_g.transpose(-1, -2), out=d_q3[sl])  # dO' S^T
+            q_g, k_g, v_g, vn_g, s_g = q3[sl], k3[sl], v3[sl], v_new[sl], hs3[sl]
+            dq, dk_g, du_g = d_q3[sl], d_k3[sl], du[sl]
             db_g = _rowdot(dq, q_g, scratch)  # through diag(e^b) on the queries
-            dk_g = torch.bmm(vn_g, ds_g.transpose(-1, -2), out=d_k3[sl]).mul_(et3[sl])  # through k_dec
             s_tail = _rowdot(dk_g, k_g, scratch)
             db_g -= s_tail
-            d_dec = torch.mul(ds_g, s_g, out=scratch[: j * dk * dv].view(j, dk, dv)).sum((-1, -2))
-            d_bc[sl] = s_tail.sum(-1) + d_dec * decay.view(m)[sl]  # gradient of b_C from e^{b_C - b} and e^{b_C}
+            d_bc[sl] += s_tail.sum(-1)
+            torch.bmm(d_o[sl], vn_g.transpose(-1, -2), out=dp)  # d attn
             db_g += _rowcol(dp, attn[sl], scratch)
             dp.mul_(gamma[sl])
             if scale != 1.0:
@@ -240,7 +247,7 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
             dq.baddbmm_(dp, k_g)
             dk_g.baddbmm_(dp.transpose(-1, -2), q_g)
             if use_delta:
-                d_r_v = torch.bmm(t_inv[sl].transpose(-1, -2), du[sl], out=d_v3[sl])
+                d_r_v = torch.bmm(t_inv[sl].transpose(-1, -2), du_g, out=r_v[:j])
                 # xk = -dR_K, dp = -dA (signs folded into the uses below)
                 torch.bmm(d_r_v, s_g.transpose(-1, -2), out=xk)
                 torch.bmm(d_r_v, vn_g.transpose(-1, -2), out=dp).tril_(-1)
@@ -252,10 +259,10 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
                 dk_g.baddbmm_(dp.transpose(-1, -2), kbg, alpha=-1.0)
                 d_beta[sl] = _rowdot(d_r_v, v_g, scratch) - _rowdot(xk, k_g, scratch)
                 dk_g.addcmul_(xk, beta3[sl], value=-1.0)
-                d_r_v.mul_(beta3[sl])
+                torch.mul(d_r_v, beta3[sl], out=du_g)  # dV, over dU
             else:
-                d_beta[sl] = _rowdot(du[sl], v_g, scratch)
-                torch.mul(du[sl], beta3[sl], out=d_v3[sl])
+                d_beta[sl] = _rowdot(du_g, v_g, scratch)
+                du_g.mul_(beta3[sl])
             db[sl] = db_g
         db.view(m, c)[:, -1] += d_bc
         d_g = db.view(eb.shape).flip(-1).cumsum(-1).flip(-1)

@@ -189,7 +189,8 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
         n, bsz, nh, c, dk = qc.shape
         dv, bh, scale, use_delta = vc.shape[-1], bsz * nh, ctx.scale, ctx.use_delta
         m = n * bh
-        d_o = qc.new_zeros(m, c, dv) if d_o is None else d_o.reshape(m, c, dv)  # a copy when d_o is strided
+        # Both incoming gradients are tensors (autograd materialises an unused output's gradient as zeros).
+        d_o = d_o.reshape(m, c, dv)  # a copy when d_o is strided
         ebs = (eb * scale).view(m, c, 1)
         decay = eb[..., -1]
         # Reverse loop over the chunks with dS_{i+1} (``dh``): dU = dV_new = attn^T dO + k_dec dS_{i+1} (kept in d_v's
@@ -198,9 +199,7 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
         d_q, d_k, d_v = torch.empty_like(qc), torch.empty_like(kc), torch.empty_like(vc)
         d_q3, d_k3, du = d_q.view(m, c, dk), d_k.view(m, c, dk), d_v.view(m, c, dv)
         d_dec = eb.new_empty(n, bh)
-        dh, nxt = hs.new_zeros(bh, dk, dv), hs.new_empty(bh, dk, dv)
-        if d_h is not None:
-            dh.copy_(d_h.reshape(bh, dk, dv))
+        dh, nxt = d_h.reshape(bh, dk, dv).clone(), hs.new_empty(bh, dk, dv)
         k_dec, do_s, s_kv = qc.new_empty(bh, c, dk), qc.new_empty(bh, c, dv), hs.new_empty(bh, dk, dv)
         split = [x.view(n, bh, *x.shape[1:]).unbind(0) if x is not None else [None] * n for x in (q3, k3, w, attn)]
         per_chunk = [x.view(n, bh, *x.shape[1:]).unbind(0) for x in (v_new, du, d_o, d_q3, d_k3)]

@@ -154,6 +154,37 @@ def test_ut_transform_identity():
     torch.testing.assert_close(w_fla, w_nv, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize(("group", "use_delta"), [(3, True), (5, True), (3, False)])
+def test_grouped_intra_chunk_work_float64(monkeypatch, group, use_delta):
+    """The intra-chunk forward and the chunk-local backward run in groups of ``_GROUP`` matrices (32 by default, more
+    than the other tests' shapes have): small groups, with a ragged last one, give the same result."""
+    import ops.gated_delta_rule.chunk as chunk_mod
+
+    monkeypatch.setattr(chunk_mod, "_GROUP", group)
+    q, k, v, beta, g, h0 = make_inputs(2, 100, 3, 16, 8, torch.float64, gate="masked", seed=4)  # 7 chunks x 6 = 42
+    (o1, h1, g1), (o2, h2, g2) = run_both(q, k, v, beta, g, h0, 16, use_delta=use_delta)
+    torch.testing.assert_close(o2, o1, rtol=0, atol=1e-8)
+    torch.testing.assert_close(h2, h1, rtol=0, atol=1e-8)
+    for name, a, b in zip(["q", "k", "v", "beta", "g", "h0"], g1, g2):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-8, msg=f"grad {name}")
+
+
+@pytest.mark.parametrize("which", ["output", "state"])
+def test_gradient_of_one_output_float64(which):
+    """Only the output or only the final state reaches the loss: the other incoming gradient is None."""
+    q, k, v, beta, g, h0 = make_inputs(1, 40, 2, 8, 8, torch.float64, seed=6)
+    grads = []
+    for fn, kw in ((naive_recurrent_gated_delta_rule, {}), (chunk_gated_delta_rule, {"chunk_size": 16})):
+        leaves = [x.clone().requires_grad_(True) for x in (q, k, v, beta, g, h0)]
+        o, ht = fn(*leaves[:5], initial_state=leaves[5], output_final_state=True, **kw)
+        loss = (o * o).sum() if which == "output" else (ht * ht).sum()
+        grad = torch.autograd.grad(loss, leaves, allow_unused=True)  # q does not reach the final state
+        grads.append([torch.zeros_like(x) if d is None else d for x, d in zip(leaves, grad)])
+    for name, a, b in zip(["q", "k", "v", "beta", "g", "h0"], *grads):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-8, msg=f"grad {name}")
+    assert grads[0][1].abs().max() > 1e-3
+
+
 def test_float32_within_tolerance():
     q, k, v, beta, g, h0 = make_inputs(2, 200, 2, 32, 32, torch.float64, gate="masked", seed=7)
     ref, ref_h = naive_recurrent_gated_delta_rule(q, k, v, beta, g, initial_state=h0, output_final_state=True)

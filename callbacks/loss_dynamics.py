@@ -4,7 +4,9 @@ After every ``every_n_epochs``-th training epoch the callback runs the model in 
 training set and stores each example's cross-entropy loss (or its correct-class probability) in a preallocated
 ``[N, capacity]`` matrix: memory is bounded by ``N * capacity`` numbers whatever the run length (recording stops
 when the matrix is full). Under DDP each rank scores its shard and the ``(index, value)`` pairs are all-gathered
-and scattered by example index, so every rank holds the same full matrix.
+and scattered by example index, so every rank holds the same full matrix, the one-process matrix up to float
+rounding (a row the padded last shard scores twice is written twice with the same value); rank zero writes the file
+(``tests/callbacks/test_callbacks_ddp.py``, ``tests/callbacks/test_loss_dynamics.py``).
 
 Contract (:func:`callbacks.contracts.loss_dynamics_problems`, checked at ``setup`` with one
 :class:`~suite.errors.ConfigError` line naming what is missing): the model's ``forward(x)`` returns logits

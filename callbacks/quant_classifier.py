@@ -20,7 +20,9 @@ C]`` with at least one ``nn.Linear`` / ``nn.Conv2d``, train and test batches ``(
 
 Logged at the end of the test epoch: ``quant/<method>_acc`` (top-1), ``quant/<method>_acc_drop`` (``fp`` accuracy
 minus it) and ``quant/<method>_kl`` (mean KL of the logits from full precision); also ``quant_calibration.json`` in
-the run's log folder. Under ``debug=`` / ``fast_dev_run``: one calibration and one test batch, at most 2 steps.
+the run's log folder. Added to a run by ``callbacks=quant_classifier`` (``conf/callbacks/quant_classifier.yaml``,
+keys ``callbacks.quant_calibration.*``). Under ``debug=`` / ``fast_dev_run``: one calibration and one test batch, at
+most 2 steps.
 
 Under DDP (``trainer=ddp``) the result is the one-process result (:mod:`callbacks.distributed`): every rank
 calibrates on the ranks' calibration batches pooled (the same transforms, scales and learned rotations on every

@@ -24,8 +24,10 @@ GroupNorm / InstanceNorm, as Tent, EATA, SAR and SuMi) or ``all``. BatchNorm lay
 Under DDP (``trainer=ddp``) the result differs from one process by design. Each rank adapts its own copy of the
 model online on its own shard of the stream (the ranks' ``k``-th batches together are one process's ``k``-th
 batch), with its own optimiser: no gradient is all-reduced, so the ranks' adapted weights drift apart, and a rank
-sees each batch at half (1/W) the size, which changes BatchNorm's test-batch statistics, EATA / SAR's selection and
-SuMi's per-batch terms. What is pooled over the ranks: ``tta/acc_q1..q4`` (the correct predictions and examples of
+sees each batch at half (1/W) the size, which changes BatchNorm's test-batch statistics (unless
+``trainer.sync_batchnorm``, which ``conf/trainer/ddp.yaml`` sets: SyncBatchNorm layers then normalise with the whole
+global batch's statistics, one all-reduce per forward on every rank in step), EATA / SAR's selection and SuMi's
+per-batch terms. What is pooled over the ranks: ``tta/acc_q1..q4`` (the correct predictions and examples of
 each quarter of every rank's stream, summed: the accuracy over the whole global stream), ``tta/selected`` (over
 every rank's batches), ``tta/resets`` (summed), ``tta/param_shift`` (the mean of the ranks' shifts). Rank zero writes
 every rank's rows to ``tta_history.csv`` (its ``rank`` column; ``shift`` is a rank's ``param_shift`` after each

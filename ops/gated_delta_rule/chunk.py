@@ -6,17 +6,20 @@ Inside a chunk of ``C`` tokens, with ``b_r = sum_{s<=r} g_s`` the local cumulati
 WY representation of §3.3; fla ``naive_chunk_gated_delta_rule``)::
 
     A     = strictly_lower(diag(beta) (K K^T) * Gamma)          # C x C
-    T     = (I + A)^{-1}                                         # UT transform (forward substitution)
+    T     = (I + A)^{-1}                                         # UT transform (blocked inversion)
     W     = T diag(beta) diag(e^b) K                             # "k_cumdecay"
     U     = T diag(beta) V                                       # pseudo-values
     V_new = U - W S
     O     = diag(e^b) Q S + ((Q K^T) * Gamma * lower_incl) V_new
     S'    = e^{b_C} S + (diag(e^{b_C - b}) K)^T V_new
 
-``Gamma`` is always formed from differences ``b_r - b_s`` with ``r >= s`` (masked *before* ``exp``), never from
-``e^{b}`` and ``e^{-b}`` separately, which overflows for long chunks with strong decay.
-The intra-chunk work is batched over all chunks; only the ``T / C`` state hand-offs (two small matmuls per chunk) run
-in a Python loop. The whole algorithm is one autograd node with a hand-written backward (:class:`_ChunkGatedDeltaRule`).
+``Gamma`` is always formed from differences ``b_r - b_s`` with ``r >= s`` (the upper triangle is zeroed before
+``exp`` and after), never from ``e^{b}`` and ``e^{-b}`` separately, which overflows for long chunks with strong decay.
+The UT transform is applied as the stored inverse ``T = (I + A)^{-1}`` (a blocked inversion and two matmuls, not a
+triangular solve). The state-independent intra-chunk work runs in groups of matrices sized for the L2 cache; the
+``T / C`` state hand-offs run in a Python loop that also forms each chunk's output (and, in the backward, the gradient
+parts that read the states). The whole algorithm is one autograd node with a hand-written backward
+(:class:`_ChunkGatedDeltaRule`).
 A sequence that is not a multiple of ``C`` is zero-padded with ``beta = 0`` and ``g = 0`` (no write, no decay), so
 the final state is exact.
 """

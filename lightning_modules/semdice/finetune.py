@@ -183,14 +183,14 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         self.env_step = 0
 
     # -- set-up ------------------------------------------------------------------------------------------------------
-    def _build(self, obs_dim: int, act_dim: int) -> None:
+    def _build(self, obs_dim: int, act_dim: int, pretrain: bool = True) -> None:
         h = self.hparams.hidden
         self.actor = nn.Sequential(mlp(obs_dim, act_dim, h), nn.Tanh()).double()
         self.critic = mlp(obs_dim + act_dim, 1, h).double()
         self.critic2 = mlp(obs_dim + act_dim, 1, h).double() if self.double_q else None
         if self.init_ckpt is not None:
             self._load_actor(self.init_ckpt)
-        elif self.pretrain_steps:
+        elif self.pretrain_steps and pretrain:
             self._pretrain(obs_dim, act_dim)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
@@ -264,7 +264,14 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         if not self._built:
             dm = self.trainer.datamodule
             dm.setup(stage)
-            self._build(dm.obs_dim, dm.act_dim)
+            # test-only (`make eval`): the checkpoint brings the actor and its pre-training count (below)
+            self._build(dm.obs_dim, dm.act_dim, pretrain=stage == "fit")
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["pretrained_steps"] = self.pretrained_steps
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.pretrained_steps = checkpoint.get("pretrained_steps", self.pretrained_steps)
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         critics = [*self.critic.parameters(), *(self.critic2.parameters() if self.double_q else [])]

@@ -171,17 +171,19 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
         hs[0] = h0.reshape(bh, dk, dv)
         o = qc.new_empty(n, bh, c, dv)
         k_dec = qc.new_empty(bh, c, dk)
+        k_dec_t = k_dec.transpose(-1, -2)
         ebs = (eb * scale).view(n, bh, c, 1).unbind(0)
         decay = eb[..., -1].reshape(n, bh, 1, 1).unbind(0)
         e_t = e_tail.view(n, bh, c, 1).unbind(0)
         split = [x.view(n, bh, *x.shape[1:]).unbind(0) if x is not None else [None] * n for x in (q3, k3, w, attn)]
-        v_n, o_n = v_new.view(n, bh, c, dv).unbind(0), o.unbind(0)
-        for i, (q_i, k_i, w_i, attn_i) in enumerate(zip(*split)):
-            h, v_i, o_i = hs[i], v_n[i], o_n[i]
+        v_n, o_n, hs_n = v_new.view(n, bh, c, dv).unbind(0), o.unbind(0), hs.unbind(0)
+        for i, (q_i, k_i, w_i, attn_i) in enumerate(zip(*split)):  # views made once: this loop is dispatch-bound
+            h, v_i = hs_n[i], v_n[i]
             if w_i is not None:
                 v_i.baddbmm_(w_i, h, alpha=-1.0)
-            torch.bmm(q_i, h, out=o_i).mul_(ebs[i]).baddbmm_(attn_i, v_i)
-            torch.mul(h, decay[i], out=hs[i + 1]).baddbmm_(torch.mul(k_i, e_t[i], out=k_dec).transpose(-1, -2), v_i)
+            torch.bmm(q_i, h, out=o_n[i]).mul_(ebs[i]).baddbmm_(attn_i, v_i)
+            torch.mul(k_i, e_t[i], out=k_dec)
+            torch.mul(h, decay[i], out=hs_n[i + 1]).baddbmm_(k_dec_t, v_i)
         ctx.use_delta, ctx.scale = use_delta, scale
         ctx.save_for_backward(qc, kc, vc, bc, eb, e_tail, gamma, a, t_inv, w, attn, hs, v_new)
         return o.view(n, bsz, nh, c, dv), hs[n].view(h0.shape).clone()
@@ -204,25 +206,34 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
         d_q3, d_k3, du = d_q.view(m, c, dk), d_k.view(m, c, dk), d_v.view(m, c, dv)
         d_dec = eb.new_empty(n, bh)
         dh, nxt = d_h.reshape(bh, dk, dv).clone(), hs.new_empty(bh, dk, dv)
+        dh_t, nxt_t = dh.transpose(-1, -2), nxt.transpose(-1, -2)
         k_dec, do_s, s_kv = qc.new_empty(bh, c, dk), qc.new_empty(bh, c, dv), hs.new_empty(bh, dk, dv)
-        split = [x.view(n, bh, *x.shape[1:]).unbind(0) if x is not None else [None] * n for x in (q3, k3, w, attn)]
+
+        # Per-chunk views (and transposes) made once: this loop is bound by dispatch, not by its small matmuls.
+        def by_chunk(x, transpose=False):
+            if x is None:
+                return [None] * n
+            x = x.view(n, bh, *x.shape[-2:])
+            return (x.transpose(-1, -2) if transpose else x).unbind(0)
+
+        split = [by_chunk(k3), by_chunk(q3, True), by_chunk(w, True), by_chunk(hs[:n], True), by_chunk(attn, True)]
+        split.append(by_chunk(hs[:n]))
         per_chunk = [x.view(n, bh, *x.shape[1:]).unbind(0) for x in (v_new, du, d_o, d_q3, d_k3)]
         ebs_n, e_t = ebs.view(n, bh, c, 1).unbind(0), e_tail.view(n, bh, c, 1).unbind(0)
         dec = decay.reshape(n, bh, 1, 1).unbind(0)
         for i in reversed(range(n)):
-            q_i, k_i, w_i, attn_i = (x[i] for x in split)
+            k_i, q_t, w_t, h_t, attn_t, h_i = (x[i] for x in split)
             vn_i, du_i, do_i, dq_i, dk_i = (x[i] for x in per_chunk)
-            h_i = hs[i]
-            torch.bmm(attn_i.transpose(-1, -2), do_i, out=du_i).baddbmm_(torch.mul(k_i, e_t[i], out=k_dec), dh)
+            torch.bmm(attn_t, do_i, out=du_i).baddbmm_(torch.mul(k_i, e_t[i], out=k_dec), dh)
             torch.mul(do_i, ebs_n[i], out=do_s)  # dO'
-            torch.bmm(do_s, h_i.transpose(-1, -2), out=dq_i)
-            torch.bmm(vn_i, dh.transpose(-1, -2), out=dk_i).mul_(e_t[i])  # through k_dec (before diag(e^{b_C - b}))
+            torch.bmm(do_s, h_t, out=dq_i)
+            torch.bmm(vn_i, dh_t, out=dk_i).mul_(e_t[i])  # through k_dec (before diag(e^{b_C - b}))
             torch.sum(torch.mul(dh, h_i, out=s_kv), (-1, -2), out=d_dec[i])
-            torch.bmm(q_i.transpose(-1, -2), do_s, out=nxt)
-            if w_i is not None:
-                nxt.baddbmm_(w_i.transpose(-1, -2), du_i, alpha=-1.0)
+            torch.bmm(q_t, do_s, out=nxt)
+            if w_t is not None:
+                nxt.baddbmm_(w_t, du_i, alpha=-1.0)
             nxt.addcmul_(dh, dec[i])
-            dh, nxt = nxt, dh
+            dh, nxt, dh_t, nxt_t = nxt, dh, nxt_t, dh_t
         d_h0 = dh
         # Chunk-local gradients, in groups.
         hs3 = hs[:n].view(m, dk, dv)

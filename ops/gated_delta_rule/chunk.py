@@ -177,7 +177,7 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
         e_t = e_tail.view(n, bh, c, 1).unbind(0)
         split = [x.view(n, bh, *x.shape[1:]).unbind(0) if x is not None else [None] * n for x in (q3, k3, w, attn)]
         v_n, o_n, hs_n = v_new.view(n, bh, c, dv).unbind(0), o.unbind(0), hs.unbind(0)
-        for i, (q_i, k_i, w_i, attn_i) in enumerate(zip(*split)):  # views made once: this loop is dispatch-bound
+        for i, (q_i, k_i, w_i, attn_i) in enumerate(zip(*split)):  # views made once, not per step
             h, v_i = hs_n[i], v_n[i]
             if w_i is not None:
                 v_i.baddbmm_(w_i, h, alpha=-1.0)
@@ -209,7 +209,7 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
         dh_t, nxt_t = dh.transpose(-1, -2), nxt.transpose(-1, -2)
         k_dec, do_s, s_kv = qc.new_empty(bh, c, dk), qc.new_empty(bh, c, dv), hs.new_empty(bh, dk, dv)
 
-        # Per-chunk views (and transposes) made once: this loop is bound by dispatch, not by its small matmuls.
+        # Per-chunk views (and transposes) made once, not per step: each view is a dispatched op too.
         def by_chunk(x, transpose=False):
             if x is None:
                 return [None] * n

@@ -255,11 +255,9 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
             d_bc[sl] += s_tail.sum(-1)
             torch.bmm(d_o[sl], vn_g.transpose(-1, -2), out=dp)  # d attn
             db_g += _rowcol(dp, attn[sl], scratch)
-            dp.mul_(gamma[sl])
-            if scale != 1.0:
-                dp.mul_(scale)
-            dq.baddbmm_(dp, k_g)
-            dk_g.baddbmm_(dp.transpose(-1, -2), q_g)
+            dp.mul_(gamma[sl])  # d(Q K^T) / scale: the scale rides on the products' alpha
+            dq.baddbmm_(dp, k_g, alpha=scale)
+            dk_g.baddbmm_(dp.transpose(-1, -2), q_g, alpha=scale)
             if use_delta:
                 d_r_v = torch.bmm(t_inv[sl].transpose(-1, -2), du_g, out=r_v[:j])
                 # xk = -dR_K, dp = -dA (signs folded into the uses below)

@@ -299,6 +299,8 @@ class QuantCalibration(Callback):
         calib = _take(dm.train_dataloader(), n_calib, pl_module.device)
         calib = gather_batches(trainer, pl_module, calib)  # DDP: every rank calibrates on the pooled batches
         evals = _take(dm.val_dataloader(), 1 if fast else self.eval_batches, pl_module.device)
+        if fast:  # smoke test: calibrate on two sequences (the LM head over every token dominates the smoke run);
+            calib = _first_rows(calib, SMOKE_ROWS)  # after the DDP pooling, so 2 processes calibrate as 1 does
         self._pool = partial(sum_over_ranks, trainer, device=pl_module.device)  # DDP: each rank scores its shard
         steps = min(self.steps, 2) if fast else self.steps
         self._smoke = fast
@@ -379,6 +381,14 @@ def _record_input(m: Any, inputs: tuple, seen: dict, key: str, t: Any) -> None:
     if key not in seen:
         x = inputs[0] / t.scales[m.in_scale]
         seen[key] = x.reshape(-1, x.shape[-1])
+
+
+SMOKE_ROWS = 2  # sequences of the calibration batch in a smoke test (debug modes)
+
+
+def _first_rows(batches: list[dict[str, torch.Tensor]], n: int) -> list[dict[str, torch.Tensor]]:
+    """The first ``n`` sequences of every batch (same keys)."""
+    return [{k: v[:n] for k, v in b.items()} for b in batches]
 
 
 def _take(loader: Any, n: int | None, device: torch.device) -> list[dict[str, torch.Tensor]]:

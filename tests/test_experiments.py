@@ -76,6 +76,9 @@ class OneOf(tuple):
 class Positive:
     """A config value that must be a number > 0."""
 
+    def __repr__(self) -> str:
+        return "a number > 0"
+
 
 # slug -> ({config key: value that turns the method on}, [metric patterns only the method's own run logs]).
 # The config half fails when someone switches a method off by default (or points the default at a baseline); the

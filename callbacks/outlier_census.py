@@ -2,7 +2,8 @@
 
 Every ``every_n_steps`` optimiser steps (and at the start and end of fit) the callback runs the model in eval mode on
 a fixed probe batch (the first training batch, kept) with forward hooks on the modules whose qualified name matches
-``activation_pattern`` (block outputs by default), and measures (criteria in :mod:`ops.outliers.census`):
+``activation_pattern`` (block outputs by default; ``capture=input`` reads their inputs instead; a CNN's feature maps
+``[B, C, H, W]`` are read as pixels x channels), and measures (criteria in :mod:`ops.outliers.census`):
 
 * activations: ``top1 / median`` |h| per layer and the share of tokens holding an entry above ``k * mean|h|`` for
   every ``k`` given (the paper's ``k = 1000``; smaller ``k`` for small models), plus the outlier channels;
@@ -27,8 +28,10 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import nn
 
-from ops.outliers import activation_outlier_stats, attention_sink_share, weight_outlier_ratio
+from ops.outliers import activation_outlier_stats, as_tokens, attention_sink_share, weight_outlier_ratio
 from suite.errors import ConfigError
+
+CAPTURES = ("output", "input")
 
 
 def _first_tensor(out: Any) -> torch.Tensor | None:
@@ -47,16 +50,20 @@ def run_census(
     weight_pattern: str = r"(o_proj|down_proj)$",
     k: Sequence[float] = (1000.0, 100.0),
     top: int = 3,
+    capture: str = "output",
 ) -> list[dict[str, Any]]:
     """One census of ``model`` while ``forward()`` runs it.
 
     Args:
         model: The module whose submodules are hooked (named by ``model.named_modules()``).
         forward: Runs the model once on the probe input (e.g. ``lambda: model(ids)``).
-        activation_pattern: Regex on module names whose outputs (``[B, T, d]``) are censused.
+        activation_pattern: Regex on module names whose outputs (``[B, T, d]``; a feature map ``[B, C, H, W]`` or a
+            flat ``[B, d]`` is read as tokens by :func:`ops.outliers.as_tokens`) are censused.
         weight_pattern: Regex on module names whose ``weight`` is censused.
         k: Outlier thresholds (multiples of the mean magnitude).
         top: Largest magnitudes kept per layer.
+        capture: ``output`` (a block's output: the residual stream) or ``input`` (a layer's first input: what a
+            per-token activation quantizer of that layer sees).
 
     Returns:
         Rows ``{"kind": "act" | "weight" | "attn", "name": module, "metric": ..., "value": float}``; the ``act``
@@ -66,12 +73,18 @@ def run_census(
     for kk in k:
         if not kk > 0:
             raise ConfigError(f"outlier_census.k={list(k)} must hold positive thresholds")
+    if capture not in CAPTURES:
+        raise ConfigError(f"outlier_census.capture={capture!r} must be one of {list(CAPTURES)}")
     act_re, w_re = re.compile(activation_pattern), re.compile(weight_pattern)
     captured: dict[str, torch.Tensor] = {}
     handles, recorders = [], []
     for name, mod in model.named_modules():
         if act_re.search(name):
-            handles.append(mod.register_forward_hook(lambda m, i, o, n=name: captured.__setitem__(n, _first_tensor(o))))
+            handles.append(
+                mod.register_forward_hook(
+                    lambda m, i, o, n=name: captured.__setitem__(n, _first_tensor(i if capture == "input" else o))
+                )
+            )
         if hasattr(mod, "record_attention"):
             recorders.append((name, mod, mod.record_attention))
             mod.record_attention = True
@@ -86,8 +99,9 @@ def run_census(
             mod.record_attention = old
     rows: list[dict[str, Any]] = []
     for name, h in captured.items():
-        if h is None or h.dim() != 3:
+        if h is None or h.dim() not in (2, 3, 4):
             continue
+        h = as_tokens(h)
         for kk in k:
             st = activation_outlier_stats(h, kk, top)
             rows.append(
@@ -148,6 +162,7 @@ class OutlierCensus(Callback):
         weight_pattern: Regex on module names whose weights are censused.
         probe_batches: Training batches kept as the fixed probe (concatenated).
         plot: Write ``outlier_census.png`` at the end of fit.
+        capture: Census the matched modules' ``output`` (default) or ``input`` (see :func:`run_census`).
 
     Attributes:
         history: All rows recorded so far, each with its ``step``.
@@ -161,6 +176,7 @@ class OutlierCensus(Callback):
         weight_pattern: str = r"(o_proj|down_proj)$",
         probe_batches: int = 1,
         plot: bool = True,
+        capture: str = "output",
     ) -> None:
         if not isinstance(every_n_steps, int) or every_n_steps < 1:
             raise ConfigError(f"callbacks.outlier_census.every_n_steps={every_n_steps!r} must be a positive int")
@@ -173,7 +189,9 @@ class OutlierCensus(Callback):
                 re.compile(pat)
             except re.error as err:
                 raise ConfigError(f"callbacks.outlier_census.{key}={pat!r} is not a valid regex ({err})") from None
-        self.every_n_steps, self.k = every_n_steps, [float(x) for x in k]
+        if capture not in CAPTURES:
+            raise ConfigError(f"callbacks.outlier_census.capture={capture!r} must be one of {list(CAPTURES)}")
+        self.every_n_steps, self.k, self.capture = every_n_steps, [float(x) for x in k], capture
         self.activation_pattern, self.weight_pattern = activation_pattern, weight_pattern
         self.probe_batches, self.plot = probe_batches, plot
         self.probe: list[Any] = []
@@ -203,7 +221,10 @@ class OutlierCensus(Callback):
         was_training = pl_module.training
         pl_module.eval()
         try:
-            rows = run_census(pl_module, lambda: pl_module(x), self.activation_pattern, self.weight_pattern, self.k)
+            rows = run_census(
+                pl_module, lambda: pl_module(x), self.activation_pattern, self.weight_pattern, self.k,
+                capture=self.capture,
+            )  # fmt: skip
         finally:
             pl_module.train(was_training)
         self._last_step = trainer.global_step

@@ -33,7 +33,9 @@ shard repeats).
 
 from __future__ import annotations
 
+import json
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -66,6 +68,9 @@ class ClassifierQuantCalibration(Callback):
         seed: Seed of the random Hadamards.
         w_clip: Search each weight row's clip ratio (the official ``w_clip``) when freezing.
         w_sym_scale: Symmetric weight scale, ``signed`` or ``absmax`` (:mod:`ops.quant.fake`).
+        prefix: Metric prefix and file stem: ``<prefix>/<method>_acc`` and ``<prefix>_calibration.json`` (default
+            ``quant``); a second instance with another prefix (e.g. ``quant_w8a8``) scores other bit widths in the
+            same run.
     """
 
     def __init__(
@@ -82,6 +87,7 @@ class ClassifierQuantCalibration(Callback):
         seed: int = 0,
         w_clip: bool = False,
         w_sym_scale: str = "signed",
+        prefix: str = "quant",
     ) -> None:
         bad = [m for m in methods if m not in METHODS]
         if bad or not methods:
@@ -101,7 +107,9 @@ class ClassifierQuantCalibration(Callback):
         self.methods, self.w_bits, self.a_bits = list(methods), w_bits, a_bits
         self.steps, self.rotate_lr, self.smooth_lr, self.alpha = steps, rotate_lr, smooth_lr, alpha
         self.calib_batches, self.eval_batches, self.seed = calib_batches, eval_batches, seed
-        self.w_clip, self.w_sym_scale = w_clip, w_sym_scale
+        if not isinstance(prefix, str) or not prefix.replace("_", "").isalnum():
+            raise ConfigError(f"{WHAT}.prefix={prefix!r} must be a non-empty word (letters, digits, underscores)")
+        self.w_clip, self.w_sym_scale, self.prefix = w_clip, w_sym_scale, prefix
         self.results: dict[str, dict[str, float]] = {}
 
     # -- the calibration pipeline (usable without a Trainer) -------------------------------------------------------
@@ -221,10 +229,22 @@ class ClassifierQuantCalibration(Callback):
         fp = self.results.get("fp") or self.evaluate(pl_module, evals, fp_logits, pool)
         for r in self.results.values():
             r["acc_drop"] = fp["acc"] - r["acc"]
-        write_results(trainer, {"w_bits": self.w_bits, "a_bits": self.a_bits, "results": self.results})
+        payload = {"w_bits": self.w_bits, "a_bits": self.a_bits, "results": self.results}
+        if self.prefix == "quant":
+            write_results(trainer, payload)
+        else:  # the same folder, the instance's own file
+            folder = Path(trainer.log_dir or trainer.default_root_dir)
+            if trainer.is_global_zero:
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / f"{self.prefix}_calibration.json").write_text(json.dumps(payload, indent=2))
 
     def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        log_results(pl_module, self.results)
+        if self.prefix == "quant":
+            log_results(pl_module, self.results)
+            return
+        for method, r in self.results.items():
+            for k, v in r.items():
+                pl_module.log(f"{self.prefix}/{method}_{k}", float(v), add_dataloader_idx=False)
 
 
 def _take(loader: Any, n: int | None, device: torch.device) -> list[tuple[Any, torch.Tensor]]:

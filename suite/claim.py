@@ -32,7 +32,8 @@ and any ``reproduced`` verdict that the hook reads against it (its ``Verdict.aga
 claim or evidence) becomes ``inconclusive: weak baseline``, with a line under the verdict table saying so. Runs from
 before the rule read "start not recorded" and change no verdict.
 
-Each entry becomes ``python -m train -m experiment=<slug> <overrides> seed=0,1,2``; a failing entry is reported on
+Each entry becomes ``python -m train -m experiment=<slug> <overrides> seed=0,1,2`` (``experiment=<its experiment:>``
+where an entry, or the spec, names one: a cross-paper study); a failing entry is reported on
 the page, not hidden. ``--report-only`` rebuilds the page from the runs already on disk. A hand-written reading of
 the results lives in ``docs/results/<slug>_notes.md`` and is appended to the page on every (re)build.
 ``--only a,b`` (re)runs just those entries, in that order, and reuses the others (e.g. to split a claim over
@@ -165,6 +166,12 @@ def entry_seeds(entry: dict, spec: dict) -> list:
     return list(entry.get("seeds", spec.get("seeds", [0])))
 
 
+def entry_experiment(slug: str, entry: dict, spec: dict) -> str:
+    """The experiment an entry runs: its own ``experiment:``, else the spec's, else the claim's slug (a cross-paper
+    study's entries run different papers' experiments)."""
+    return str(entry.get("experiment", spec.get("experiment", slug)))
+
+
 def entry_command(
     slug: str, entry: dict, spec: dict, out: Path, extra: list[str], seed: object | None = None
 ) -> list[str]:
@@ -183,7 +190,7 @@ def entry_command(
         [*pinned, f"logger={spec.get('logger', 'csv')}", "trainer.enable_progress_bar=false",
          f"hydra.sweep.dir={out / entry['name']}"],
     )  # fmt: skip
-    return [sys.executable, "-m", "train", "-m", f"experiment={slug}", *overrides]
+    return [sys.executable, "-m", "train", "-m", f"experiment={entry_experiment(slug, entry, spec)}", *overrides]
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -596,10 +603,10 @@ def smoke(slug: str, spec: dict, profile: str, out: str | None, extra: list[str]
     entry = spec["runs"][names.index(name)]
     folder = Path(out or ROOT / "logs" / "claim" / f"{profile}-smoke" / slug).resolve()
     seed = entry_seeds(entry, spec)[0]
-    base = compose_run(slug, entry_command(slug, entry, spec, folder, extra, seed)[5:])
+    base = compose_run(slug, entry_command(slug, entry, spec, folder, extra, seed)[4:])
     cpu = [o for o in SMOKE_CPU if o != "data.num_workers=0" or "num_workers" in (base.get("data") or {})]
     overrides = merge_overrides(shlex.split(str(cfg.get("overrides", ""))), cpu, extra)
-    missing = preflight(slug, {name: entry_command(slug, entry, spec, folder, overrides, seed)[5:]})
+    missing = preflight(slug, {name: entry_command(slug, entry, spec, folder, overrides, seed)[4:]})
     if missing:
         raise SuiteError(missing)
     rc, secs = run_entry(slug, entry, spec, folder, overrides, seed)
@@ -658,7 +665,7 @@ def main(argv: list[str] | None = None) -> None:
         failures = []
         slurm = uses_slurm([*shlex.split(spec.get("overrides", "")), *args.overrides])
         if not args.report_only and not slurm and args.profile != "cpu":  # what is missing, before anything runs
-            missing = preflight(args.slug, {e["name"]: entry_command(args.slug, e, spec, out, args.overrides)[5:]
+            missing = preflight(args.slug, {e["name"]: entry_command(args.slug, e, spec, out, args.overrides)[4:]
                                             for e in todo})  # fmt: skip
             if missing:
                 raise SuiteError(missing)

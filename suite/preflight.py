@@ -75,7 +75,8 @@ def entry_problems(cfg: DictConfig, cuda_devices: int) -> list[str]:
 
 
 def compose_run(slug: str, overrides: list[str]) -> DictConfig:
-    """The ``train`` config one job of the entry gets: its sweeps (seeds) pinned to their first value."""
+    """The ``train`` config one job of the entry gets: its sweeps (seeds) pinned to their first value; the experiment
+    is ``slug`` unless ``overrides`` choose one (``experiment=...``, an entry's own)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -86,8 +87,10 @@ def compose_run(slug: str, overrides: list[str]) -> DictConfig:
             continue
         pinned.append(f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override()
                       else o.input_line)  # fmt: skip
+    if not any(o.startswith("experiment=") for o in pinned):  # an entry's own experiment comes first in overrides
+        pinned = [f"experiment={slug}", *pinned]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose("train", overrides=[f"experiment={slug}", *pinned])
+        return compose("train", overrides=pinned)
 
 
 def cuda_device_count() -> int:

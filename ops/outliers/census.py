@@ -24,6 +24,22 @@ def _check_k(k: float) -> None:
         raise ConfigError(f"outlier threshold k={k!r} must be > 0")
 
 
+def as_tokens(h: torch.Tensor) -> torch.Tensor:
+    """View an activation as ``[B, T, d]`` tokens x channels, the layout the census reads.
+
+    A transformer's ``[B, T, d]`` is returned as it is; a convolution's feature map ``[B, C, H, W]`` becomes ``[B, H*W,
+    C]`` (every pixel a token, every feature map a channel: the axis a per-token activation quantizer scales over);
+    a flat ``[B, d]`` (a classifier head's input) becomes ``[1, B, d]`` (every example a token).
+    """
+    if h.dim() == 4:
+        return h.flatten(2).transpose(1, 2)
+    if h.dim() == 2:
+        return h[None]
+    if h.dim() != 3:
+        raise ValueError(f"as_tokens expects [B, T, d], [B, C, H, W] or [B, d], got shape {tuple(h.shape)}")
+    return h
+
+
 def activation_outlier_mask(h: torch.Tensor, k: float = 1000.0) -> torch.Tensor:
     """Entries of each sequence's layer output above ``k`` times its mean magnitude.
 

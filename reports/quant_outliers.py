@@ -18,7 +18,8 @@ Pre-registered verdicts (stated before the runs; ``hi`` is the architecture with
 
 Verdicts 1-2 read ``inconclusive: phenomenon absent`` when the two architectures' census ratios overlap over seeds
 (no architecture has the larger outliers), ``inconclusive: underfit`` when a classifier's full-precision top-1 is below
-:data:`MIN_FP_ACC` (the drops of a near-chance model mean nothing).
+:data:`MIN_FP_ACC` (the drops of a near-chance model mean nothing) or, by the suite's rule (never a verdict on runs
+that have not converged), when an entry's ``val/loss`` has not plateaued (the page's sizing section).
 """
 
 from __future__ import annotations
@@ -76,14 +77,16 @@ def _recovery(d: dict[str, list[float]]) -> list[float]:
     return [r - min(a[i] for a in aware) for i, r in enumerate(d["rtn_drop"])] if aware else []
 
 
-def verdicts(data: dict[str, dict[str, list[float]]]) -> list[rep.Verdict]:
-    """The three pre-registered verdicts (module docstring) from :func:`collect`'s table."""
+def verdicts(data: dict[str, dict[str, list[float]]], converged: dict[str, bool] | None = None) -> list[rep.Verdict]:
+    """The three pre-registered verdicts (module docstring) from :func:`collect`'s table; ``converged`` (entry ->
+    plateaued, the page's sizing rule) makes verdicts 1-2 ``inconclusive: underfit`` when an entry has not."""
     archs = [a for a in data if data[a].get("ratio") and data[a].get("rtn_drop")]
     out: list[rep.Verdict] = []
     if len(archs) == 2:
         hi, lo = sorted(archs, key=lambda a: -statistics.fmean(data[a]["ratio"]))
         separated = min(data[hi]["ratio"]) > max(data[lo]["ratio"])
         fit = all(statistics.fmean(data[a]["fp_acc"]) >= MIN_FP_ACC for a in archs)
+        fit = fit and all((converged or {}).get(a, True) for a in archs)
         census = f"census top1/median {hi} {_ms(data[hi]['ratio'])} vs {lo} {_ms(data[lo]['ratio'])}"
 
         def word(a: list[float], b: list[float]) -> str:
@@ -115,6 +118,8 @@ def verdicts(data: dict[str, dict[str, list[float]]]) -> list[rep.Verdict]:
 def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
     """Markdown appended to ``docs/results/quant_outliers.md`` (see module docstring)."""
     data = collect(records)
+    metric, hib = rep.sizing_spec(spec or "quant_outliers")
+    converged = {k: v[0] for k, v in rep.sizing(records, metric or "val/loss", higher_is_better=hib).items()}
     if not data:
         return "No runs with `quant_calibration.json` found."
     head = "| architecture | census top1/median (max over layers) | " + " | ".join(
@@ -133,5 +138,10 @@ def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) ->
             + " | ".join(cells)
             + f" | {_ms(d.get('w8_rtn_drop', []), True)} |"
         )
-    lines += ["", "## Verdicts (pre-registered in `reports/quant_outliers.py`)", "", rep.verdict_table(verdicts(data))]
+    lines += [
+        "",
+        "## Verdicts (pre-registered in `reports/quant_outliers.py`)",
+        "",
+        rep.verdict_table(verdicts(data, converged)),
+    ]
     return "\n".join(lines)

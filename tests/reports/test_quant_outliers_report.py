@@ -56,6 +56,10 @@ def test_verdicts_follow_the_numbers(tmp_path: Path) -> None:
     assert _words(_records(tmp_path / "c", vit_rtn=0.05, cnn_rtn=0.05))[0] == rep.NOISE
     # near-chance classifiers: underfit
     assert _words(_records(tmp_path / "d", vit_rtn=0.10, cnn_rtn=0.02, fp=0.3))[:2] == [rep.UNDERFIT] * 2
+    # an entry that has not plateaued (the sizing rule): underfit, the control is unaffected
+    data = qo.collect(_records(tmp_path / "f", vit_rtn=0.10, cnn_rtn=0.02))
+    words = [v.verdict for v in qo.verdicts(data, {"vit": False, "cnn": True})]
+    assert words == [rep.UNDERFIT, rep.UNDERFIT, rep.REPRODUCED]
     page = qo.claim_report(_records(tmp_path / "e", vit_rtn=0.10, cnn_rtn=0.02), tmp_path)
     assert "| vit | 51.0 ± 1.0 |" in page and "RTN W4A4" in page
 

@@ -60,4 +60,16 @@ def test_ostquant_minilm_experiment_wires_head_data_and_calibration(tmp_path):
     cal = cfg.callbacks.quant_calibration
     assert cal._target_ == "callbacks.quant_calibration.MaskedLMQuantCalibration"
     assert (cal.w_bits, cal.a_bits, cal.kv_bits) == (4, 4, 4)
-    assert {"fp", "rtn", "smoothquant", "quarot", "ostquant"} <= set(cal.methods) and cal.loss == "kl_top"
+    # the default run calibrates fp / rtn / ostquant (a few minutes); the claim's entry names every method
+    assert {"fp", "rtn", "ostquant"} <= set(cal.methods) and cal.loss == "kl_top"
+    claim = compose_train(["experiment=ostquant_minilm", *_claim_entry("minilm").split()], tmp_path)
+    assert {"fp", "rtn", "gptq", "smoothquant", "quarot", "ostquant"} <= set(claim.callbacks.quant_calibration.methods)
+
+
+def _claim_entry(name: str) -> str:
+    import yaml
+
+    from tests.conftest import ROOT
+
+    spec = yaml.safe_load((ROOT / "conf/claim/ostquant_minilm.yaml").read_text())
+    return next(r["overrides"] for r in spec["runs"] if r["name"] == name)

@@ -15,7 +15,9 @@ row in ``[0, N)`` (preferred: it can name rows the training loader leaves out, a
 else a map-style ``train`` split with items ``(x, y)``, which is scored in its fixed order with each item's row as its
 index (as the dataset returns it: a dataset that augments in ``__getitem__`` should provide ``dynamics_dataloader``).
 With ``save`` the matrix is written to ``<default_root_dir>/loss_dynamics.pt`` at the end of fitting
-(``{"values": [N, E], "epochs": [E]}``, loadable with ``torch.load(..., weights_only=True)``).
+(``{"values": [N, E], "epochs": [E]}``, loadable with ``torch.load(..., weights_only=True)``); ``save_attrs`` adds
+the named datamodule attributes under ``"data"`` (tensors, lists, numbers: e.g. a poisoned set's ``poison_attack``,
+``probe_kind``, so that a detector can score the matrix offline without rebuilding the data).
 """
 
 from __future__ import annotations
@@ -43,6 +45,17 @@ def example_values(logits: torch.Tensor, y: torch.Tensor, metric: str) -> torch.
     return torch.softmax(logits.float(), dim=-1).gather(1, y[:, None]).squeeze(1)
 
 
+def _plain(v: Any) -> Any:
+    """A value ``torch.load(weights_only=True)`` can read back: tensors (on CPU), lists, numbers, strings."""
+    if isinstance(v, torch.Tensor):
+        return v.detach().cpu()
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    return v
+
+
 class LossDynamics(Callback):
     """Record every training example's loss (or correct-class probability) each epoch.
 
@@ -53,6 +66,8 @@ class LossDynamics(Callback):
         enabled: Start recording (a module may switch it off, e.g. once a defence has what it needs).
         dtype: Storage dtype (``float32`` or ``float16`` to halve memory).
         save: Write the recorded matrix to ``<default_root_dir>/loss_dynamics.pt`` when fitting ends.
+        save_attrs: Datamodule attributes written beside it (``"data"``: name -> value); a missing one is a
+            :class:`~suite.errors.ConfigError` at the end of fit.
 
     Attributes:
         trajectories: ``[N, recorded]`` values, row = example index (``None`` before the first record).
@@ -67,6 +82,7 @@ class LossDynamics(Callback):
         enabled: bool = True,
         dtype: str = "float32",
         save: bool = True,
+        save_attrs: list[str] | tuple[str, ...] = (),
     ) -> None:
         if metric not in METRICS:
             raise ConfigError(f"callbacks.loss_dynamics.metric={metric!r} must be one of {list(METRICS)}")
@@ -77,7 +93,7 @@ class LossDynamics(Callback):
         if dtype not in ("float32", "float16"):
             raise ConfigError(f"callbacks.loss_dynamics.dtype={dtype!r} must be 'float32' or 'float16'")
         self.metric, self.capacity, self.every_n_epochs, self.enabled = metric, capacity, every_n_epochs, enabled
-        self.dtype, self.save = getattr(torch, dtype), save
+        self.dtype, self.save, self.save_attrs = getattr(torch, dtype), save, tuple(save_attrs)
         self._values: torch.Tensor | None = None
         self.epochs: list[int] = []
 
@@ -144,7 +160,13 @@ class LossDynamics(Callback):
         if self.save and self._values is not None and trainer.is_global_zero and trainer.default_root_dir:
             path = Path(trainer.default_root_dir) / "loss_dynamics.pt"
             path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(self.state_dict(), path)
+            state = self.state_dict()
+            if self.save_attrs:
+                missing = [a for a in self.save_attrs if not hasattr(trainer.datamodule, a)]
+                if missing:
+                    raise ConfigError(f"callbacks.loss_dynamics.save_attrs: the datamodule has no {missing}")
+                state["data"] = {a: _plain(getattr(trainer.datamodule, a)) for a in self.save_attrs}
+            torch.save(state, path)
 
     def state_dict(self) -> dict[str, Any]:
         return {"values": self.trajectories, "epochs": torch.tensor(self.epochs, dtype=torch.long)}

@@ -255,15 +255,7 @@ class BadlossLitModule(SuiteLitModule):
         """Mask ``[N_orig]`` of the originals the detection phase trained on (ranked, and counted in the detection
         metrics): all of them, less the clean probes' originals when their copies replaced them
         (``data.probe_mode=replace``; the official code leaves those never-visited rows out of the ranking too)."""
-        dm = self.dm
-        n = dm.num_original
-        rows = getattr(dm, "default_train_rows", None)
-        mask = torch.zeros(n, dtype=torch.bool)
-        if rows is None:
-            mask[:] = True
-        else:
-            mask[rows[rows < n]] = True
-        return mask
+        return scoring.scored_mask(self.dm.num_original, getattr(self.dm, "default_train_rows", None))
 
     def detection_scores(self) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
         """(score ``[N_all]``, keep-mask over originals ``[N_orig]``, extras to save) for the current defence."""
@@ -281,9 +273,7 @@ class BadlossLitModule(SuiteLitModule):
             extras.update(trajectories=traj.numpy(), kept_epochs=np.array(epochs))
             t = traj[:, epochs]
         if self.defence == "badloss":
-            score = scoring.anomaly_scores(
-                t, t[kind == 1], min(self.k, int((kind == 1).sum())), self.eps, self.log_scores
-            )
+            score, _ = scoring.badloss_scores(traj, kind == 1, self.k, self.eps, self.log_scores, self.use_filter)
             keep = torch.zeros(n, dtype=torch.bool)
             keep[scored[scoring.select_keep(scoring.scores_to_ranks(score[scored]), self.reject_frac)]] = True
         elif self.defence == "badloss_two_class":
@@ -321,14 +311,12 @@ class BadlossLitModule(SuiteLitModule):
         s = score[:n].double()[scored]
         kept = keep_mask[scored]
         logs = {
-            "detect/auc": scoring.roc_auc(s, poison >= 0),
+            **scoring.detection_aucs(s, poison, dm.attack_names),
             "detect/poison_removed": float((~kept[poison >= 0]).float().mean()) if (poison >= 0).any() else 0.0,
             "detect/clean_removed": float((~kept[poison < 0]).float().mean()),
             "detect/kept": float(keep_mask.sum()),
         }
         for a_id, name in enumerate(dm.attack_names):
-            sel = (poison == a_id) | (poison < 0)
-            logs[f"detect/auc_{name}"] = scoring.roc_auc(s[sel], poison[sel] == a_id)
             if (poison == a_id).any():
                 logs[f"detect/removed_{name}"] = float((~kept[poison == a_id]).float().mean())
         for key, v in logs.items():

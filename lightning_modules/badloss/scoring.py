@@ -106,3 +106,59 @@ def roc_auc(scores: torch.Tensor, positive: torch.Tensor) -> float:
     if p.all() or not p.any():
         return float("nan")
     return float(roc_auc_score(p, scores.double().cpu().numpy()))
+
+
+def badloss_scores(
+    traj: torch.Tensor,
+    clean_probes: torch.Tensor,
+    k: int = 50,
+    eps: float = 0.01,
+    log: bool = True,
+    use_filter: bool = True,
+) -> tuple[torch.Tensor, list[int]]:
+    """The one-class BaDLoss detector on a recorded loss matrix, whatever model recorded it.
+
+    Epoch filter (optional), then Eq. (1) against the clean-probe rows, ``k`` capped at the probe count (as the
+    official code's ``min(k, M)``). Used by :class:`~lightning_modules.badloss.BadlossLitModule` at detection time and
+    by the cross-paper study ``badloss_vit`` on another module's :class:`callbacks.loss_dynamics.LossDynamics` matrix.
+
+    Args:
+        traj: ``[N, E]`` per-example losses (row = example index, column = recorded epoch).
+        clean_probes: boolean mask ``[N]`` or row indices of the defender's clean probes.
+
+    Returns:
+        ``(scores [N] in [0, 1] (float64), kept epoch indices)``.
+    """
+    traj = traj.double()
+    epochs = filter_epochs(traj) if use_filter else list(range(traj.shape[1]))
+    t = traj[:, epochs]
+    ref = t[clean_probes]
+    if len(ref) == 0:
+        raise ConfigError("BaDLoss needs clean probes (data.num_probes >= 1)")
+    return anomaly_scores(t, ref, min(k, len(ref)), eps, log), epochs
+
+
+def detection_aucs(
+    scores: torch.Tensor, poison_attack: torch.Tensor, attack_names: list[str] | tuple[str, ...]
+) -> dict[str, float]:
+    """The suite's detection metrics (the paper's convention): ``detect/auc`` of the scores against "poisoned by any
+    attack", and per attack ``detect/auc_<name>``: that attack's poisons vs the clean examples (the other attacks'
+    poisons left out). ``scores``, ``poison_attack`` (attack index, -1 clean): ``[N]`` over the scored rows only."""
+    out = {"detect/auc": roc_auc(scores, poison_attack >= 0)}
+    for a_id, name in enumerate(attack_names):
+        sel = (poison_attack == a_id) | (poison_attack < 0)
+        out[f"detect/auc_{name}"] = roc_auc(scores[sel], poison_attack[sel] == a_id)
+    return out
+
+
+def scored_mask(num_original: int, train_rows: torch.Tensor | None) -> torch.Tensor:
+    """Mask ``[num_original]`` of the originals that are ranked and counted in the detection metrics: those the
+    detection phase trained on (``train_rows``, full-set row indices; ``None``: all). With clean-probe copies that
+    replace their originals (``data.probe_mode=replace``) the originals are left out, as in the official code."""
+    mask = torch.zeros(num_original, dtype=torch.bool)
+    if train_rows is None:
+        mask[:] = True
+    else:
+        train_rows = torch.as_tensor(train_rows, dtype=torch.long)
+        mask[train_rows[train_rows < num_original]] = True
+    return mask

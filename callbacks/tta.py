@@ -320,7 +320,8 @@ class TTAComparison(Callback):
     """Run several TTA variants on the same trained model and test stream, one after the other (claim checks).
 
     At the end of ``trainer.test`` every variant starts from the source weights, adapts online over the whole test
-    loader (adapt-then-predict with ``module(x)``) and is scored; the source weights are restored after each. Logged
+    loader (adapt-then-predict with ``module(x)``; several test loaders are one stream, in order, with the history's
+    ``loader`` column) and is scored; the source weights are restored after each. Logged
     per variant ``<name>``: ``tta/<name>/acc`` (online accuracy over the stream), ``tta/<name>/acc_q1`` ...
     ``acc_q4`` and ``tta/<name>/selected``; the per-batch history goes to ``<default_root_dir>/tta_compare.csv``.
     Training once and comparing methods on one model keeps a multi-method, multi-seed check cheap.
@@ -342,8 +343,13 @@ class TTAComparison(Callback):
 
     def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         loader = trainer.datamodule.test_dataloader() if trainer.datamodule is not None else trainer.test_dataloaders
+        # Several test loaders (e.g. a clean then triggered sets) form one stream, in order, as in the test loop.
+        loaders = list(loader) if isinstance(loader, (list, tuple)) else [loader]
         counts = trainer.num_test_batches if isinstance(trainer.num_test_batches, list) else []
-        limit = int(counts[0]) if counts and math.isfinite(counts[0]) else len(loader)  # fast_dev_run / limit_*
+        limits = [  # fast_dev_run / limit_*: the test loop's own batch count per loader
+            min(int(counts[j]), len(dl)) if j < len(counts) and math.isfinite(counts[j]) else len(dl)
+            for j, dl in enumerate(loaders)
+        ]
         rows: list[dict[str, Any]] = []
         was_training = pl_module.training
         current = copy.deepcopy(pl_module.state_dict())
@@ -351,20 +357,21 @@ class TTAComparison(Callback):
             pl_module.load_state_dict(self._source)
         pl_module.eval()
         for name, cb in self.variants.items():
-            cb.total_steps_arg = cb.total_steps_arg or min(limit, len(loader))
+            cb.total_steps_arg = cb.total_steps_arg or max(sum(limits), 1)
             cb.restore_on_end = True
             cb.on_test_start(trainer, pl_module)
             correct = total = 0
-            for i, batch in enumerate(loader):
-                if i >= limit:
-                    break
-                batch = pl_module.transfer_batch_to_device(batch, pl_module.device, 0)
-                cb.on_test_batch_start(trainer, pl_module, batch, i)
-                with torch.no_grad():
-                    preds = pl_module(batch[0]).argmax(-1)
-                cb.on_test_batch_end(trainer, pl_module, {"preds": preds}, batch, i)
-                correct += int((preds == batch[1]).sum())
-                total += len(batch[1])
+            for j, (dl, limit) in enumerate(zip(loaders, limits)):
+                for i, batch in enumerate(dl):
+                    if i >= limit:
+                        break
+                    batch = pl_module.transfer_batch_to_device(batch, pl_module.device, j)
+                    cb.on_test_batch_start(trainer, pl_module, batch, i, j)
+                    with torch.no_grad():
+                        preds = pl_module(batch[0]).argmax(-1)
+                    cb.on_test_batch_end(trainer, pl_module, {"preds": preds}, batch, i, j)
+                    correct += int((preds == batch[1]).sum())
+                    total += len(batch[1])
             cb.on_test_end(trainer, pl_module)
             res = {"acc": correct / max(total, 1)}
             res.update({f"acc_q{q}": a for q, a in enumerate(cb.quarter_accuracies(), start=1)})

@@ -1,27 +1,82 @@
-"""Lightning + Hydra step overhead vs a bare PyTorch loop on the same model and data, side by side in one run.
+"""The spine's per-step overhead: a bare PyTorch loop vs Lightning alone vs the suite's real configuration.
 
-Both loops train the same MLP (same init, data, optimiser, batch) for the same number of steps; we compare the
-median per-step wall time after warm-up (goal: suite <= 1.1x bare) and report the one-off start-up costs
-(Hydra compose + instantiate, Trainer set-up) separately.
+Every variant trains the same MLP (same init, data, optimiser, batch) for the same number of steps, each in its own
+process (a variant run after another in one process inherits its threads, wandb service and allocator state), and the
+variants are interleaved over ``--rounds`` rounds so drift on a shared machine hits all of them alike. We report the
+median per-step wall time and main-process CPU time after warm-up, as ratios to the bare loop (goal: the suite
+<= 1.1x bare), and what each part of the suite costs (ablations: the suite's config minus one thing).
 
-    python benchmarks/overhead.py [--steps 300] [--width 512] [--batch 128]
+Variants:
+
+- ``bare``: the PyTorch loop (``zero_grad``, forward, ``backward``, ``step``) over the suite's resumable loader.
+- ``lightning``: a bare ``Trainer`` (no logger, no callbacks, no progress bar): Lightning's own floor.
+- ``suite``: the configuration ``python -m train`` runs (``conf/train.yaml``: callbacks=default, logger=wandb (CSV +
+  wandb offline), trainer=cpu), instantiated by ``suite.run``'s own builders.
+- ``suite-...``: the suite with one Hydra override (see ``VARIANTS``), to attribute the cost.
+
+    python benchmarks/overhead.py [--steps 400] [--rounds 3] [--width 512] [--batch 128] [--only suite,bare]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 from torch.utils.data import TensorDataset
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from datamodules._base import ResumableLoader  # noqa: E402
 from lightning_modules._base import SuiteLitModule  # noqa: E402
+
+# name -> Hydra overrides on top of the suite's configuration (None: not the suite's config at all).
+VARIANTS: dict[str, list[str] | None] = {
+    "bare": None,
+    "lightning": None,
+    "suite": [],
+    "suite-no-wandb": ["logger=csv"],
+    "suite-no-loggers": ["logger=none"],
+    "suite-no-bar": ["trainer.enable_progress_bar=false"],
+    "suite-no-lr-monitor": ["~callbacks.lr_monitor"],
+    "suite-no-suite-callbacks": ["~callbacks.finite_loss", "~callbacks.preemption", "~callbacks.config_in_checkpoint"],
+    "suite-log-every-1": ["trainer.log_every_n_steps=1"],
+    "suite-before": [
+        "+logger.wandb.async_log=false",
+        "+logger.csv.flush_logs_every_n_steps=1",
+        "callbacks.progress_bar._target_=lightning.pytorch.callbacks.RichProgressBar",
+        "callbacks.progress_bar.refresh_rate=100",
+    ],
+    "suite-sync-wandb": ["+logger.wandb.async_log=false"],
+    "suite-csv-every-step": ["+logger.csv.flush_logs_every_n_steps=1"],
+    "suite-rich-bar": [
+        "callbacks.progress_bar._target_=lightning.pytorch.callbacks.RichProgressBar",
+        "callbacks.progress_bar.refresh_rate=100",
+    ],
+}
+DESCRIPTION = {
+    "bare": "bare PyTorch loop",
+    "lightning": "Lightning Trainer, nothing on",
+    "suite": "the suite (python -m train's config)",
+    "suite-no-wandb": "  suite, CSV logger only",
+    "suite-no-loggers": "  suite, no loggers",
+    "suite-no-bar": "  suite, no progress bar",
+    "suite-no-lr-monitor": "  suite, no LR monitor",
+    "suite-no-suite-callbacks": "  suite, no finite/preempt/config cb",
+    "suite-log-every-1": "  suite, log_every_n_steps=1",
+    "suite-before": "the suite before issue 52 (sync loggers, per-batch bar)",
+    "suite-sync-wandb": "  suite, synchronous wandb logging",
+    "suite-csv-every-step": "  suite, CSV written every step",
+    "suite-rich-bar": "  suite, Lightning's rich bar (per batch)",
+}
 
 
 def make_net(width: int) -> torch.nn.Module:
@@ -37,20 +92,22 @@ def make_data(n: int) -> TensorDataset:
     return TensorDataset(torch.randn(n, 64, generator=g), torch.randint(0, 10, (n,), generator=g))
 
 
-def bare(steps: int, width: int, batch: int) -> list[float]:
+def bare(steps: int, width: int, batch: int) -> tuple[list[float], list[float]]:
     net = make_net(width)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     loader = ResumableLoader(make_data(steps * batch), batch_size=batch, shuffle=True, seed=0)
-    times, last = [], time.perf_counter()
+    wall, cpu = [], []
+    last, last_cpu = time.perf_counter(), time.process_time()
     for x, y in loader:
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.cross_entropy(net(x), y)
         loss.backward()
         opt.step()
-        now = time.perf_counter()
-        times.append(now - last)
-        last = now
-    return times
+        now, now_cpu = time.perf_counter(), time.process_time()
+        wall.append(now - last)
+        cpu.append(now_cpu - last_cpu)
+        last, last_cpu = now, now_cpu
+    return wall, cpu
 
 
 class _Lit(SuiteLitModule):
@@ -66,54 +123,129 @@ class _Lit(SuiteLitModule):
 
 
 class _StepTimer(__import__("lightning").pytorch.Callback):
+    """Time between consecutive ``on_train_batch_end`` calls: one whole step, every hook included."""
+
     def __init__(self) -> None:
-        self.times: list[float] = []
-        self.last = None
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+        self.last: tuple[float, float] | None = None
 
     def on_train_batch_end(self, *args) -> None:
-        now = time.perf_counter()
+        now = (time.perf_counter(), time.process_time())
         if self.last is not None:
-            self.times.append(now - self.last)
+            self.wall.append(now[0] - self.last[0])
+            self.cpu.append(now[1] - self.last[1])
         self.last = now
 
 
-def suite(steps: int, width: int, batch: int) -> tuple[list[float], float]:
+def lightning(steps: int, width: int, batch: int) -> tuple[list[float], list[float]]:
     import lightning.pytorch as pl
-    from hydra import compose, initialize_config_dir
 
-    t0 = time.perf_counter()
-    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"):
-        cfg = compose("train", overrides=["logger=none", "callbacks=none", "trainer=cpu"])
-    hydra_s = time.perf_counter() - t0
     timer = _StepTimer()
     trainer = pl.Trainer(
-        accelerator=cfg.trainer.accelerator, devices=1, max_steps=steps, logger=False, enable_checkpointing=False,
+        accelerator="cpu", devices=1, max_steps=steps, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, callbacks=[timer], use_distributed_sampler=False,
     )  # fmt: skip
     loader = ResumableLoader(make_data(steps * batch), batch_size=batch, shuffle=True, seed=0)
     trainer.fit(_Lit(width), train_dataloaders=loader)
-    return timer.times, hydra_s
+    return timer.wall, timer.cpu
+
+
+def suite(steps: int, width: int, batch: int, overrides: list[str], out: str) -> tuple[list[float], list[float]]:
+    """The trainer ``python -m train`` builds (callbacks, loggers and trainer from the composed config, through
+    ``suite.run``'s instantiation), fitting the benchmark's MLP instead of an experiment's model."""
+    import lightning.pytorch as pl
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from suite.run import _instantiate_group, instantiate
+
+    os.environ.setdefault("WANDB_MODE", "offline")
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=["trainer=cpu", f"paths.output_dir={out}", "trainer.max_epochs=1", f"trainer.max_steps={steps}"]
+            + overrides,
+        )
+    callbacks = _instantiate_group(cfg.get("callbacks"), "callbacks")
+    if cfg.trainer.get("enable_progress_bar") is False:
+        callbacks = [cb for cb in callbacks if not isinstance(cb, pl.callbacks.ProgressBar)]
+    loggers = _instantiate_group(cfg.get("logger"), "logger")
+    if not loggers:
+        callbacks = [cb for cb in callbacks if not isinstance(cb, pl.callbacks.LearningRateMonitor)]
+    flat = OmegaConf.to_container(cfg, resolve=True)
+    for logger in loggers:
+        logger.log_hyperparams({k: v for k, v in flat.items() if k != "hydra"})
+    timer = _StepTimer()
+    trainer = instantiate(cfg.trainer, "trainer", callbacks=[*callbacks, timer], logger=loggers or False)
+    loader = ResumableLoader(make_data(steps * batch), batch_size=batch, shuffle=True, seed=0)
+    trainer.fit(_Lit(width), train_dataloaders=loader)
+    for logger in loggers:
+        logger.finalize("success")
+    return timer.wall, timer.cpu
+
+
+def run_variant(name: str, steps: int, width: int, batch: int) -> dict[str, list[float]]:
+    torch.set_num_threads(1)
+    if name == "bare":
+        wall, cpu = bare(steps, width, batch)
+    elif name == "lightning":
+        wall, cpu = lightning(steps, width, batch)
+    else:
+        with tempfile.TemporaryDirectory() as out:
+            wall, cpu = suite(steps, width, batch, VARIANTS[name] or [], out)
+    return {"wall": wall, "cpu": cpu}
+
+
+def measure(name: str, steps: int, width: int, batch: int) -> dict[str, float]:
+    """Run one variant in a fresh process; median per-step wall and CPU time after the first fifth (warm-up)."""
+    cmd = [sys.executable, __file__, "--variant", name, f"--steps={steps}", f"--width={width}", f"--batch={batch}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("{")), None)
+    if proc.returncode or line is None:
+        raise SystemExit(f"variant {name} failed (exit {proc.returncode}): {proc.stderr.strip()[-600:]}")
+    data = json.loads(line)
+    warm = steps // 5
+    return {k: statistics.median(v[warm:]) for k, v in data.items()}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--width", type=int, default=512)
     p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--only", default=None, help="comma-separated variants (default: all)")
+    p.add_argument("--variant", default=None, help=argparse.SUPPRESS)  # internal: run one variant, print JSON
     a = p.parse_args()
-    warm = a.steps // 5
-    # Interleave twice so drift on a shared machine hits both sides alike.
-    b1 = bare(a.steps, a.width, a.batch)[warm:]
-    s1, hydra_s = suite(a.steps, a.width, a.batch)
-    b2 = bare(a.steps, a.width, a.batch)[warm:]
-    s2, _ = suite(a.steps, a.width, a.batch)
-    b, s = statistics.median(b1 + b2), statistics.median(s1[warm:] + s2[warm:])
-    print(f"MLP 64-{a.width}-{a.width}-10, batch {a.batch}, {a.steps} steps, torch threads {torch.get_num_threads()}")
-    print(f"{'loop':<22}{'median step (ms)':>18}")
-    print(f"{'bare PyTorch':<22}{b * 1e3:>18.3f}")
-    print(f"{'Lightning (suite)':<22}{s * 1e3:>18.3f}")
-    print(f"step overhead ratio suite/bare = {s / b:.3f}x (goal <= 1.1x)")
-    print(f"one-off Hydra compose: {hydra_s * 1e3:.0f} ms")
+    if a.variant:
+        print(json.dumps(run_variant(a.variant, a.steps, a.width, a.batch)))
+        return
+    names = a.only.split(",") if a.only else list(VARIANTS)
+    unknown = sorted(set(names) - set(VARIANTS))
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {unknown}; choose from {sorted(VARIANTS)}")
+    if "bare" not in names:
+        names = ["bare", *names]
+    rows: dict[str, list[dict[str, float]]] = {n: [] for n in names}
+    for r in range(a.rounds):  # rotate the order each round
+        for n in names[r % len(names) :] + names[: r % len(names)]:
+            rows[n].append(measure(n, a.steps, a.width, a.batch))
+    print(
+        f"MLP 64-{a.width}-{a.width}-10, batch {a.batch}, {a.steps} steps (first fifth = warm-up), one torch thread, "
+        f"{a.rounds} rounds, each variant in its own process; median over rounds of the per-step median"
+    )
+    base = {k: statistics.median(x[k] for x in rows["bare"]) for k in ("wall", "cpu")}
+    print(f"{'variant':<40}{'wall ms':>9}{'x bare':>8}{'cpu ms':>9}{'x bare':>8}")
+    for n in names:
+        med = {k: statistics.median(x[k] for x in rows[n]) for k in ("wall", "cpu")}
+        print(
+            f"{DESCRIPTION[n]:<40}{med['wall'] * 1e3:>9.3f}{med['wall'] / base['wall']:>8.3f}"
+            f"{med['cpu'] * 1e3:>9.3f}{med['cpu'] / base['cpu']:>8.3f}"
+        )
+    if "suite" in names:
+        med = statistics.median(x["wall"] for x in rows["suite"])
+        print(f"step overhead ratio suite/bare = {med / base['wall']:.3f}x wall (goal <= 1.1x)")
 
 
 if __name__ == "__main__":

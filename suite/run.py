@@ -465,8 +465,10 @@ def release_process_group() -> None:
 
 def finish_loggers(trainer: pl.Trainer) -> None:
     """Close wandb runs (flushes the offline file; the next job of a multirun gets its own run)."""
+    from lightning.pytorch.loggers import WandbLogger
+
     for logger in trainer.loggers:
-        if type(logger).__name__ == "WandbLogger" and trainer.is_global_zero:
+        if isinstance(logger, WandbLogger) and trainer.is_global_zero:
             try:
                 logger.experiment.finish()
             except Exception as err:  # noqa: BLE001 - never lose a finished run over a logger

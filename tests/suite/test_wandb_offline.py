@@ -36,7 +36,7 @@ def test_wandb_failure_never_fails_the_run(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("simulated wandb outage")
 
-    monkeypatch.setattr(loggers, "WandbLogger", broken)
+    monkeypatch.setattr(loggers.WandbLogger, "__init__", broken)
     with pytest.warns(UserWarning, match="wandb disabled for this run .*simulated wandb outage"):
         assert make_wandb_logger(str(tmp_path), project="p", mode="online") is None
 

@@ -17,6 +17,8 @@ LOGS ?=
 METRICS ?=
 PYTEST_ARGS ?=
 SLUGS := $(sort $(basename $(notdir $(wildcard conf/experiment/*.yaml))))
+# Cross-paper studies (a claim spec that says `study:`, e.g. quant_outliers) are valid METHODs of `make claim`.
+STUDIES := $(sort $(basename $(notdir $(shell grep -l '^study:' conf/claim/*.yaml 2>/dev/null))))
 
 export PYTHONPATH := $(CURDIR)
 export WANDB_SILENT ?= true
@@ -24,8 +26,8 @@ export HYDRA_FULL_ERROR ?= 1
 
 # Checked when the Makefile is read, before any install, so a typo fails at once (one line) even on a fresh clone.
 ifneq ($(filter train sweep claim slurm,$(MAKECMDGOALS))$(if $(RUNS),,$(filter compare,$(MAKECMDGOALS))),)
-ifeq ($(filter $(METHOD),$(SLUGS)),)
-$(error error: unknown METHOD '$(METHOD)'; valid: $(SLUGS))
+ifeq ($(filter $(METHOD),$(SLUGS) $(if $(filter claim,$(MAKECMDGOALS)),$(STUDIES))),)
+$(error error: unknown METHOD '$(METHOD)'; valid: $(SLUGS)$(if $(filter claim,$(MAKECMDGOALS)), (claim: also $(STUDIES))))
 endif
 endif
 ifneq ($(filter-out cpu paper gpu,$(PROFILE)),)

@@ -40,6 +40,17 @@ def test_unknown_method_for_every_method_target():
         assert len(lines) == 1 and "error: unknown METHOD 'nope'; valid: " in lines[0], lines
 
 
+def test_claim_accepts_a_cross_paper_study_and_only_claim_does():
+    # a claim spec that says `study:` (quant_outliers, tta_arch) has no experiment of its own: `make claim` runs it,
+    # the other METHOD targets still refuse it
+    studies = sorted(p.stem for p in (ROOT / "conf" / "claim").glob("*.yaml") if "\nstudy:" in p.read_text())
+    assert "tta_arch" in studies
+    for study in studies:
+        proc = _make("-n", "claim", f"METHOD={study}")
+        assert proc.returncode == 0 and f"-m suite.claim {study}" in proc.stdout, proc.stderr
+        assert _make("-s", "train", f"METHOD={study}").returncode == 2
+
+
 def test_help_tells_the_debug_modes_and_where_outputs_go():
     out = _make("help").stdout
     for mode in sorted(p.stem for p in (ROOT / "conf" / "debug").glob("*.yaml")):

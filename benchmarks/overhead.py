@@ -15,6 +15,7 @@ Variants:
 - ``suite-...``: the suite with one Hydra override (see ``VARIANTS``), to attribute the cost.
 
     python benchmarks/overhead.py [--steps 400] [--rounds 3] [--width 512] [--batch 128] [--only suite,bare]
+    python benchmarks/overhead.py --profile suite   # where one step's time goes (cProfile, grouped by component)
 """
 
 from __future__ import annotations
@@ -123,19 +124,28 @@ class _Lit(SuiteLitModule):
 
 
 class _StepTimer(__import__("lightning").pytorch.Callback):
-    """Time between consecutive ``on_train_batch_end`` calls: one whole step, every hook included."""
+    """Time between consecutive ``on_train_batch_end`` calls: one whole step, every hook included. With a
+    ``profiler`` (``--profile``), profiles the steps after the first fifth."""
+
+    profiler = None  # a cProfile.Profile, set by --profile
 
     def __init__(self) -> None:
         self.wall: list[float] = []
         self.cpu: list[float] = []
         self.last: tuple[float, float] | None = None
 
-    def on_train_batch_end(self, *args) -> None:
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         now = (time.perf_counter(), time.process_time())
         if self.last is not None:
             self.wall.append(now[0] - self.last[0])
             self.cpu.append(now[1] - self.last[1])
         self.last = now
+        if self.profiler is not None and batch_idx == trainer.max_steps // 5:
+            self.profiler.enable()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.profiler is not None:
+            self.profiler.disable()
 
 
 def lightning(steps: int, width: int, batch: int) -> tuple[list[float], list[float]]:
@@ -209,6 +219,64 @@ def measure(name: str, steps: int, width: int, batch: int) -> dict[str, float]:
     return {k: statistics.median(v[warm:]) for k, v in data.items()}
 
 
+# (substring of a profiled function's file or name, component), first match wins
+_GROUPS = [
+    ("torch._C", "torch kernels (forward, backward, optimiser)"),
+    ("built-in method torch", "torch kernels (forward, backward, optimiser)"),
+    ("torch/optim", "torch kernels (forward, backward, optimiser)"),
+    ("torch/nn", "torch module calls"),
+    ("torch/autograd", "torch module calls"),
+    ("torch/utils/data", "data loading (same in the bare loop)"),
+    ("datamodules/", "data loading (same in the bare loop)"),
+    ("wandb", "loggers: wandb"),
+    ("csv_logs", "loggers: CSV"),
+    ("loggers/", "loggers: other"),
+    ("rich", "progress bar"),
+    ("callbacks/progress", "progress bar"),
+    ("lr_monitor", "LR monitor"),
+    ("logger_connector", "Lightning: self.log / ResultCollection"),
+    ("lightning_utilities", "Lightning: collection traversal (apply_to_collection)"),
+    ("lightning/", "Lightning: loop, hooks, closure"),
+    ("/callbacks/", "suite callbacks"),
+]
+
+
+def profile(name: str, steps: int, width: int, batch: int) -> None:
+    """cProfile the steps after warm-up of one variant (in this process) and print main-thread time per step by
+    component. cProfile inflates Python-heavy parts against torch kernels: read the shares, not the absolute ms;
+    threads (wandb's logging thread, rich's redraw thread) are not profiled."""
+    import cProfile
+    import pstats
+
+    if name in ("bare",):
+        raise SystemExit("--profile: choose a Lightning variant (lightning, suite, suite-...)")
+    _StepTimer.profiler = cProfile.Profile()
+    run_variant(name, steps, width, batch)
+    _StepTimer.profiler.disable()
+    stats = pstats.Stats(_StepTimer.profiler).stats  # {(file, line, func): (cc, nc, tottime, cumtime, callers)}
+    groups: dict[str, float] = {}
+    n = steps - steps // 5 - 1
+
+    def group_of(file: str, func: str) -> str:
+        where = f"{file} {func}"
+        return next((g for key, g in _GROUPS if key in where), "other Python (copy, inspect, contextlib, ...)")
+
+    for (file, _, func), (_, _, tottime, _, callers) in stats.items():
+        # A Python built-in (a lock wait, isinstance, ...) counts for the components that called it.
+        if file == "~" and "torch" not in func and callers:
+            spent = sum(c[2] for c in callers.values()) or 1.0
+            for (cfile, _, cfunc), c in callers.items():
+                g = group_of(cfile, cfunc)
+                groups[g] = groups.get(g, 0.0) + tottime * c[2] / spent
+            continue
+        g = group_of(file, func)
+        groups[g] = groups.get(g, 0.0) + tottime
+    total = sum(groups.values())
+    print(f"{name}: main-thread time per step under cProfile, {n} steps after warm-up ({total / n * 1e3:.2f} ms/step)")
+    for group, t in sorted(groups.items(), key=lambda kv: -kv[1]):
+        print(f"  {group:<58}{t / n * 1e3:>8.3f} ms {t / total:>6.1%}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=400)
@@ -216,8 +284,14 @@ def main() -> None:
     p.add_argument("--width", type=int, default=512)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--only", default=None, help="comma-separated variants (default: all)")
+    p.add_argument("--profile", default=None, metavar="VARIANT", help="profile one variant's steps by component")
     p.add_argument("--variant", default=None, help=argparse.SUPPRESS)  # internal: run one variant, print JSON
     a = p.parse_args()
+    if a.profile:
+        if a.profile not in VARIANTS:
+            raise SystemExit(f"unknown variant {a.profile!r}; choose from {sorted(VARIANTS)}")
+        profile(a.profile, a.steps, a.width, a.batch)
+        return
     if a.variant:
         print(json.dumps(run_variant(a.variant, a.steps, a.width, a.batch)))
         return

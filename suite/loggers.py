@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import atexit
+import collections
 import functools
 import io
 import netrc
 import os
-import queue
 import threading
 import time
 import warnings
@@ -131,15 +131,21 @@ def _wandb_logger_class() -> type:
 
         ``wandb.Run.log`` waits for its record to reach the wandb service process, about 0.5 ms per call on an idle
         machine and several under load, twice a step in the suite (the metrics and the learning-rate monitor). Here
-        the training thread only queues the row; one thread logs the rows in order. Every other use of the run
-        (``logger.experiment``: hyper-parameters, summaries, tables, ``finish``) first waits until the queue is empty,
-        and so do ``finalize`` and interpreter exit, so the run's history is the same as with synchronous logging.
-        A logging error is reported once as a warning and never fails the run (the CSV logger still records).
+        the training thread only queues the row; one thread logs the queued rows in order every ``interval``
+        seconds. Every other use of the run (``logger.experiment``: hyper-parameters, summaries, tables,
+        ``finish``) first waits until the queue is empty, and so do ``finalize`` and interpreter exit, so the run's
+        history is the same as with synchronous logging. A logging error is reported once as a warning and never
+        fails the run (the CSV logger still records).
         """
+
+        interval = 0.1  # seconds between the logging thread's passes over the queued rows
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self._rows: queue.Queue | None = None
+            self._rows: collections.deque = collections.deque()
+            self._queued = 0  # written by the training thread only
+            self._done = 0  # written by the logging thread only
+            self._wake: threading.Event | None = None
             self._worker: threading.Thread | None = None
             self._log_error: str | None = None
 
@@ -152,34 +158,40 @@ def _wandb_logger_class() -> type:
         @rank_zero_only
         def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
             if self._worker is None or not self._worker.is_alive():
-                self._rows = queue.Queue()
+                self._wake = threading.Event()
                 self._worker = threading.Thread(target=self._drain_rows, name="wandb-log", daemon=True)
                 self._worker.start()
                 atexit.register(self.flush)
-            self._rows.put((dict(metrics), step))
+            # No wake-up per row (handing the GIL to a woken thread every step costs more than the log call): the
+            # thread drains the queue every `interval` seconds or when flushed.
+            self._rows.append((dict(metrics), step))
+            self._queued += 1
 
         def _drain_rows(self) -> None:
-            rows = self._rows
             while True:
-                metrics, step = rows.get()
-                try:
-                    WandbLogger.log_metrics(self, metrics, step)
-                except Exception as err:  # noqa: BLE001 - wandb must never fail a run
-                    if self._log_error is None:
-                        self._log_error = f"{type(err).__name__}: {err}"
-                        warnings.warn(
-                            f"wandb logging failed ({self._log_error}); CSV logs are still written.", stacklevel=2
-                        )
-                finally:
-                    rows.task_done()
+                self._wake.wait(self.interval)
+                self._wake.clear()
+                while self._rows:
+                    metrics, step = self._rows.popleft()
+                    try:
+                        WandbLogger.log_metrics(self, metrics, step)
+                    except Exception as err:  # noqa: BLE001 - wandb must never fail a run
+                        if self._log_error is None:
+                            self._log_error = f"{type(err).__name__}: {err}"
+                            warnings.warn(
+                                f"wandb logging failed ({self._log_error}); CSV logs are still written.", stacklevel=2
+                            )
+                    finally:
+                        self._done += 1
 
         def flush(self, timeout: float = 120.0) -> None:
             """Wait until every queued row has been logged (at most ``timeout`` seconds)."""
-            rows, worker = self._rows, self._worker
-            if rows is None or worker is None:
+            worker = self._worker
+            if worker is None:
                 return
             end = time.monotonic() + timeout
-            while rows.unfinished_tasks and worker.is_alive() and time.monotonic() < end:
+            while self._done < self._queued and worker.is_alive() and time.monotonic() < end:
+                self._wake.set()
                 time.sleep(0.002)
 
         @rank_zero_only
@@ -190,7 +202,7 @@ def _wandb_logger_class() -> type:
         def __getstate__(self) -> dict[str, Any]:
             self.flush()
             state = super().__getstate__()
-            state.update(_rows=None, _worker=None)
+            state.update(_rows=collections.deque(), _queued=0, _done=0, _wake=None, _worker=None)
             return state
 
     return AsyncWandbLogger

@@ -30,7 +30,15 @@ from torch import nn
 
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule, classification_metrics
 from lightning_modules.lice.dice import DiceRandomSearch
-from lightning_modules.lice.mio import CounterfactualResult, LiceMIO, distance, feature_costs, mlp_forward, sparsity
+from lightning_modules.lice.mio import (
+    BACKENDS,
+    CounterfactualResult,
+    LiceMIO,
+    distance,
+    feature_costs,
+    mlp_forward,
+    sparsity,
+)
 from lightning_modules.lice.spn import SPN, LearnSPN
 from suite.debug import smoke_test
 from suite.errors import ConfigError
@@ -70,6 +78,8 @@ class LiceLitModule(SuiteLitModule):
         mad_floor: Floor of the MAD in the inverse-MAD costs.
         bin_gap: Upper-bin gap of the MIO's histogram leaves (normalised units; official 1e-6, see ``LiceMIO``).
         warm_start: Start LiCE-optimise from the plain MIO's counterfactual (a MIP start; the official code has none).
+        mio_backend: ``highspy`` (the plain MIO as a matrix passed to HiGHS directly) or ``pyomo`` (the Pyomo model
+            translated by ``appsi_highs``, the naive twin); same MIO (``LiceMIO``, benchmarks/lice_mio_speed.py).
         dice_samples: Candidates of the DiCE-style search.
         fast_dev_counterfactuals: Rows explained in a smoke test (``fast_dev_run`` or any ``debug=`` mode).
         fast_dev_time_limit: Solver limit in a smoke test.
@@ -94,6 +104,7 @@ class LiceLitModule(SuiteLitModule):
         mad_floor: float = 1e-4,
         bin_gap: float = 1e-6,
         warm_start: bool = True,
+        mio_backend: str = "highspy",
         dice_samples: int = 2000,
         fast_dev_counterfactuals: int = 1,
         fast_dev_time_limit: float = 5.0,
@@ -119,6 +130,8 @@ class LiceLitModule(SuiteLitModule):
             raise ConfigError(f"model.mad_floor={mad_floor} must be > 0")
         if not 0 < bin_gap < 0.5:
             raise ConfigError(f"model.bin_gap={bin_gap} must be in (0, 0.5) (normalised units)")
+        if mio_backend not in BACKENDS:
+            raise ConfigError(f"model.mio_backend={mio_backend!r} must be one of {list(BACKENDS)}")
         # Fail on bad SPN settings now rather than at test time.
         LearnSPN(["binary"], [2], spn_bins, spn_min_instances, spn_max_depth, spn_alpha)
         # plain Python values only (Hydra passes ListConfig, which a weights_only checkpoint load rejects)
@@ -128,7 +141,8 @@ class LiceLitModule(SuiteLitModule):
              "threshold": threshold if isinstance(threshold, str) else float(threshold), "spn_bins": int(spn_bins),
              "spn_min_instances": int(spn_min_instances), "spn_max_depth": int(spn_max_depth),
              "spn_alpha": float(spn_alpha), "spn_max_rows": int(spn_max_rows), "mad_floor": float(mad_floor),
-             "bin_gap": float(bin_gap), "warm_start": bool(warm_start), "dice_samples": int(dice_samples),
+             "bin_gap": float(bin_gap), "warm_start": bool(warm_start),
+             "mio_backend": str(mio_backend), "dice_samples": int(dice_samples),
              "seed": int(seed)}
         )  # fmt: skip
         self.hidden_sizes, self.methods = list(hidden_sizes), list(methods)
@@ -137,7 +151,7 @@ class LiceLitModule(SuiteLitModule):
         self.spn_kwargs = {"n_bins": spn_bins, "min_instances_slice": spn_min_instances, "max_depth": spn_max_depth,
                            "alpha": spn_alpha, "seed": seed}  # fmt: skip
         self.spn_max_rows, self.mad_floor, self.dice_samples = spn_max_rows, mad_floor, dice_samples
-        self.bin_gap, self.warm_start = bin_gap, bool(warm_start)
+        self.bin_gap, self.warm_start, self.mio_backend = bin_gap, bool(warm_start), str(mio_backend)
         self.fast_dev_counterfactuals, self.fast_dev_time_limit, self.seed = (
             fast_dev_counterfactuals, fast_dev_time_limit, seed)  # fmt: skip
         self.net: nn.Sequential | None = None
@@ -234,7 +248,7 @@ class LiceLitModule(SuiteLitModule):
 
         common = {"time_limit": time_limit, "bin_gap": self.bin_gap, "alpha": self.alpha, "threshold": tau}
         solvers: dict[str, Any] = {
-            "mio": LiceMIO(features, layers, costs, None, "mio", **common),
+            "mio": LiceMIO(features, layers, costs, None, "mio", backend=self.mio_backend, **common),
             "lice_threshold": LiceMIO(features, layers, costs, spn, "threshold", **common),
             "lice_optimize": LiceMIO(features, layers, costs, spn, "optimize", **common),
             "dice": DiceRandomSearch(features, logit, costs, self.dice_samples, seed=self.seed),

@@ -174,7 +174,7 @@ def test_time_limit_is_reported(setup, monkeypatch):
         best_feasible_objective = None
 
     monkeypatch.setattr(Highs, "solve", lambda self, model: _Res())
-    mio = LiceMIO(FEATURES, setup["layers"], setup["costs"], time_limit=0.01)
+    mio = LiceMIO(FEATURES, setup["layers"], setup["costs"], time_limit=0.01, backend="pyomo")
     res = mio.generate(_factuals(setup)[0], desired=1)
     assert res.status == "time_limit_no_solution" and not res.found
 
@@ -184,6 +184,129 @@ def test_time_limit_is_reported(setup, monkeypatch):
     monkeypatch.setattr(Highs, "solve", boom)
     res = mio.generate(_factuals(setup)[0], desired=1)
     assert res.status.startswith("error: RuntimeError") and not res.found
+
+
+def test_matrix_backend_time_limit_and_failure_are_results(setup, monkeypatch):
+    import highspy
+
+    class _Stopped(highspy.Highs):
+        def run(self):  # the time limit hit before any incumbent
+            return highspy.HighsStatus.kWarning
+
+        def getModelStatus(self):
+            return highspy.HighsModelStatus.kTimeLimit
+
+    monkeypatch.setattr(highspy, "Highs", _Stopped)
+    mio = LiceMIO(FEATURES, setup["layers"], setup["costs"], time_limit=0.01)
+    res = mio.generate(_factuals(setup)[0], desired=1)
+    assert res.status == "time_limit_no_solution" and not res.found
+
+    class _Crash(highspy.Highs):
+        def run(self):
+            raise RuntimeError("solver crashed")
+
+    monkeypatch.setattr(highspy, "Highs", _Crash)
+    res = mio.generate(_factuals(setup)[0], desired=1)
+    assert res.status.startswith("error: RuntimeError") and not res.found
+
+
+# every branch of the input encoding: free / decreasing / immutable continuous, an integer grid, free and increasing
+# binaries, free / increasing / immutable categoricals
+PARITY_FEATURES = [
+    FeatureSpec("a", "continuous"),
+    FeatureSpec("dec", "continuous", monotone="decreasing"),
+    FeatureSpec("years", "continuous", monotone="increasing", discrete=True, lo=0.0, hi=10.0),
+    FeatureSpec("count", "continuous", discrete=True, lo=0.0, hi=20.0),
+    FeatureSpec("fixed", "continuous", immutable=True),
+    FeatureSpec("flag", "binary", categories=["no", "yes"]),
+    FeatureSpec("up", "binary", monotone="increasing", categories=["no", "yes"]),
+    FeatureSpec("colour", "categorical", categories=["r", "g", "b", "k"]),
+    FeatureSpec("level", "categorical", monotone="increasing", categories=["lo", "mid", "hi"]),
+    FeatureSpec("kind", "categorical", immutable=True, categories=["x", "y"]),
+]
+
+
+def _parity_case(seed: int) -> tuple[list, np.ndarray, np.ndarray]:
+    """A random ReLU MLP [12, 6] on PARITY_FEATURES, its costs and 6 random factuals."""
+    rng = np.random.default_rng(seed)
+    n = 6
+    table = np.stack([rng.random(n), rng.random(n), rng.integers(0, 11, n) / 10, rng.integers(0, 21, n) / 20,
+                      rng.random(n), rng.integers(0, 2, n), rng.integers(0, 2, n), rng.integers(0, 4, n),
+                      rng.integers(0, 3, n), rng.integers(0, 2, n)], 1).astype(float)  # fmt: skip
+    d = encode(table, PARITY_FEATURES).shape[1]
+    layers = [(rng.normal(size=(12, d)), rng.normal(size=12) * 0.3), (rng.normal(size=(6, 12)), rng.normal(size=6)),
+              (rng.normal(size=(1, 6)), rng.normal(size=1))]  # fmt: skip
+    costs = np.r_[1.0 / rng.uniform(0.05, 0.3, 5), rng.uniform(0.5, 2.0, 5)]
+    return layers, costs, table
+
+
+@pytest.mark.parametrize("seed", [0, 2, 4, 5])  # seeds 1, 3: every factual infeasible
+def test_matrix_backend_matches_pyomo_backend(seed):
+    """Parity: the direct highspy matrix model and the Pyomo model reach the same optimal objective (and status);
+    the matrix path's CE flips the prediction, respects the constraints and costs its objective."""
+    layers, costs, table = _parity_case(seed)
+    fast = LiceMIO(PARITY_FEATURES, layers, costs, time_limit=30)
+    slow = LiceMIO(PARITY_FEATURES, layers, costs, time_limit=30, backend="pyomo")
+    solved = 0
+    for x in table:
+        logit = mlp_forward(layers, encode(x[None], PARITY_FEATURES))[0]
+        desired = int(logit < 0)
+        a, b = fast.generate(x, desired), slow.generate(x, desired)
+        assert a.status == b.status, (a.status, b.status)
+        if b.status == "infeasible":
+            continue
+        assert a.status == "optimal"
+        solved += 1
+        assert a.objective == pytest.approx(b.objective, rel=1e-4, abs=1e-6)  # HiGHS's mip_rel_gap
+        xc, sign = a.x, 1 if desired == 1 else -1
+        assert sign * mlp_forward(layers, encode(xc[None], PARITY_FEATURES))[0] > 0  # the prediction flips
+        assert a.objective == pytest.approx(distance(x, xc, PARITY_FEATURES, costs), abs=1e-5)
+        assert xc[1] <= x[1] + 1e-9 and xc[2] >= x[2] - 1e-9 and xc[6] >= x[6] and xc[8] >= x[8]  # monotone
+        assert xc[4] == x[4] and xc[9] == x[9]  # immutable
+        assert abs(xc[2] * 10 - round(xc[2] * 10)) < 1e-6 and abs(xc[3] * 20 - round(xc[3] * 20)) < 1e-6  # grids
+    assert solved >= 3
+
+
+def _lp_arrays(lp) -> dict:
+    """A ``highspy.HighsLp`` as dense numpy arrays (either matrix format)."""
+    import highspy
+
+    a = np.zeros((lp.num_row_, lp.num_col_))
+    start, index, value = np.array(lp.a_matrix_.start_), np.array(lp.a_matrix_.index_), np.array(lp.a_matrix_.value_)
+    rowwise = lp.a_matrix_.format_ == highspy.MatrixFormat.kRowwise
+    for k in range(len(start) - 1):
+        sl = slice(start[k], start[k + 1])
+        if rowwise:
+            a[k, index[sl]] = value[sl]
+        else:
+            a[index[sl], k] = value[sl]
+    out = {"a": a, "offset": np.array([lp.offset_]), "integrality": np.array([int(t) for t in lp.integrality_])}
+    for key in ("col_cost_", "col_lower_", "col_upper_", "row_lower_", "row_upper_"):
+        out[key] = np.array(getattr(lp, key))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 2, 4, 5])
+def test_matrix_model_is_the_lp_appsi_makes(seed):
+    """The matrix path hands HiGHS the LP appsi translates the Pyomo model into: the same rows, columns and order,
+    bitwise the same matrix, column bounds, costs, integrality and offset; the row bounds (sums of constants, whose
+    summation order Pyomo varies with the expression's structure) to a few ulps. So both paths do the same HiGHS
+    work (bitwise the same LP on the benchmark's factuals). The factual and the target vary every bound."""
+    from pyomo.contrib.appsi.solvers import Highs
+
+    layers, costs, table = _parity_case(seed)
+    mio = LiceMIO(PARITY_FEATURES, layers, costs)
+    for x in table:
+        for desired in (0, 1):
+            solver = Highs()
+            solver.set_instance(mio.build(x, desired))
+            ref = _lp_arrays(solver._solver_model.getLp())
+            got = _lp_arrays(mio.highs_lp(mio.matrix_model(x, desired)))
+            for key, value in ref.items():
+                if key.startswith("row_"):
+                    np.testing.assert_allclose(got[key], value, rtol=1e-14, atol=1e-14, err_msg=key)
+                else:
+                    np.testing.assert_array_equal(got[key], value, err_msg=key)
 
 
 def test_dice_counterfactual_valid_sparse_and_actionable(setup):
@@ -226,6 +349,8 @@ def test_mio_rejects_bad_config(setup):
         LiceMIO(FEATURES, setup["layers"], setup["costs"], objective="optimize")
     with pytest.raises(ConfigError, match="time_limit"):
         LiceMIO(FEATURES, setup["layers"], setup["costs"], time_limit=0)
+    with pytest.raises(ConfigError, match="mio_backend"):
+        LiceMIO(FEATURES, setup["layers"], setup["costs"], backend="gurobi")
 
 
 def test_official_upper_sum_variant_is_not_an_upper_bound():

@@ -519,13 +519,15 @@ class LiceMIO:
         rows: list[tuple[list[tuple[int, float]], float, float]] = []  # (terms, lo, hi)
         for j, f in enumerate(self.features):
             v = float(x0[j])
+            categorical = f.kind not in ("continuous", "binary")
+            if f.immutable:  # constants: the value itself, or the one-hot of the category
+                vals = [float(i == round(v)) for i in range(f.n_categories)] if categorical else [v]
+                inputs += [([], a) for a in vals]
+                in_lo += vals
+                in_hi += vals
+                x_expr.append(vals if categorical else v)
+                continue
             if f.kind == "continuous":
-                if f.immutable:
-                    inputs.append(([], v))
-                    in_lo.append(v)
-                    in_hi.append(v)
-                    x_expr.append(v)
-                    continue
                 up = 0.0 if f.monotone == "decreasing" else max(1.0 - v, 0.0)
                 down = 0.0 if f.monotone == "increasing" else max(v, 0.0)
                 dp = col(0.0, up, c=float(self.costs[j]))
@@ -544,12 +546,6 @@ class LiceMIO:
                 in_hi.append(v + up)
                 x_expr.append((terms, v))
             elif f.kind == "binary":
-                if f.immutable:
-                    inputs.append(([], v))
-                    in_lo.append(v)
-                    in_hi.append(v)
-                    x_expr.append(v)
-                    continue
                 lo = v if f.monotone == "increasing" else 0.0
                 hi = v if f.monotone == "decreasing" else 1.0
                 changed_if_one = round(v) == 0
@@ -561,13 +557,6 @@ class LiceMIO:
                 x_expr.append(([(b, 1.0)], 0.0))
             else:
                 kk, c0 = f.n_categories, int(round(v))
-                if f.immutable:
-                    onehot = [float(i == c0) for i in range(kk)]
-                    inputs += [([], o) for o in onehot]
-                    in_lo += onehot
-                    in_hi += onehot
-                    x_expr.append(onehot)
-                    continue
                 allowed = [
                     i
                     for i in range(kk)

@@ -55,15 +55,22 @@ if [ "$cmd" = stop ]; then
     scancel --full --quiet --user="$(id -un)" 2>/dev/null || true
     for _ in $(seq 100); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.1; done
   fi
-  for f in "$B"/run/slurmd.pid "$B"/run/slurmctld.pid "$B"/run/slurmdbd.pid "$B"/run/mariadbd.pid \
-           /run/mysqld/mariadbd-suite.pid /run/munge/munged-suite.pid; do
-    [ -f "$f" ] || continue
-    pid=$(cat "$f")
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done   # wait up to 10 s
-    kill -9 "$pid" 2>/dev/null || true
-    rm -f "$f"
-  done
+  # two waves, each stopped together (one after another took ~8 s): the SLURM daemons, then the database and munge
+  stop_wave() {
+    local pids=() f pid
+    for f in "$@"; do [ -f "$f" ] && pids+=("$(cat "$f")"); done
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for _ in $(seq 100); do   # wait up to 10 s for the whole wave
+      local alive=0
+      for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+      [ "$alive" = 0 ] && break
+      sleep 0.1
+    done
+    for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+    rm -f "$@"
+  }
+  stop_wave "$B"/run/slurmd.pid "$B"/run/slurmctld.pid "$B"/run/slurmdbd.pid
+  stop_wave "$B"/run/mariadbd.pid /run/mysqld/mariadbd-suite.pid /run/munge/munged-suite.pid
   exit 0
 fi
 

@@ -10,7 +10,7 @@ import pytest
 
 from suite.errors import ConfigError
 from suite.run import load_checkpoint, train
-from tests.conftest import FIXTURE_CONF, compose_train, run_cli
+from tests.conftest import FIXTURE_CONF, compose_train, run_cli, run_entry
 
 BASE = [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "trainer.max_epochs=4"]
 
@@ -40,8 +40,7 @@ def test_best_weights_are_the_selected_checkpoint_not_the_final_model(tmp_path):
     assert len(saved) == 1 and load_checkpoint(str(saved[0]))["global_step"] == best["test/weights_step"]
     assert best["test/mse"] != pytest.approx(final["test/mse"], rel=1e-3)
     # the same weights tested on their own (`make eval CKPT=...`) give the same test metrics
-    ev = run_cli(["evaluate", f"ckpt_path={saved[0]}", f"hydra.run.dir={tmp_path / 'eval'}"])
-    assert ev.returncode == 0, ev.stderr[-2000:]
+    assert run_entry("evaluate", [f"ckpt_path={saved[0]}", f"hydra.run.dir={tmp_path / 'eval'}"]) == 0  # in-process
     evaluated = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert evaluated["test/mse"] == pytest.approx(best["test/mse"], rel=1e-6)
 

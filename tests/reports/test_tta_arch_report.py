@@ -109,7 +109,7 @@ def test_page_tables_and_sanity_notes(tmp_path: Path) -> None:
     assert "cnn fog seed 0: Tent 0.396 vs source 0.600" in ta.claim_report(bad, tmp_path, spec={})
 
 
-def test_spec_entries_compose_and_chain_to_their_training_entry() -> None:
+def test_spec_entries_compose_and_chain_to_their_training_entry(tmp_path: Path) -> None:
     spec = load_spec("tta_arch")
     names = [e["name"] for e in spec["runs"]]
     assert names[:2] == ["cnn", "vit"]  # the training entries run first: the others load their checkpoints
@@ -117,7 +117,7 @@ def test_spec_entries_compose_and_chain_to_their_training_entry() -> None:
     assert set(ta.CORRUPTIONS) <= set(CORRUPTIONS)
     for entry in spec["runs"]:
         arch, corruption = ta.split_name(entry["name"])
-        cfg = compose_run("tta_arch", entry_command("tta_arch", entry, spec, Path("/tmp/tta"), [])[4:])
+        cfg = compose_run("tta_arch", entry_command("tta_arch", entry, spec, tmp_path / "tta", [])[4:])
         assert cfg.experiment_slug == {"cnn": "badloss", "vit": "mda"}[arch]
         assert list(cfg.data.attacks) == [] and cfg.data.severity == 5  # clean training data
         assert set(cfg.callbacks.tta_compare.variants) == set(ta.METHODS)

@@ -1,0 +1,426 @@
+"""Claims as data: the spec's ``claims:`` judged by :mod:`suite.stats`, one :class:`ClaimResult` per claim.
+
+A claim spec (``conf/claim/<slug>.yaml``) declares its claims before the runs::
+
+    claims:
+      - id: sb_vs_rope_8x                          # unique on the page
+        text: "At 8x the training length, stick-breaking has lower perplexity than softmax+RoPE"
+        metric: test/ppl_len1024                   # per-seed final value of each entry (best-validation weights
+                                                   # when the runs test them: `evaluate: best`, the default)
+        entries: [stickbreaking, softmax_rope]     # the method, then what it is compared with
+        higher_is_better: false
+        kind: superiority                          # superiority | non_inferior | equivalent
+        delta: 0.5                                 # smallest effect of interest (the margin for the other kinds)
+        delta_why: "a tenth of the paper's gap"    # where delta comes from
+        primary: true                              # the paper's headline: Holm's correction across the primaries
+        published: -3.2                            # the paper's own difference (same sign convention), or absent
+        paired: true                               # optional: default, paired when both entries ran the same seeds
+                                                   # and their data depend on the seed (`data.seed` = the run seed)
+        converge: [stickbreaking, softmax_rope]    # optional: entries whose convergence the verdict needs [entries]
+        deterministic: false                       # optional: one value a side, no noise (an exact solve)
+
+A standard two-entry comparison needs no hook code: :func:`judge_claims` reads the per-seed values, the pairing, the
+convergence of the entries (:func:`suite.stats.converged`), and decides (:func:`suite.stats.decide`); Holm's
+correction runs across the primary claims (:func:`apply_holm`) and the weak-baseline rule is applied explicitly
+(:func:`apply_weak_baselines`). A hook that needs more (a phenomenon check, a per-setting best baseline) builds
+:class:`Claim` objects itself and calls :func:`judge`, or states a verdict without an interval
+(:func:`stated`), and returns a :class:`HookResult`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from suite import stats
+from suite.errors import ConfigError
+
+CLAIM_KEYS = (
+    "id",
+    "text",
+    "metric",
+    "entries",
+    "higher_is_better",
+    "kind",
+    "delta",
+    "delta_why",
+    "primary",
+    "published",
+    "paired",
+    "converge",
+    "deterministic",
+)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of the paper, declared before the runs (module docstring)."""
+
+    id: str
+    text: str
+    metric: str
+    entries: tuple[str, str]
+    higher_is_better: bool
+    kind: str = "superiority"
+    delta: float = 0.0
+    delta_why: str = ""
+    primary: bool = False
+    published: float | None = None
+    paired: bool | None = None
+    converge: tuple[str, ...] | None = None
+    deterministic: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in stats.KINDS:
+            raise ConfigError(f"claim {self.id}: kind={self.kind!r} must be one of {list(stats.KINDS)}")
+        if not (isinstance(self.delta, int | float) and self.delta >= 0):
+            raise ConfigError(f"claim {self.id}: delta={self.delta!r} must be a number >= 0")
+        if self.kind != "superiority" and self.delta <= 0:
+            raise ConfigError(f"claim {self.id}: a {self.kind} claim needs its margin delta > 0")
+        if len(self.entries) != 2 or self.entries[0] == self.entries[1]:
+            raise ConfigError(f"claim {self.id}: entries={list(self.entries)} must name two different runs")
+
+    @property
+    def sign(self) -> float:
+        return 1.0 if self.higher_is_better else -1.0
+
+
+def parse_claims(spec: Mapping[str, Any]) -> list[Claim]:
+    """The spec's ``claims:`` as :class:`Claim` objects; a malformed claim is a ConfigError naming the key."""
+    raw = spec.get("claims") or []
+    if not isinstance(raw, list):
+        raise ConfigError(f"claims={raw!r} must be a list of claims (keys {list(CLAIM_KEYS)})")
+    names = [e["name"] for e in spec.get("runs", [])]
+    out, seen = [], set()
+    for i, c in enumerate(raw):
+        if not isinstance(c, Mapping):
+            raise ConfigError(f"claims[{i}]={c!r} must be a mapping")
+        unknown = sorted(set(c) - set(CLAIM_KEYS))
+        if unknown:
+            raise ConfigError(f"claims[{i}] has unknown keys {unknown} (known: {list(CLAIM_KEYS)})")
+        missing = [k for k in ("id", "text", "metric", "entries", "higher_is_better") if k not in c]
+        if missing:
+            raise ConfigError(f"claims[{i}] lacks {missing}")
+        if c["id"] in seen:
+            raise ConfigError(f"claims: id {c['id']!r} appears twice")
+        seen.add(c["id"])
+        entries = tuple(c["entries"])
+        bad = [e for e in entries if e not in names]
+        if bad:
+            raise ConfigError(f"claim {c['id']}: entries {bad} are not runs of the claim (runs: {names})")
+        if not isinstance(c["higher_is_better"], bool):
+            raise ConfigError(f"claim {c['id']}: higher_is_better must be true or false")
+        conv = c.get("converge")
+        if conv is not None and sorted(set(conv) - set(names)):
+            raise ConfigError(
+                f"claim {c['id']}: converge names runs that do not exist: {sorted(set(conv) - set(names))}"
+            )
+        out.append(
+            Claim(
+                id=str(c["id"]),
+                text=str(c["text"]),
+                metric=str(c["metric"]),
+                entries=entries,  # type: ignore[arg-type]
+                higher_is_better=c["higher_is_better"],
+                kind=str(c.get("kind", "superiority")),
+                delta=float(c.get("delta", 0.0)),
+                delta_why=str(c.get("delta_why", "")),
+                primary=bool(c.get("primary", False)),
+                published=None if c.get("published") is None else float(c["published"]),
+                paired=c.get("paired"),
+                converge=None if conv is None else tuple(conv),
+                deterministic=bool(c.get("deterministic", False)),
+            )
+        )
+    return out
+
+
+@dataclass
+class ClaimResult:
+    """What the runs say about one claim: the verdict row of the page, and the data behind it.
+
+    Attributes:
+        id, text, metric, kind, entries, primary, delta, published: from the :class:`Claim`.
+        verdict: one of :data:`suite.stats.VERDICTS`.
+        diff, lo, hi: the difference (positive = the claimed direction) and its 95% interval; ``None`` without one.
+        n: seeds on each side; paired: paired by seed (else Welch); p: the decision's p-value; p_holm: Holm-adjusted
+            (primary claims only).
+        values: entry -> {seed: value} (what the verdict read).
+        seeds_needed: the seeds (per side) an interval of half-width ``delta`` would need, from the spread seen.
+        why: the qualifier of the verdict (underfit entries, the opposite holds, no effect as large as delta, Holm,
+            a weak baseline, a phenomenon absent).
+        evidence: a hook's extra words on the numbers (optional).
+        against: the baselines the weak-baseline rule checks (default: the entries after the first).
+    """
+
+    id: str
+    text: str
+    verdict: str
+    metric: str = ""
+    kind: str = "superiority"
+    entries: tuple[str, ...] = ()
+    primary: bool = False
+    delta: float = 0.0
+    delta_why: str = ""
+    published: float | None = None
+    diff: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+    n: tuple[int, ...] = ()
+    paired: bool | None = None
+    p: float | None = None
+    p_holm: float | None = None
+    values: dict[str, dict[str, float]] = field(default_factory=dict)
+    seeds_needed: int | None = None
+    why: str = ""
+    evidence: str = ""
+    against: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.verdict not in stats.VERDICTS:
+            raise ValueError(f"verdict {self.verdict!r} is not one of {', '.join(map(repr, stats.VERDICTS))}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["entries"] = list(self.entries)
+        d["n"] = list(self.n)
+        d["against"] = None if self.against is None else list(self.against)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ClaimResult:
+        d = dict(d)
+        d["entries"] = tuple(d.get("entries") or ())
+        d["n"] = tuple(d.get("n") or ())
+        if d.get("against") is not None:
+            d["against"] = tuple(d["against"])
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class Table:
+    """A table a hook returns: ``columns`` and ``rows`` of cells (strings or numbers), a title and an optional note
+    (one paragraph under it)."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[Any]]
+    note: str = ""
+
+
+@dataclass
+class Figure:
+    """A figure a hook drew into the page's folder."""
+
+    title: str
+    path: Path
+
+
+@dataclass
+class HookResult:
+    """What a results-page hook returns: its verdicts (beside the spec's declared claims), extra tables, figures and
+    notes (short paragraphs); never markdown. Hook signature: ``hook(records, spec, out_dir) -> HookResult``."""
+
+    verdicts: list[ClaimResult] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+# --- per-seed values and pairing -------------------------------------------------------------------------------------
+
+
+def seed_values(records: Sequence[Any], entry: str, metric: str) -> dict[str, float]:
+    """``{seed: value}`` of ``metric`` over the runs of ``entry`` (non-finite and missing values dropped; seeds as
+    strings, the data file's keys)."""
+    out = {}
+    for r in records:
+        if r.name != entry:
+            continue
+        v = r.metrics.get(metric)
+        if v is not None and math.isfinite(float(v)):
+            out[str(r.seed)] = float(v)
+    return out
+
+
+def data_follows_seed(record: Any) -> bool:
+    """Whether a run's data depend on its seed: its datamodule config has ``seed`` equal to the run's seed."""
+    data = (getattr(record, "config", None) or {}).get("data") or {}
+    return isinstance(data, Mapping) and "seed" in data and str(data["seed"]) == str(record.seed)
+
+
+def default_paired(records: Sequence[Any], a: str, b: str) -> bool:
+    """Paired by default when both entries ran the same seeds and every run's data depend on its seed (so seed ``s``
+    of ``a`` and of ``b`` saw the same data, split and evaluation samples)."""
+    ra = [r for r in records if r.name == a]
+    rb = [r for r in records if r.name == b]
+    if not ra or not rb or {str(r.seed) for r in ra} != {str(r.seed) for r in rb}:
+        return False
+    return all(data_follows_seed(r) for r in (*ra, *rb))
+
+
+# --- judging ---------------------------------------------------------------------------------------------------------
+
+
+def judge_values(
+    claim: Claim,
+    a: Mapping[str, float],
+    b: Mapping[str, float],
+    *,
+    paired: bool,
+    unconverged: Mapping[str, str] | None = None,
+    absent: str | None = None,
+) -> ClaimResult:
+    """The verdict of ``claim`` on per-seed values ``a`` (the method) and ``b`` (what it is compared with).
+
+    Args:
+        claim: the claim.
+        a, b: ``{seed: value}``.
+        paired: pair by seed (else Welch).
+        unconverged: entry -> why it had not converged; any entry there makes the verdict ``inconclusive:
+            underfit`` (the interval is still shown).
+        absent: why the phenomenon the claim is about never appeared: ``inconclusive: phenomenon absent``.
+    """
+    base = ClaimResult(
+        id=claim.id,
+        text=claim.text,
+        verdict=stats.NOISE,
+        metric=claim.metric,
+        kind=claim.kind,
+        entries=claim.entries,
+        primary=claim.primary,
+        delta=claim.delta,
+        delta_why=claim.delta_why,
+        published=claim.published,
+        values={claim.entries[0]: dict(a), claim.entries[1]: dict(b)},
+        paired=paired,
+    )
+    if paired:
+        common = sorted(set(a) & set(b), key=str)
+        a, b = {s: a[s] for s in common}, {s: b[s] for s in common}
+    base.n = (len(a), len(b))
+    if not a or not b:
+        return replace(base, why="no finished runs on one side")
+    try:
+        if claim.deterministic:
+            iv = stats.exact_interval([claim.sign * v for v in a.values()], [claim.sign * v for v in b.values()])
+        else:
+            iv = stats.interval(a, b, paired=paired, sign=claim.sign)
+    except ValueError as err:
+        return replace(base, why=f"no interval: {err}")
+    verdict, p, why = stats.decide(iv, kind=claim.kind, delta=claim.delta)
+    spread = stats.spread_for_plan(iv, list(a.values()), list(b.values()))
+    needed = stats.seeds_for_half_width(spread, claim.delta, paired=paired) if claim.delta > 0 else None
+    res = replace(base, verdict=verdict, diff=iv.diff, lo=iv.lo, hi=iv.hi, p=p, why=why, seeds_needed=needed)
+    if absent:
+        return replace(res, verdict=stats.ABSENT, why=absent)
+    if unconverged:
+        which = "; ".join(f"{n}: {w}" for n, w in unconverged.items())
+        return replace(res, verdict=stats.UNDERFIT, why=f"not converged: {which}")
+    return res
+
+
+def judge(
+    claim: Claim,
+    records: Sequence[Any],
+    convergence: Mapping[str, tuple[bool, str]] | None = None,
+    *,
+    absent: str | None = None,
+) -> ClaimResult:
+    """:func:`judge_values` on the records: the claim's metric per seed, its pairing (declared, else
+    :func:`default_paired`), and the convergence of its ``converge`` entries (``convergence``: entry -> ``(ok,
+    reading)``; an entry missing there counts as converged, e.g. one that trains nothing)."""
+    a, b = claim.entries
+    paired = claim.paired if claim.paired is not None else default_paired(records, a, b)
+    convergence = convergence or {}
+    needs = claim.converge if claim.converge is not None else claim.entries
+    unconverged = {n: convergence[n][1] for n in needs if n in convergence and not convergence[n][0]}
+    return judge_values(
+        claim,
+        seed_values(records, a, claim.metric),
+        seed_values(records, b, claim.metric),
+        paired=paired,
+        unconverged=unconverged,
+        absent=absent,
+    )
+
+
+def stated(
+    id: str, text: str, verdict: str, why: str, *, evidence: str = "", primary: bool = False, against=None
+) -> ClaimResult:
+    """A verdict with no interval behind it (a phenomenon absent before any comparison, an exact property of the
+    method, a sanity check read from a table): the page shows the reason in place of an interval."""
+    return ClaimResult(id=id, text=text, verdict=verdict, why=why, evidence=evidence, primary=primary, against=against)
+
+
+def judge_claims(
+    spec: Mapping[str, Any], records: Sequence[Any], convergence: Mapping[str, tuple[bool, str]] | None = None
+) -> list[ClaimResult]:
+    """Every declared claim of the spec, judged on ``records`` (claims with no runs on either side are kept, with
+    their reason)."""
+    return [judge(c, records, convergence) for c in parse_claims(spec)]
+
+
+def apply_holm(results: list[ClaimResult], alpha: float = stats.ALPHA) -> list[ClaimResult]:
+    """Holm's correction across the primary claims that have a p-value: each gets ``p_holm``; a decided primary
+    (``reproduced`` / ``not reproduced``) whose adjusted p is not below ``alpha`` reads ``within noise`` and says so.
+    Exploratory claims are left as they are."""
+    idx = [i for i, r in enumerate(results) if r.primary and r.p is not None]
+    if not idx:
+        return results
+    adjusted = stats.holm([results[i].p for i in idx])
+    out = list(results)
+    for i, ph in zip(idx, adjusted, strict=True):
+        r = replace(out[i], p_holm=ph)
+        if r.verdict in (stats.REPRODUCED, stats.NOT_REPRODUCED) and ph >= alpha and len(idx) > 1:
+            why = f"read `{r.verdict}` before Holm's correction across {len(idx)} primary claims (p {ph:.3g})"
+            r = replace(r, verdict=stats.NOISE, why=why)
+        out[i] = r
+    return out
+
+
+def apply_weak_baselines(results: list[ClaimResult], weak: Mapping[str, str]) -> tuple[list[ClaimResult], list[str]]:
+    """The weak-baseline rule: a ``reproduced`` read against a weak baseline (its ``against``, else the claim's
+    entries after the first) reads ``inconclusive: weak baseline``. Returns the results and one line per flip."""
+    out, notes = [], []
+    for r in results:
+        against = r.against if r.against is not None else r.entries[1:]
+        hit = [n for n in against if n in weak]
+        if r.verdict != stats.REPRODUCED or not hit:
+            out.append(r)
+            continue
+        which = ", ".join(f"`{n}`" for n in hit)
+        out.append(replace(r, verdict=stats.WEAK, why=f"read `{stats.REPRODUCED}` against {which}, a weak baseline"))
+        notes.append(f"`{r.id}`: {which} " + "; ".join(weak[n] for n in hit))
+    return out, notes
+
+
+def counts(results: Sequence[ClaimResult]) -> dict[str, int]:
+    """How many claims read each verdict word (for the README's and the overview's counts)."""
+    out = {v: 0 for v in stats.VERDICTS}
+    for r in results:
+        out[r.verdict] += 1
+    return out
+
+
+def fmt(x: float | None, digits: int = 3) -> str:
+    if x is None or not math.isfinite(x):
+        return "—"
+    return f"{x:+.{digits}g}"
+
+
+def interval_text(r: ClaimResult) -> str:
+    """``+0.3 [-0.2, 0.8]`` (or the reason there is no interval)."""
+    if r.diff is None:
+        return "—"
+    if r.lo == r.hi:
+        return f"{fmt(r.diff)} (exact)"
+    return f"{fmt(r.diff)} [{fmt(r.lo)}, {fmt(r.hi)}]"
+
+
+def mean_of(values: Mapping[str, float]) -> float:
+    return statistics.fmean(values.values()) if values else math.nan

@@ -64,7 +64,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import inspect
 import json
 import math
 import os
@@ -73,26 +72,20 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from suite import results_data
+from suite.claims import ClaimResult, ClaimSpec, HookResult, apply_holm, apply_weak_baselines, judge_claims
 from suite.compare import RunRecord, aggregate, find_runs, markdown_table, plot_curves, plot_final, read_run
 from suite.errors import ConfigError, SuiteError
+from suite.page import hook_sections, per_seed_section, verdict_section
 from suite.preflight import compose_run, preflight
-from suite.report import (
-    baseline_section,
-    budget_table,
-    entry_curves,
-    headline_spec,
-    mean_curve,
-    sizing,
-    sizing_patience,
-    sizing_untrained,
-    weak_baseline_rule,
-)
+from suite.report import baseline_section, budget_table, entry_curves, headline_spec, mean_curve, weak_baseline_rule
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ("cpu", "paper", "gpu")
@@ -391,30 +384,101 @@ def collect(spec: dict, out: Path) -> list[RunRecord]:
     return records
 
 
+def _call_hook(hook: str, records: list[RunRecord], spec: ClaimSpec, folder: Path) -> tuple[HookResult, str]:
+    """Run the spec's report hook, always as ``hook(records, spec, out_dir)``: ``(its HookResult, its markdown)``
+    (a hook still written in the former style returns markdown, kept as it is). A failing hook is reported on the
+    page, never lost."""
+    mod, fn = hook.split(":")
+    try:
+        func = getattr(importlib.import_module(mod), fn)
+        out = func(records, spec, folder)
+    except Exception as err:  # noqa: BLE001 - a broken report hook must not lose the verdicts of the declared claims
+        return HookResult(), f"Report hook `{hook}` failed: {type(err).__name__}: {err}"
+    if isinstance(out, HookResult):
+        return out, ""
+    return HookResult(), str(out)
+
+
+def judge_page(
+    spec: ClaimSpec, records: list[RunRecord], folder: Path
+) -> tuple[list[ClaimResult], list[str], HookResult, str, dict, list[str]]:
+    """Everything a page states, as data: ``(verdicts, weak-baseline notes, the hook's result, the hook's markdown
+    when it still returns markdown, the convergence per entry, the baseline section's lines)``.
+
+    The order: the convergence rule on every entry; the hook (which may replace an entry's convergence reading with
+    stronger evidence, mark a claim's phenomenon absent, and add verdicts); the declared claims judged with that;
+    the weak-baseline rule; Holm's correction across the primary claims."""
+    convergence = spec.convergence(records)
+    weak_lines, weak = baseline_section(records, spec.raw)
+    hook_md = ""
+    result = HookResult()
+    if spec.get("report"):
+        with weak_baseline_rule(weak):  # a hook that still renders its own verdict table applies the rule there
+            result, hook_md = _call_hook(spec["report"], records, spec, folder)
+    convergence = {**convergence, **result.convergence}
+    verdicts = judge_claims(spec.claims, records, convergence, result.absent)
+    own = {v.id: v for v in result.verdicts}
+    verdicts = [own.pop(v.id, v) for v in verdicts] + list(own.values())
+    verdicts, weak_notes = apply_weak_baselines(verdicts, weak)
+    verdicts = apply_holm(verdicts)
+    return verdicts, weak_notes, result, hook_md, convergence, weak_lines
+
+
 def write_page(
-    slug: str, spec: dict, records: list[RunRecord], status: dict, out: Path, argv: list[str], page: Path | None = None
+    slug: str,
+    spec: dict,
+    records: list[RunRecord],
+    status: dict,
+    out: Path,
+    argv: list[str],
+    page: Path | None = None,
+    *,
+    data: dict | None = None,
 ) -> Path:
+    """Write the claim page from ``records`` (the runs, as read back from the data file) and return its path.
+
+    The verdicts come first (the table of every claim with its interval), then the per-seed values behind them, the
+    runs, final metrics, budget, convergence, baselines, the hook's tables and figures, and the hand-written notes
+    (``<page>_notes.md``). ``data``: the results data file's content, whose ``claims`` key receives the verdicts."""
     page = page or ROOT / "docs" / "results" / f"{slug}.md"
+    cspec = spec if isinstance(spec, ClaimSpec) else ClaimSpec.from_dict(slug, spec)
+    raw = cspec.raw
     shown_out = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out.name  # no machine paths in pages
     page.parent.mkdir(parents=True, exist_ok=True)
-    keys, table = aggregate(records, spec.get("metrics"))
+    verdicts, weak_notes, result, hook_md, convergence, weak_lines = judge_page(cspec, records, page.parent)
+    if data is not None:
+        data["claims"] = [v.to_dict() for v in verdicts]
+    keys, table = aggregate(records, raw.get("metrics"))
     plot = plot_final(records, keys, page.parent / f"{slug}.png") if records else None
     curves = plot_curves(records, ["train/loss"], page.parent / f"{slug}_curves.png") if records else None
+    data_rel = results_data.data_path(page).relative_to(page.parent)
+    made = (data or {}).get("written") or datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    commit = (data or {}).get("commit")
     lines = [
         f"# Claim check: {slug}",
         "",
         f"Produced by `make claim METHOD={slug}{(' ARGS=' + shlex.quote(' '.join(argv))) if argv else ''}` "
-        f"(`python -m suite.claim {slug}{(' ' + ' '.join(argv)) if argv else ''}`) on "
-        f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}; spec: `conf/claim/{slug}.yaml`; runs in `{shown_out}`.",
-        f"Seeds: {spec.get('seeds', [0])}. Every run uses the same budget: `{spec.get('overrides', '')}`.",
+        f"(`python -m suite.claim {slug}{(' ' + ' '.join(argv)) if argv else ''}`) on {made}"
+        f"{f' at commit `{commit[:12]}`' if commit else ''}; spec: `conf/claim/{slug}.yaml`; runs in `{shown_out}`; "
+        f"per-seed data: [`{data_rel}`]({data_rel}) (`make claim METHOD={slug} ARGS=--report-only` rebuilds this "
+        "page from it).",
+        f"Seeds: {raw.get('seeds', [0])}. Every run uses the same budget: `{raw.get('overrides', '')}`. Verdicts read "
+        + (
+            "the test metrics of the best-validation checkpoint (on the sizing metric)."
+            if cspec.evaluate == "best"
+            else f"the test metrics of the final weights ({raw.get('evaluate_why', 'the paper scores the last')})."
+        ),
         *([line] if (line := machine_line(out)) else []),
         "",
-        "## Runs",
-        "",
-        "| name | overrides | status | wall time |",
-        "|---|---|---|---|",
+        *verdict_section(verdicts, weak_notes),
     ]
-    for entry in spec["runs"]:
+    if hook_md:
+        lines += ["", hook_md]
+    seeds = per_seed_section(verdicts)
+    if seeds:
+        lines += ["", *seeds]
+    lines += ["", "## Runs", "", "| name | overrides | status | wall time |", "|---|---|---|---|"]
+    for entry in raw["runs"]:
         rc, secs = status.get(entry["name"], (None, None))
         state = "reused" if rc is None else ("ok" if rc == 0 else f"FAILED (exit {rc})")
         if rc is None and not any(r.name == entry["name"] for r in records):
@@ -432,21 +496,10 @@ def write_page(
     lines += ["", f"## Final metrics ({over})", "", markdown_table(keys, table) if records else "none"]
     if plot:
         lines += ["", f"![final metrics]({plot.name})", "", f"![training loss]({curves.name})"]
-    lines += ["", "## Budget: the paper's and the one run here", "", budget_table(spec.get("budget"))]
-    lines += ["", *sizing_section(slug, spec, records, page.parent)]
-    weak_lines, weak = baseline_section(records, spec)
+    lines += ["", "## Budget: the paper's and the one run here", "", budget_table(raw.get("budget"))]
+    lines += ["", *sizing_section(slug, cspec, records, page.parent, convergence)]
     lines += ["", *weak_lines]
-    hook = spec.get("report")
-    if hook:
-        mod, fn = hook.split(":")
-        try:
-            func = getattr(importlib.import_module(mod), fn)
-            kwargs = {"spec": spec} if "spec" in inspect.signature(func).parameters else {}
-            with weak_baseline_rule(weak):  # every hook's verdict_table applies the weak-baseline rule
-                extra = func(records, page.parent, **kwargs)
-        except Exception as err:  # noqa: BLE001 - a broken report hook must not lose the table above
-            extra = f"Report hook `{hook}` failed: {type(err).__name__}: {err}"
-        lines += ["", extra]
+    lines += hook_sections(result)
     notes = page.parent / f"{page.stem}_notes.md"  # hand-written reading of the results, kept across reruns
     if notes.exists():
         lines += ["", notes.read_text().rstrip()]
@@ -454,41 +507,33 @@ def write_page(
     return page
 
 
-def sizing_section(slug: str, spec: dict, records: list[RunRecord], folder: Path) -> list[str]:
-    """The page's sizing section: every entry's ``sizing_metric`` curve (mean over seeds, ``<slug>_sizing.png``,
-    the stop marked) and whether it plateaued (:func:`suite.report.plateau`: the last 20% of training improved the
-    metric by less than its seed spread, or by less than 1% with one seed)."""
-    metric = spec.get("sizing_metric")
-    head = ["## Sizing: has every entry plateaued?", ""]
+def sizing_section(
+    slug: str, spec: ClaimSpec, records: list[RunRecord], folder: Path, convergence: dict | None = None
+) -> list[str]:
+    """The page's convergence section: every entry's sizing curve (mean over seeds, ``<slug>_sizing.png``, the stop
+    marked) and whether it converged (:meth:`ClaimSpec.convergence`, replaced by a hook's stronger evidence)."""
+    metric = spec.sizing_metric
+    head = ["## Convergence: has every entry converged?", ""]
     if not metric:
         return [*head, "No `sizing_metric` in the claim spec: the page cannot say whether the runs converged."]
-    hib = bool(spec.get("sizing_higher_is_better", False))
-    patience = sizing_patience(spec)
-    untrained = sizing_untrained(spec)
-    judged = sizing([r for r in records if r.name not in untrained], metric, higher_is_better=hib, patience=patience)
-    shown_untrained = [n for n in dict.fromkeys(r.name for r in records) if n in untrained]
-    if not judged and not shown_untrained:
+    judged = convergence if convergence is not None else spec.convergence(records)
+    trained = {n: v for n, v in judged.items() if n not in spec.untrained}
+    shown_untrained = [n for n in dict.fromkeys(r.name for r in records) if n in spec.untrained]
+    if not trained and not shown_untrained:
         return [*head, "No runs."]
-    png = plot_sizing(records, metric, judged, folder / f"{slug}_sizing.png", patience=patience, higher_is_better=hib)
-    better = "higher" if hib else "lower"
-    if patience is None:
-        rule = (f"Criterion: an entry has plateaued when `{metric}` ({better} is better) improved over the last 20% of "
-                "training by less than the seed spread (std over seeds) of its final value, or by less than 1% of it "
-                "with one seed.")  # fmt: skip
-    else:
-        rule = (f"Criterion (the runs' early stopping): an entry has plateaued when, on every seed, none of the last "
-                f"{patience} validations set a new best `{metric}` ({better} is better).")  # fmt: skip
+    png = plot_sizing(
+        [r for r in records if r.name in trained], metric, trained, folder / f"{slug}_sizing.png",
+        patience=spec.patience, higher_is_better=spec.higher_is_better,
+    )  # fmt: skip
     lines = [
         *head,
-        f"{rule} The hook's verdicts count a claim as tested only when its strongest entries plateaued, or converged "
-        "by the stricter or more direct rule the hook states with its verdicts (a longer-run check, a solver's "
-        "stationarity).",
+        f"Criterion: {spec.rule_text()}. A verdict whose entries did not converge reads `inconclusive: underfit`.",
         "",
-        "| entry | plateaued | reading |",
+        "| entry | converged | reading |",
         "|---|---|---|",
     ]
-    lines += [f"| {name} | {'yes' if ok else 'no'} | {why} |" for name, (ok, why) in judged.items()]
-    lines += [f"| {name} | n/a | trains nothing: {untrained[name]} |" for name in shown_untrained]
+    lines += [f"| {name} | {'yes' if ok else 'no'} | {why} |" for name, (ok, why) in trained.items()]
+    lines += [f"| {name} | n/a | trains nothing: {spec.untrained[name]} |" for name in shown_untrained]
     if png:
         lines += ["", f"![sizing curves]({png.name})"]
     return lines
@@ -695,22 +740,37 @@ def main(argv: list[str] | None = None) -> None:
             if failures:
                 fail(f"claim runs failed: {', '.join(failures)} (no page written: --no-page)")
             return
-        records = collect(spec, out)
-        if args.report_only and not records:  # a fresh clone has no runs: never blank a page that holds results
-            raise ConfigError(
-                f"--report-only found no runs under {out}: the page was left as it is (run the claim, or unpack the "
-                "run folders there first)"
-            )
         page_path = Path(args.page).resolve() if args.page else None
+        disk = collect(spec, out)
         if args.profile != "cpu" and page_path is None:  # never the CPU claim's page
             page_path = ROOT / "docs" / "results" / args.profile / f"{args.slug}.md"
-            if failures or not records:  # never a page over docs/ from a failed run: it goes beside the runs
-                page_path = out / f"{args.slug}.md"
-        page = write_page(args.slug, spec, records, status, out, args.overrides, page_path)
-        if paper:
-            finish_paper_page(page, args.slug, spec, records, args.overrides)
-        elif args.profile != "cpu":
-            page.write_text(point_page_at_profile(page, args.slug, args.profile))
+            if failures or (not disk and not results_data.data_path(page_path).exists()):
+                page_path = out / f"{args.slug}.md"  # never a page over docs/ from a failed run: beside the runs
+        page_path = page_path or ROOT / "docs" / "results" / f"{args.slug}.md"
+        data_file = results_data.data_path(page_path)
+        if disk:
+            data = results_data.build(args.slug, spec, disk, status, profile=args.profile, root=ROOT, out=out)
+        elif args.report_only and data_file.exists():  # a clean clone: the page rebuilds from its data file alone
+            try:
+                data = results_data.load(data_file)
+            except results_data.DataFileError as err:
+                raise ConfigError(str(err)) from None
+            status = results_data.status_from(data)
+        elif args.report_only:  # never blank a page that holds results
+            raise ConfigError(
+                f"--report-only found no runs under {out} and no data file {data_file}: the page was left as it is "
+                "(run the claim, or unpack the run folders there first)"
+            )
+        else:
+            data = results_data.build(args.slug, spec, [], status, profile=args.profile, root=ROOT, out=out)
+        with tempfile.TemporaryDirectory(prefix="claim-data-") as tmp:
+            records = results_data.records_from(data, Path(tmp), paths={(r.name, str(r.seed)): r.path for r in disk})
+            page = write_page(args.slug, spec, records, status, out, args.overrides, page_path, data=data)
+            if paper:
+                finish_paper_page(page, args.slug, spec, records, args.overrides)
+            elif args.profile != "cpu":
+                page.write_text(point_page_at_profile(page, args.slug, args.profile))
+        results_data.write(data_file, data)
         print(f"wrote {page} ({len(records)} runs)")
         if failures:
             fail(f"claim runs failed: {', '.join(failures)} (see {page})")

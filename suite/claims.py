@@ -223,12 +223,24 @@ class Figure:
 @dataclass
 class HookResult:
     """What a results-page hook returns: its verdicts (beside the spec's declared claims), extra tables, figures and
-    notes (short paragraphs); never markdown. Hook signature: ``hook(records, spec, out_dir) -> HookResult``."""
+    notes (short paragraphs); never markdown. Hook signature: ``hook(records, spec, out_dir) -> HookResult``
+    (``spec`` a :class:`ClaimSpec`).
+
+    Attributes:
+        verdicts: verdicts the hook judged itself (:func:`judge`, :func:`judge_values`, :func:`stated`); one with
+            the id of a declared claim replaces the engine's verdict of it.
+        tables, figures, notes: the page's extra sections.
+        convergence: entry -> ``(converged, reading)`` that replaces the convergence rule's for that entry (a
+            longer-run check, a solver's stationarity): the declared claims are judged with it.
+        absent: claim id -> why its phenomenon never appeared (``inconclusive: phenomenon absent``).
+    """
 
     verdicts: list[ClaimResult] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    convergence: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    absent: dict[str, str] = field(default_factory=dict)
 
 
 # --- per-seed values and pairing -------------------------------------------------------------------------------------
@@ -358,11 +370,15 @@ def stated(
 
 
 def judge_claims(
-    spec: Mapping[str, Any], records: Sequence[Any], convergence: Mapping[str, tuple[bool, str]] | None = None
+    claims: Sequence[Claim],
+    records: Sequence[Any],
+    convergence: Mapping[str, tuple[bool, str]] | None = None,
+    absent: Mapping[str, str] | None = None,
 ) -> list[ClaimResult]:
-    """Every declared claim of the spec, judged on ``records`` (claims with no runs on either side are kept, with
-    their reason)."""
-    return [judge(c, records, convergence) for c in parse_claims(spec)]
+    """Every declared claim judged on ``records`` (a claim with no runs on a side is kept, with its reason);
+    ``absent``: claim id -> why its phenomenon never appeared."""
+    absent = absent or {}
+    return [judge(c, records, convergence, absent=absent.get(c.id)) for c in claims]
 
 
 def apply_holm(results: list[ClaimResult], alpha: float = stats.ALPHA) -> list[ClaimResult]:
@@ -424,3 +440,120 @@ def interval_text(r: ClaimResult) -> str:
 
 def mean_of(values: Mapping[str, float]) -> float:
     return statistics.fmean(values.values()) if values else math.nan
+
+
+# --- the typed spec a hook receives ----------------------------------------------------------------------------------
+
+CONVERGE_KEYS = ("tol", "rel", "frac")
+EVALUATE = ("best", "last")
+
+
+@dataclass
+class ClaimSpec:
+    """A claim spec (``conf/claim/<slug>.yaml``) with its parsed parts; every hook receives it.
+
+    Attributes:
+        slug: the claim's name.
+        raw: the spec as read (``spec.get(key)`` / ``spec[key]`` read it, for keys a hook owns).
+        claims: the declared claims.
+        sizing_metric, higher_is_better: the validation metric convergence is judged on, and its direction.
+        tol, rel, frac: the convergence rule's tolerance (absolute ``tol``, else ``rel`` of the best value) over the
+            last ``frac`` of training (spec key ``converge: {tol, rel, frac}``).
+        patience: runs that early stopping ends: plateaued = no new best in the last ``patience`` validations.
+        untrained: entries that train nothing, with the reason.
+        evaluate: ``best`` (the test metric at the best-validation checkpoint, the default) or ``last`` (the final
+            weights, where the paper's protocol says so: ``evaluate_why`` states it).
+    """
+
+    slug: str
+    raw: dict[str, Any]
+    claims: list[Claim] = field(default_factory=list)
+    sizing_metric: str | None = None
+    higher_is_better: bool = False
+    tol: float | None = None
+    rel: float = 0.01
+    frac: float = 0.2
+    patience: int | None = None
+    untrained: dict[str, str] = field(default_factory=dict)
+    evaluate: str = "best"
+
+    @classmethod
+    def from_dict(cls, slug: str, raw: Mapping[str, Any]) -> ClaimSpec:
+        """Parse a spec; a malformed ``claims:`` / ``converge:`` / ``evaluate:`` is a ConfigError naming the key."""
+        from suite.report import sizing_patience, sizing_untrained
+
+        raw = dict(raw)
+        conv = raw.get("converge") or {}
+        if not isinstance(conv, Mapping) or sorted(set(conv) - set(CONVERGE_KEYS)):
+            raise ConfigError(f"converge={conv!r} must be a mapping with keys among {list(CONVERGE_KEYS)}")
+        evaluate = str(raw.get("evaluate", "best"))
+        if evaluate not in EVALUATE:
+            raise ConfigError(f"evaluate={evaluate!r} must be one of {list(EVALUATE)}")
+        return cls(
+            slug=slug,
+            raw=raw,
+            claims=parse_claims(raw),
+            sizing_metric=raw.get("sizing_metric"),
+            higher_is_better=bool(raw.get("sizing_higher_is_better", False)),
+            tol=None if conv.get("tol") is None else float(conv["tol"]),
+            rel=float(conv.get("rel", 0.01)),
+            frac=float(conv.get("frac", 0.2)),
+            patience=sizing_patience(raw),
+            untrained=sizing_untrained(raw),
+            evaluate=evaluate,
+        )
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.raw.get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.raw[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.raw
+
+    def claim(self, id: str) -> Claim:
+        for c in self.claims:
+            if c.id == id:
+                return c
+        raise KeyError(f"no claim {id!r} in the {self.slug} spec")
+
+    def convergence(self, records: Sequence[Any], metric: str | None = None) -> dict[str, tuple[bool, str]]:
+        """Entry -> ``(converged, reading)`` on ``metric`` (default the sizing metric), by the convergence rule
+        (:func:`suite.stats.converged`, or the early-stopping rule with ``patience``); entries that train nothing
+        count as converged. Empty without a sizing metric."""
+        from suite.report import entry_curves, patience_plateau
+
+        metric = metric or self.sizing_metric
+        if not metric:
+            return {}
+        out: dict[str, tuple[bool, str]] = {}
+        for name in dict.fromkeys(r.name for r in records):
+            if name in self.untrained:
+                out[name] = (True, f"trains nothing: {self.untrained[name]}")
+                continue
+            curves = entry_curves(records, name, metric)
+            if self.patience is not None:
+                out[name] = patience_plateau(curves, patience=self.patience, higher_is_better=self.higher_is_better)
+            else:
+                c = stats.converged(
+                    curves, higher_is_better=self.higher_is_better, frac=self.frac, tol=self.tol, rel=self.rel
+                )
+                out[name] = (c.ok, c.reading)
+        return out
+
+    def rule_text(self) -> str:
+        """The convergence rule in one sentence, for the page."""
+        metric = self.sizing_metric
+        better = "higher" if self.higher_is_better else "lower"
+        if self.patience is not None:
+            return (
+                f"an entry converged when, on every seed, none of its last {self.patience} validations set a new "
+                f"best `{metric}` ({better} is better; the runs' early stopping)"
+            )
+        tol = f"{self.tol:g}" if self.tol is not None else f"{self.rel:.0%} of the best value"
+        return (
+            f"an entry converged when, on every seed, its best-so-far `{metric}` ({better} is better) gained at "
+            f"most {tol} over the last {self.frac:.0%} of training; a run that got worse after its best converged "
+            "at its best, and the seed spread is never the tolerance"
+        )

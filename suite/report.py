@@ -1,19 +1,14 @@
-"""Shared helpers of the results-page hooks (``reports/<slug>.py``): verdicts, the plateau criterion, budget tables.
+"""Shared helpers of the results-page hooks (``reports/<slug>.py``): the weak-baseline rule, convergence readings,
+longer-run checks, budget tables, per-entry values and curves.
 
-A claim page states one :class:`Verdict` per claim of the paper, from a fixed vocabulary:
+The verdict vocabulary and statistics live in :mod:`suite.stats` (95% Student-t intervals, paired by seed or Welch;
+the best-so-far convergence rule) and the declared claims in :mod:`suite.claims`; :func:`compare`,
+:func:`non_inferior` and :func:`plateau` here apply the same rules to plain value lists for hooks that judge a
+comparison the spec cannot declare.
 
-* ``reproduced`` / ``not reproduced``: the runs tested the claim (the strongest entries plateaued, the phenomenon
-  is present) and the method's margin over the baseline is beyond ``n_se`` standard errors, for or against;
-* ``inconclusive: underfit``: the runs had not converged, so they cannot show the effect either way;
-* ``inconclusive: phenomenon absent``: what the claim is about never appeared in the subject (e.g. no massive
-  activations by the census's own criteria);
-* ``inconclusive: within noise``: converged runs whose difference is within the seed noise;
-* ``inconclusive: weak baseline``: a ``reproduced`` read against a baseline that ends no better than its own start
-  (the untrained model, measured at step 0) or than a trivial reference (chance, the uniform policy, copy-last).
-
-The weak-baseline rule (:func:`baseline_checks`, :func:`weak_baseline_rule`): every claim entry records its
-headline validation metric before training (``eval_at_start``, :mod:`suite.start_metrics`) beside its final value.
-The claim spec's ``headline:`` names the metric, its direction, the baselines and an optional trivial reference::
+The weak-baseline rule (:func:`baseline_checks`): every claim entry records its headline validation metric before
+training (``eval_at_start``, :mod:`suite.start_metrics`) beside its final value. The claim spec's ``headline:`` names
+the metric, its direction, the baselines and an optional trivial reference::
 
     headline:
       start: val/normalized_entropy      # compared at step 0 and at the end (default: sizing_metric)
@@ -22,19 +17,10 @@ The claim spec's ``headline:`` names the metric, its direction, the baselines an
       baselines: [pb_s, cb_s, cb_sa]     # default: every entry but the first (the method) and the `_long` checks
       reference: {value: 0.0, what: "the uniform policy"}   # or {entry: <name>} or {metric: test/<key>}
 
-A baseline is weak when, over its seeds, its final value is no better than its start, or its headline metric no
-better than the reference: the mean gain is at most two standard errors of it, or 1% of the start (reference). A
-claim page lists every baseline's reading (:func:`baseline_section`); while the hook runs, :func:`verdict_table`
-turns each ``reproduced`` whose verdict is read against a weak baseline (its ``against`` entries, else the entry
-names its claim or evidence text mentions) into ``inconclusive: weak baseline`` and adds a line under the table
-saying so. ``not reproduced`` stays: a method that loses to a weak baseline loses all the more. Runs from before
-the rule have no start: "start not recorded", and the verdict is left as it is.
-
-The plateau criterion (:func:`plateau`): an entry has plateaued when its validation metric improved over the last
-``frac`` (20%) of training by less than the seed spread (standard deviation over seeds) of its final value, or by
-less than 1% of the final value with one seed (or when the seeds agree exactly). A claim whose runs early stopping
-ends (spec key ``sizing_patience``) uses the stopping rule itself (:func:`patience_plateau`): no new best in the
-last ``patience`` validations, on every seed.
+A baseline is weak when, over its seeds, its final value is not shown better than its start, or its headline metric
+not better than the reference: the 95% Student-t interval on the mean gain reaches 0, or the gain is at most 1% of
+the start (reference). A ``reproduced`` verdict read against a weak baseline reads ``inconclusive: weak baseline``
+(:func:`suite.claims.apply_weak_baselines`). Runs from before the rule have no start: "start not recorded".
 """
 
 from __future__ import annotations
@@ -49,15 +35,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from suite import stats as _stats
 from suite.errors import ConfigError
 
-REPRODUCED = "reproduced"
-NOT_REPRODUCED = "not reproduced"
-UNDERFIT = "inconclusive: underfit"
-ABSENT = "inconclusive: phenomenon absent"
-NOISE = "inconclusive: within noise"
-WEAK = "inconclusive: weak baseline"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, UNDERFIT, ABSENT, NOISE, WEAK)
+REPRODUCED = _stats.REPRODUCED
+NOT_REPRODUCED = _stats.NOT_REPRODUCED
+UNDERFIT = _stats.UNDERFIT
+ABSENT = _stats.ABSENT
+NOISE = _stats.NOISE
+WEAK = _stats.WEAK
+VERDICTS = _stats.VERDICTS
 REL_TOL = 0.01  # one seed: a relative change below 1% counts as no change (plateau, compare)
 
 Curve = Sequence[float] | Sequence[tuple[float, float]]
@@ -203,12 +190,12 @@ def headline_spec(spec_or_slug: dict | str | None) -> dict[str, Any]:
             "baselines": list(baselines), "reference": ref}  # fmt: skip
 
 
-def _no_better(gains: Sequence[float], scale: float, n_se: float = 2.0) -> tuple[bool, float]:
-    """Whether the mean of ``gains`` (positive = better) is at most ``n_se`` standard errors of it, or
-    :data:`REL_TOL` of ``|scale|``; and that mean."""
+def _no_better(gains: Sequence[float], scale: float) -> tuple[bool, float]:
+    """Whether the mean of ``gains`` (positive = better) is not shown above 0 by the 95% Student-t interval on it
+    (its lower end at or below 0), or is at most :data:`REL_TOL` of ``|scale|``; and that mean."""
     gain = statistics.fmean(gains)
-    se = statistics.stdev(gains) / math.sqrt(len(gains)) if len(gains) > 1 else 0.0
-    return gain <= max(n_se * se, REL_TOL * abs(scale)), gain
+    lo = _stats.paired_interval(list(gains), [0.0] * len(gains)).lo if len(gains) > 1 else gain
+    return lo <= 0 or gain <= REL_TOL * abs(scale), gain
 
 
 def _finite(x: Any) -> bool:
@@ -310,8 +297,8 @@ def baseline_section(records: list[Any], spec: dict | str | None) -> tuple[list[
                   "null`)")  # fmt: skip
     lines.append(
         f"A baseline that ends no better than {start_text}{ref_text} is a weak baseline: a verdict that reads "
-        f"`{REPRODUCED}` against it reads `{WEAK}` instead. No better: the mean gain over seeds is at most two "
-        "standard errors of it, or 1% of the start (the reference)."
+        f"`{REPRODUCED}` against it reads `{WEAK}` instead. No better: the 95% Student-t interval on the mean gain "
+        "over seeds reaches 0, or the gain is at most 1% of the start (the reference)."
     )
     if not head["baselines"]:  # the spec says so: `headline: {baselines: []}`
         return [lines[0], "", "The claim's entries are not baselines of one another (`headline.baselines: []`): "
@@ -344,28 +331,32 @@ def compare(
     *,
     higher_is_better: bool,
     converged: bool = True,
-    n_se: float = 2.0,
     rel_tol: float = REL_TOL,
+    paired: bool = False,
 ) -> str:
-    """Verdict of ``method`` vs ``baseline`` (one value per seed each).
+    """Verdict of ``method`` vs ``baseline`` (one value per seed each) by the 95% Student-t interval on the
+    difference (:mod:`suite.stats`): Welch, or paired by position when ``paired`` (both in seed order).
 
-    ``UNDERFIT`` when not ``converged``; otherwise ``REPRODUCED`` when the method is better by more than ``n_se``
-    standard errors of the difference of means (Welch: ``sqrt(s_m^2/n_m + s_b^2/n_b)``), ``NOT_REPRODUCED`` when
-    worse by as much, else ``NOISE``. With a single value on both sides there is no standard error: the margin must
-    then exceed ``rel_tol`` of the baseline's magnitude (deterministic runs, e.g. an exact solve).
-    """
+    ``UNDERFIT`` when not ``converged``; otherwise ``REPRODUCED`` when the interval lies on the better side of 0,
+    ``NOT_REPRODUCED`` when it lies on the worse side, else ``NOISE`` (also with fewer than two seeds on a side,
+    except one value on each side: deterministic runs, e.g. an exact solve, where the margin must exceed
+    ``rel_tol`` of the baseline's magnitude). A claim declared in the spec (:mod:`suite.claims`) gets the full
+    row: interval, p, the smallest effect of interest."""
     if not converged:
         return UNDERFIT
-    m, vm, nm = _mean_var(method)
-    b, vb, nb = _mean_var(baseline)
-    margin = (m - b) if higher_is_better else (b - m)
-    one_each = nm < 2 and nb < 2  # no standard error: fall back to a relative margin
-    threshold = rel_tol * max(abs(b), 1e-12) if one_each else n_se * math.sqrt(vm / nm + vb / nb)
-    if margin > threshold:
-        return REPRODUCED
-    if margin < -threshold:
-        return NOT_REPRODUCED
-    return NOISE
+    m, _, nm = _mean_var(method)
+    b, _, nb = _mean_var(baseline)
+    sign = 1.0 if higher_is_better else -1.0
+    if nm < 2 and nb < 2:  # no spread to estimate: a relative margin
+        margin = sign * (m - b)
+        threshold = rel_tol * max(abs(b), 1e-12)
+        return REPRODUCED if margin > threshold else NOT_REPRODUCED if margin < -threshold else NOISE
+    try:
+        iv = _stats.interval(list(method), list(baseline), paired=False, sign=sign) if not paired else (
+            _stats.paired_interval([sign * v for v in method], [sign * v for v in baseline]))  # fmt: skip
+    except ValueError:
+        return NOISE
+    return _stats.decide(iv)[0]
 
 
 def non_inferior(
@@ -375,29 +366,31 @@ def non_inferior(
     margin: float,
     higher_is_better: bool,
     converged: bool = True,
-    n_se: float = 2.0,
+    paired: bool = False,
 ) -> str:
-    """Verdict of a "keeps" / "matches" claim: ``method`` is no worse than ``reference`` by more than ``margin``.
-
-    With ``d`` the difference of means signed so that positive is better and ``se`` its Welch standard error:
-    ``REPRODUCED`` when the lower bound ``d - n_se * se`` lies above ``-margin`` (no worse than the margin, with
-    confidence); ``NOT_REPRODUCED`` when the upper bound ``d + n_se * se`` lies below ``-margin`` (worse by more than
-    the margin, with confidence); ``NOISE`` otherwise: a difference "within noise" is not evidence of non-inferiority
-    when the noise is wider than the margin. ``UNDERFIT`` when not ``converged``. With one value on each side there
-    is no standard error and the bound is the difference itself. The margin must be stated before the runs (in the
-    hook, beside the claim) and shown on the page.
-    """
+    """Verdict of a "keeps" / "matches" claim: ``method`` is no worse than ``reference`` by more than ``margin``,
+    by the 95% Student-t interval on the difference (Welch, or paired by position): ``REPRODUCED`` when its lower
+    end lies above ``-margin``, ``NOT_REPRODUCED`` when its upper end lies below ``-margin``, ``NOISE`` otherwise
+    (a difference within noise is not evidence of non-inferiority when the noise is wider than the margin).
+    ``UNDERFIT`` when not ``converged``. With one value on each side the bound is the difference itself."""
     if margin < 0:
         raise ValueError(f"non-inferiority margin must be >= 0, got {margin}")
     if not converged:
         return UNDERFIT
-    m, vm, nm = _mean_var(method)
-    r, vr, nr = _mean_var(reference)
-    d = (m - r) if higher_is_better else (r - m)
-    se = 0.0 if nm < 2 and nr < 2 else math.sqrt(vm / nm + vr / nr)
-    if d - n_se * se > -margin:
+    m, _, nm = _mean_var(method)
+    r, _, nr = _mean_var(reference)
+    sign = 1.0 if higher_is_better else -1.0
+    if nm < 2 and nr < 2:
+        iv = _stats.exact_interval([sign * m], [sign * r])
+    else:
+        try:
+            iv = _stats.interval(list(method), list(reference), paired=False, sign=sign) if not paired else (
+                _stats.paired_interval([sign * v for v in method], [sign * v for v in reference]))  # fmt: skip
+        except ValueError:
+            return NOISE
+    if iv.lo > -margin:
         return REPRODUCED
-    if d + n_se * se < -margin:
+    if iv.hi < -margin:
         return NOT_REPRODUCED
     return NOISE
 
@@ -419,46 +412,14 @@ def _window_start(pts: list[tuple[float, float]], frac: float) -> tuple[float, f
     return before[-1] if before else pts[0]
 
 
-def plateau(curves: list[Curve], *, frac: float = 0.2, higher_is_better: bool) -> tuple[bool, str]:
-    """Whether an entry's validation curves (one per seed) have plateaued, and a one-line explanation.
-
-    Args:
-        curves: one curve per seed, either values in training order or ``(step, value)`` pairs.
-        frac: the final fraction of training whose improvement is measured (0.2 = the last 20%).
-        higher_is_better: the metric's direction (accuracy: True, loss: False).
-
-    Returns:
-        ``(plateaued, explanation)``: plateaued when the mean improvement over the last ``frac`` of training is
-        smaller than the seed spread of the final value (standard deviation over seeds), or than 1% of the final
-        value with one seed. A curve with fewer than two points cannot show a plateau (``False``).
-    """
-    series = [p for p in (_points(c) for c in curves) if p]
-    if not series:
-        return False, "no validation curve logged"
-    if any(len(s) < 2 for s in series):
-        return False, "fewer than two validation points: cannot be judged"
-    sign = 1.0 if higher_is_better else -1.0
-    gains, finals, starts = [], [], []
-    for s in series:
-        x0, y0 = _window_start(s, frac)
-        starts.append(x0)
-        gains.append(sign * (s[-1][1] - y0))
-        finals.append(s[-1][1])
-    gain = statistics.fmean(gains)
-    final = statistics.fmean(finals)
-    spread = statistics.stdev(finals) if len(finals) > 1 else 0.0
-    if spread > 0:
-        tol, what = spread, f"the seed spread {spread:.3g}"
-    else:
-        tol = REL_TOL * max(abs(final), 1e-12)
-        what = f"1% of the final value ({tol:.3g})"
-    ok = gain < tol
-    word = "plateaued" if ok else "still improving"
-    return ok, (
-        f"{word}: {'improved' if gain >= 0 else 'changed'} by {gain:.3g} since step {min(starts):g} "
-        f"(the last {frac:.0%} of training) vs {what}; final {final:.4g} over {len(series)} "
-        f"seed{'s' if len(series) != 1 else ''}"
-    )
+def plateau(
+    curves: list[Curve], *, frac: float = 0.2, higher_is_better: bool, tol: float | None = None, rel: float = REL_TOL
+) -> tuple[bool, str]:
+    """Whether an entry's validation curves (one per seed) converged: :func:`suite.stats.converged` (the best-so-far
+    value gained at most ``tol``, else ``rel`` of the best value, over the last ``frac`` of training, on every
+    seed), as ``(converged, one-line reading)``."""
+    c = _stats.converged(curves, higher_is_better=higher_is_better, frac=frac, tol=tol, rel=rel)
+    return c.ok, c.reading
 
 
 def patience_plateau(curves: list[Curve], *, patience: int, higher_is_better: bool) -> tuple[bool, str]:
@@ -578,8 +539,8 @@ def longer_run_check(
         base: the main entry's name.
         key: the metric compared (final value).
         higher_is_better: the metric's direction.
-        tol: the largest improvement still counted as converged; ``None`` = the seed spread (standard deviation
-            over seeds) of ``base``'s ``key``, the plateau rule's own yardstick (1% of the value with one seed).
+        tol: the largest improvement still counted as converged; ``None`` = 1% of the value (the convergence
+            rule's default tolerance; the seed spread is never the tolerance).
         unit: appended to the numbers in the reading (e.g. ``" dB"``).
         suffix: the longer entry's name suffix.
         seed: pair only this seed; ``None`` = every seed that both entries ran.
@@ -602,14 +563,9 @@ def longer_run_check(
     which = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
     if not all(math.isfinite(longer[s]) and math.isfinite(main[s]) for s in seeds):
         return False, f"not shown converged: {key} of {base}{suffix} or {base} ({which}) is not finite"
-    if tol is None:
-        spread = values(records, base, key)
-        sd = statistics.stdev(spread) if len(spread) > 1 else 0.0
-        if sd > 0:
-            tol, what = sd, f"the seed spread {sd:.3g}{unit}"
-        else:  # one seed, or seeds that agree exactly: the plateau rule's relative fallback
-            tol = REL_TOL * max(statistics.fmean(abs(main[s]) for s in seeds), 1e-12)
-            what = f"1% of the value, {tol:.3g}{unit}"
+    if tol is None:  # the convergence rule's tolerance, never the seed spread
+        tol = REL_TOL * max(statistics.fmean(abs(main[s]) for s in seeds), 1e-12)
+        what = f"1% of the value, {tol:.3g}{unit}"
     else:
         what = f"{tol:g}{unit}"
     sign = 1.0 if higher_is_better else -1.0

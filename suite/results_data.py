@@ -1,0 +1,240 @@
+"""Results kept as data: ``docs/results/data/<slug>.json``, from which a claim page rebuilds alone.
+
+One file per claim page, written by ``make claim`` before the page (the page is always built from the file, so a
+page built right after the runs and one rebuilt later with ``--report-only`` on a clean clone are the same)::
+
+    {"format": 1, "slug": ..., "profile": "cpu", "written": <UTC time>, "commit": <git commit of the code>,
+     "machine": {"cpus": .., "torch": .., "python": .., "arch": .., "device": ..},
+     "status": {entry: [exit code, wall seconds], ...},
+     "entries": {entry: {"config": <the first run's model/data/trainer config>}},
+     "runs": [{"entry": .., "seed": .., "metrics": {final metrics, step-0 `@start` values and `best` values
+               included}, "curves": {metric: [[step, value], ...] (at most 200 points)}, "files": {name: text}}]}
+
+Curves kept: every ``val/*`` metric, ``train/loss`` and the spec's ``sizing_metric``, plus the keys or prefixes the
+spec lists in ``data_curves``; each downsampled to at most :data:`MAX_POINTS` points, always keeping the first, the
+last and the best (so the convergence rule reads the same best-so-far value). Small text files a hook reads from the
+run folders (the spec's ``data_files``, e.g. ``quant_calibration.json``) are kept too and written back into a
+folder per run when the records are rebuilt (:func:`records_from`), so such a hook works unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from suite.compare import RunRecord
+
+FORMAT = 1
+MAX_POINTS = 200
+MAX_FILE_BYTES = 256 * 1024
+CONFIG_KEYS = ("seed", "model", "data", "trainer", "experiment", "test_weights")
+
+
+def data_path(page: Path) -> Path:
+    """The data file of a page: ``<page folder>/data/<page name>.json``."""
+    return page.parent / "data" / f"{page.stem}.json"
+
+
+def _round(v: float) -> float | None:
+    if v is None or not math.isfinite(v):
+        return None
+    return float(f"{v:.7g}")
+
+
+def downsample(points: Sequence[tuple[float, float]], keep: int = MAX_POINTS, best_high: bool | None = None) -> list:
+    """At most ``keep`` points, evenly spaced in index, always with the first, the last and (with ``best_high``
+    given) the best point of the curve."""
+    pts = [(s, v) for s, v in points if v is not None and math.isfinite(v)]
+    if len(pts) <= keep:
+        idx = list(range(len(pts)))
+    else:
+        idx = {round(i * (len(pts) - 1) / (keep - 2)) for i in range(keep - 1)}
+        if best_high is not None:
+            sign = 1.0 if best_high else -1.0
+            idx.add(max(range(len(pts)), key=lambda i: sign * pts[i][1]))
+        idx = sorted(idx)
+    return [[int(pts[i][0]) if float(pts[i][0]).is_integer() else pts[i][0], _round(pts[i][1])] for i in idx]
+
+
+def kept_curves(spec: Mapping[str, Any]) -> tuple[set[str], tuple[str, ...]]:
+    """The curve keys (exact) and prefixes the data file keeps for ``spec``."""
+    exact = {"train/loss"}
+    if spec.get("sizing_metric"):
+        exact.add(str(spec["sizing_metric"]))
+    extra = [str(k) for k in spec.get("data_curves") or []]
+    prefixes = ("val/", *(k for k in extra if k.endswith("/") or k.endswith("*")))
+    exact |= {k for k in extra if not (k.endswith("/") or k.endswith("*"))}
+    return exact, tuple(p.rstrip("*") for p in prefixes)
+
+
+def _keep(key: str, exact: set[str], prefixes: tuple[str, ...]) -> bool:
+    base = key.removesuffix("_epoch").removesuffix("_step")
+    return key in exact or base in exact or key.startswith(prefixes)
+
+
+def git_commit(root: Path) -> str | None:
+    """The commit the code is at (``+dirty`` when the tree has changes), or None outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if head.returncode:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()  # fmt: skip
+        return head.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def machine(out: Path | None = None) -> dict[str, Any]:
+    """What the runs ran on: CPU count, torch, Python, architecture, and the device named by a ``machine.json``
+    beside the runs (written by a script that ran them elsewhere). No host name."""
+    info: dict[str, Any] = {"cpus": os.cpu_count(), "python": platform.python_version(), "arch": platform.machine()}
+    try:
+        import torch
+
+        info["torch"] = torch.__version__.split("+")[0]
+    except ImportError:
+        pass
+    if out is not None:
+        try:
+            m = json.loads((out / "machine.json").read_text())
+            if isinstance(m, dict):
+                info.update({k: m[k] for k in ("device", "host_cpus", "torch", "parallel", "wall_s", "date") if k in m})
+        except (OSError, ValueError):
+            pass
+    info.setdefault("device", "CPU")
+    return info
+
+
+def _files(run_dir: Path, names: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for name in names:
+        for f in sorted(Path(run_dir).rglob(name)):
+            if f.is_file() and f.stat().st_size <= MAX_FILE_BYTES:
+                out[str(f.relative_to(run_dir))] = f.read_text(errors="replace")
+    return out
+
+
+def build(
+    slug: str,
+    spec: Mapping[str, Any],
+    records: Sequence[RunRecord],
+    status: Mapping[str, Any],
+    *,
+    profile: str = "cpu",
+    root: Path | None = None,
+    out: Path | None = None,
+) -> dict[str, Any]:
+    """The data file's content for ``records`` (module docstring)."""
+    exact, prefixes = kept_curves(spec)
+    hib = bool(spec.get("sizing_higher_is_better", False))
+    files = [str(f) for f in spec.get("data_files") or []]
+    entries: dict[str, Any] = {}
+    runs = []
+    order = {e["name"]: i for i, e in enumerate(spec.get("runs", []))}
+    for r in sorted(records, key=lambda r: (order.get(r.name, 1 << 30), str(r.seed))):
+        if r.name not in entries:
+            entries[r.name] = {"config": {k: r.config[k] for k in CONFIG_KEYS if k in (r.config or {})}}
+        curves = {
+            k: downsample(v, best_high=hib if k == spec.get("sizing_metric") else None)
+            for k, v in sorted(r.curves.items())
+            if _keep(k, exact, prefixes) and v
+        }
+        run = {
+            "entry": r.name,
+            "seed": r.seed,
+            "data_follows_seed": _data_follows_seed(r),
+            "metrics": {k: _round(v) for k, v in sorted(r.metrics.items())},
+            "curves": curves,
+        }
+        if files and r.path and Path(r.path).is_dir():
+            kept = _files(Path(r.path), files)
+            if kept:
+                run["files"] = kept
+        runs.append(run)
+    return {
+        "format": FORMAT,
+        "slug": slug,
+        "profile": profile,
+        "written": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": git_commit(root) if root else None,
+        "machine": machine(out),
+        "status": {k: list(v) for k, v in status.items()},
+        "entries": entries,
+        "runs": runs,
+    }
+
+
+def _data_follows_seed(r: RunRecord) -> bool:
+    from suite.claims import data_follows_seed
+
+    return data_follows_seed(r)
+
+
+def write(path: Path, data: Mapping[str, Any]) -> Path:
+    """Write the data file atomically, one run per line (readable diffs)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = {k: v for k, v in data.items() if k != "runs"}
+    body = ",\n".join("  " + json.dumps(run, separators=(",", ":"), allow_nan=False) for run in data["runs"])
+    text = json.dumps(head, indent=1, allow_nan=False)[:-2] + ',\n "runs": [\n' + body + "\n ]\n}\n"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+class DataFileError(ValueError):
+    """A results data file that cannot be read."""
+
+
+def load(path: Path) -> dict[str, Any]:
+    """Read a data file; a missing, corrupt or newer-format file is a :class:`DataFileError` naming it."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as err:
+        raise DataFileError(f"{path}: cannot read ({err.strerror})") from None
+    except ValueError as err:
+        raise DataFileError(f"{path}: not a results data file ({err})") from None
+    if not isinstance(data, dict) or "runs" not in data or data.get("format") != FORMAT:
+        raise DataFileError(f"{path}: not a results data file of format {FORMAT}")
+    return data
+
+
+def records_from(
+    data: Mapping[str, Any], files_root: Path | None = None, paths: Mapping[tuple[str, str], Path] | None = None
+) -> list[RunRecord]:
+    """The :class:`RunRecord` of every run in a data file. A run's kept files are written under ``files_root``
+    (default: a fresh temporary folder) in a folder per run, which becomes the record's ``path``; ``paths`` maps
+    ``(entry, seed)`` to the run's own folder where it is still on disk (a hook that reads other files from it finds
+    them there)."""
+    root = Path(files_root or tempfile.mkdtemp(prefix="claim-data-"))
+    out = []
+    for i, run in enumerate(data["runs"]):
+        name, seed = run["entry"], run.get("seed")
+        config = json.loads(json.dumps((data.get("entries", {}).get(name) or {}).get("config") or {}))
+        config["seed"] = seed
+        if run.get("data_follows_seed") and isinstance(config.get("data"), dict):
+            config["data"]["seed"] = seed
+        own = (paths or {}).get((name, str(seed)))
+        folder = Path(own) if own is not None else root / f"{i:04d}-{name}-s{seed}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for rel, text in (run.get("files") or {}).items() if own is None else ():
+            f = folder / rel
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(text)
+        metrics = {k: (math.nan if v is None else float(v)) for k, v in run.get("metrics", {}).items()}
+        curves = {k: [(s, float(v)) for s, v in pts if v is not None] for k, pts in run.get("curves", {}).items()}
+        out.append(RunRecord(folder, name, seed, metrics=metrics, curves=curves, config=config))
+    return out
+
+
+def status_from(data: Mapping[str, Any]) -> dict[str, tuple]:
+    return {str(k): (v[0], v[1]) for k, v in (data.get("status") or {}).items() if isinstance(v, list) and len(v) == 2}

@@ -16,6 +16,7 @@ PROFILE ?=
 LOGS ?=
 METRICS ?=
 PYTEST_ARGS ?=
+JOBS ?=
 SLUGS := $(sort $(basename $(notdir $(wildcard conf/experiment/*.yaml))))
 # Cross-paper studies (a claim spec that says `study:`, e.g. quant_outliers) are valid METHODs of `make claim`.
 STUDIES := $(sort $(basename $(notdir $(shell grep -l '^study:' conf/claim/*.yaml 2>/dev/null))))
@@ -73,8 +74,8 @@ eval: $(STAMP) ## Evaluate a checkpoint: make eval CKPT=path/to.ckpt (model rebu
 sweep: $(STAMP) ## Hydra multirun of one method: make sweep METHOD=x ARGS="seed=0,1,2 model.lr=1e-3,1e-4"
 	$(PY) -m train -m experiment=$(METHOD) $(ARGS)
 
-claim: $(STAMP) ## Claim check: method + baselines over seeds, docs/results/METHOD.md; PROFILE=paper: paper scale (ARGS=launcher=slurm)
-	$(PY) -m suite.claim $(METHOD) $(if $(PROFILE),--profile $(PROFILE),) $(ARGS)
+claim: $(STAMP) ## Claim check: method + baselines over seeds, docs/results/METHOD.md; JOBS=2: two one-thread runs at once; ARGS=--plan: seeds needed; PROFILE=paper: paper scale
+	$(PY) -m suite.claim $(METHOD) $(if $(PROFILE),--profile $(PROFILE),) $(if $(JOBS),--jobs $(JOBS),) $(ARGS)
 
 slurm: $(STAMP) ## Submit to SLURM via submitit: make slurm METHOD=x ARGS="trainer=ddp trainer.devices=4 seed=0,1"
 	$(PY) -m train -m experiment=$(METHOD) launcher=slurm $(ARGS)

@@ -179,11 +179,31 @@ def entry_command(
         pinned = [f"seed={seed}", f"hydra.sweep.subdir={seeds.index(seed)}"]
     overrides = merge_overrides(
         ["eval_at_start=true"],  # the step-0 value of the weak-baseline rule (a spec or entry may turn it off)
+        evaluate_overrides(entry, spec),
         shlex.split(spec.get("overrides", "")), shlex.split(entry.get("overrides", "")), extra,
         [*pinned, f"logger={spec.get('logger', 'csv')}", "trainer.enable_progress_bar=false",
          f"hydra.sweep.dir={out / entry['name']}"],
     )  # fmt: skip
     return [sys.executable, "-m", "train", "-m", f"experiment={entry_experiment(slug, entry, spec)}", *overrides]
+
+
+def evaluate_overrides(entry: dict, spec: dict) -> list[str]:
+    """The overrides that make a run test its best-validation checkpoint (the spec's ``evaluate: best``, the
+    default): keep the checkpoint with the best sizing metric and test it. None for ``evaluate: last``, a spec with
+    no sizing metric, or an entry that trains nothing (``sizing_untrained``)."""
+    metric = spec.get("sizing_metric")
+    if (
+        str(spec.get("evaluate", "best")) != "best"
+        or not metric
+        or entry["name"] in (spec.get("sizing_untrained") or {})
+    ):
+        return []
+    mode = "max" if spec.get("sizing_higher_is_better") else "min"
+    return [
+        f"callbacks.model_checkpoint.monitor={metric}",
+        f"callbacks.model_checkpoint.mode={mode}",
+        "test_weights=best",
+    ]
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -195,6 +215,9 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.kill()
 
 
+_LIVE: set[subprocess.Popen] = set()  # runs started by this process (several at once with --jobs)
+
+
 def run_entry(
     slug: str, entry: dict, spec: dict, out: Path, extra: list[str], seed: object | None = None
 ) -> tuple[int, float]:
@@ -202,10 +225,12 @@ def run_entry(
     print("$", shlex.join(cmd[1:]), flush=True)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT)
+    _LIVE.add(proc)
     try:
         rc = proc.wait()
     finally:  # the claim was stopped (SIGTERM/Ctrl-C): stop its run too, so nothing keeps writing into the folders
         _stop(proc)
+        _LIVE.discard(proc)
     return rc, time.perf_counter() - t0
 
 
@@ -595,6 +620,98 @@ def plot_sizing(
     return out
 
 
+def longest_first(pairs: list[tuple[dict, object]], spec: dict, status: dict) -> list[tuple[dict, object]]:
+    """``(entry, seed)`` pairs ordered by the wall time an earlier run of the entry took per seed (longest first, so
+    that two workers finish together); entries never run keep the spec's order, ahead of the timed ones (their cost
+    is unknown). The sort is stable."""
+
+    def cost(pair: tuple[dict, object]) -> float:
+        entry = pair[0]
+        rc_secs = status.get(entry["name"])
+        if not rc_secs or rc_secs[1] is None:
+            return math.inf
+        return float(rc_secs[1]) / max(len(entry_seeds(entry, spec)), 1)
+
+    return sorted(pairs, key=cost, reverse=True)
+
+
+def run_pairs(
+    slug: str,
+    pairs: list[tuple[dict, object]],
+    spec: dict,
+    out: Path,
+    extra: list[str],
+    status_file: Path,
+    *,
+    jobs: int,
+) -> list[str]:
+    """Run ``(entry, seed)`` pairs (``seed`` None: all of the entry's seeds in one multirun), at most ``jobs`` at
+    once, recording each result in the status file under its lock; returns the failed runs. Stopping the claim
+    stops every run it started (``run_entry`` terminates its process when its wait is interrupted)."""
+    import concurrent.futures as cf
+
+    failures: list[str] = []
+
+    def one(entry: dict, seed: object) -> None:
+        name = entry["name"]
+        result = run_entry(slug, entry, spec, out, extra, seed)
+        if result[0]:  # this process's own runs decide its exit code, not another process's seeds
+            failures.append(name if seed is None else SEED_KEY.format(name=name, seed=seed))
+        with status_lock(status_file):  # re-read: another invocation may have written meanwhile
+            status = load_status(status_file)
+            status = record_status(status, name, seed, result, entry_seeds(entry, spec))
+            write_status(status_file, status)
+
+    if jobs <= 1:
+        for entry, seed in pairs:
+            one(entry, seed)
+        return failures
+    pool = cf.ThreadPoolExecutor(max_workers=jobs)
+    try:
+        futures = [pool.submit(one, entry, seed) for entry, seed in pairs]
+        for f in cf.as_completed(futures):
+            f.result()
+    finally:
+        for proc in list(_LIVE):
+            _stop(proc)
+        pool.shutdown(wait=True, cancel_futures=True)
+    return failures
+
+
+def plan(spec: ClaimSpec, records: list[RunRecord], status: dict) -> list[str]:
+    """``--plan``: per declared claim, the spread seen in ``records`` (the sd of the paired differences, or the
+    larger side's sd for Welch), the seeds a 95% interval of half-width ``delta`` needs, and what they cost in CPU
+    time at the wall time per seed the entries took (from the status file or the data file)."""
+    from suite import stats
+    from suite.claims import default_paired, seed_values
+
+    def per_seed(name: str) -> float | None:
+        rc_secs = status.get(name)
+        n = len({str(r.seed) for r in records if r.name == name})
+        return None if not rc_secs or rc_secs[1] is None or not n else float(rc_secs[1]) / n
+
+    rows = [["claim", "delta", "test", "n now", "spread", "seeds needed", "CPU time for them"]]
+    for c in spec.claims:
+        a, b = (seed_values(records, e, c.metric) for e in c.entries)
+        paired = c.paired if c.paired is not None else default_paired(records, *c.entries)
+        test = "paired" if paired else "Welch"
+        try:
+            iv = stats.interval(a, b, paired=paired, sign=c.sign)
+        except ValueError as err:
+            rows.append([c.id, f"{c.delta:g}", test, f"{len(a)}/{len(b)}", f"no spread yet ({err})", "—", "—"])
+            continue
+        sd = stats.spread_for_plan(iv, list(a.values()), list(b.values()))
+        need = stats.seeds_for_half_width(sd, c.delta, paired=paired) if c.delta > 0 else None
+        costs = [per_seed(e) for e in c.entries]
+        cpu = "—" if need is None or None in costs else f"{need * sum(costs) / 60:.0f} min"
+        needed = "no delta declared" if c.delta <= 0 else (str(need) if need else "> 1000")
+        rows.append([c.id, f"{c.delta:g}", test, f"{len(a)}/{len(b)}", f"{sd:.3g}", needed, cpu])
+    if len(rows) == 1:
+        return ["no declared claims in the spec: nothing to plan"]
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
 def select_entries(slug: str, spec: dict, only: str | None) -> list[dict]:
     """The spec's entries that ``--only`` names, in the order given there (so a queue split over processes can put
     its slow entries first); every entry, in the spec's order, without ``--only``. An unknown name is a ConfigError."""
@@ -692,12 +809,40 @@ def main(argv: list[str] | None = None) -> None:
         "its smoke entry, a few steps at reduced width (the spec's `smoke: overrides`), into logs/claim/<profile>-"
         "smoke/<slug>; no page"
     )  # fmt: skip
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="run (entry, seed) pairs as this many parallel one-thread processes, "
+        "longest first (make claim JOBS=2)"
+    )  # fmt: skip
+    parser.add_argument(
+        "--plan", action="store_true", help="print, from the runs on disk or the data file, the seeds each declared "
+        "claim needs for a 95%% interval of half-width delta and what that costs; runs nothing"
+    )  # fmt: skip
     args = parser.parse_intermixed_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind through run_entry's cleanup
     try:
         spec = load_spec(args.slug, args.spec, args.profile)
         if args.smoke:
             return smoke(args.slug, spec, args.profile, args.out, args.overrides)
+        if args.plan:
+            out = Path(
+                args.out or ROOT / "logs" / "claim" / ("" if args.profile == "cpu" else args.profile) / args.slug
+            )
+            disk, status = collect(spec, out.resolve()), load_status(out.resolve() / "claim_status.json")
+            page = Path(args.page or ROOT / "docs" / "results" / ("" if args.profile == "cpu" else args.profile)
+                        / f"{args.slug}.md")  # fmt: skip
+            if not disk and results_data.data_path(page).exists():
+                data = results_data.load(results_data.data_path(page))
+                disk, status = results_data.records_from(data), results_data.status_from(data)
+            print("\n".join(plan(ClaimSpec.from_dict(args.slug, spec), disk, status)))
+            return None
+        if args.jobs < 1:
+            raise ConfigError(f"--jobs {args.jobs} must be >= 1")
+        if (
+            args.jobs > 1
+            and args.seeds is None
+            and uses_slurm([*shlex.split(spec.get("overrides", "")), *args.overrides])
+        ):
+            raise ConfigError("--jobs runs local processes; with launcher=slurm every seed is already a job")
         paper = args.profile == "paper"
         default_out = ROOT / "logs" / "claim" / ("" if args.profile == "cpu" else args.profile) / args.slug
         out = Path(args.out or default_out).resolve()
@@ -726,16 +871,12 @@ def main(argv: list[str] | None = None) -> None:
                 write_status(status_file, status)
             failures = [n for n, (rc, _) in results.items() if rc]
         elif not args.report_only:
-            for entry in todo:
-                name = entry["name"]
-                for seed in picked.get(name, [None]):
-                    result = run_entry(args.slug, entry, spec, out, args.overrides, seed)
-                    if result[0]:  # this process's own runs decide its exit code, not another process's seeds
-                        failures.append(name if seed is None else SEED_KEY.format(name=name, seed=seed))
-                    with status_lock(status_file):  # re-read: another invocation may have written meanwhile
-                        status = load_status(status_file)
-                        status = record_status(status, name, seed, result, entry_seeds(entry, spec))
-                        write_status(status_file, status)
+            pairs = [(e, seed) for e in todo for seed in picked.get(e["name"], [None])]
+            if args.jobs > 1:  # (entry, seed) pairs as one-thread processes, longest first
+                pairs = longest_first([(e, seed) for e in todo for seed in picked.get(e["name"], entry_seeds(e, spec))],
+                                      spec, status)  # fmt: skip
+            extra = [*args.overrides, "num_threads=1"] if args.jobs > 1 else args.overrides
+            failures = run_pairs(args.slug, pairs, spec, out, extra, status_file, jobs=args.jobs)
         if args.no_page:
             if failures:
                 fail(f"claim runs failed: {', '.join(failures)} (no page written: --no-page)")

@@ -666,16 +666,26 @@ def run_pairs(
         for entry, seed in pairs:
             one(entry, seed)
         return failures
-    pool = cf.ThreadPoolExecutor(max_workers=jobs)
-    try:
-        futures = [pool.submit(one, entry, seed) for entry, seed in pairs]
-        for f in cf.as_completed(futures):
-            f.result()
-    finally:
-        for proc in list(_LIVE):
-            _stop(proc)
-        pool.shutdown(wait=True, cancel_futures=True)
+    names = [e["name"] for e in spec["runs"]]
+    later = [p for p in pairs if depends_on(p[0], names)]  # entries that load another entry's checkpoint run after
+    for wave in ([p for p in pairs if p not in later], later):
+        pool = cf.ThreadPoolExecutor(max_workers=jobs)
+        try:
+            futures = [pool.submit(one, entry, seed) for entry, seed in wave]
+            for f in cf.as_completed(futures):
+                f.result()
+        finally:
+            for proc in list(_LIVE):
+                _stop(proc)
+            pool.shutdown(wait=True, cancel_futures=True)
     return failures
+
+
+def depends_on(entry: dict, names: list[str]) -> list[str]:
+    """The entries whose run folders ``entry`` reads (an override naming ``../<entry>/``, e.g. a test-only entry
+    loading its training entry's checkpoint): with ``--jobs`` they run first."""
+    text = str(entry.get("overrides", ""))
+    return [n for n in names if n != entry["name"] and f"/../{n}/" in text]
 
 
 def plan(spec: ClaimSpec, records: list[RunRecord], status: dict) -> list[str]:

@@ -192,11 +192,9 @@ def evaluate_overrides(entry: dict, spec: dict) -> list[str]:
     default): keep the checkpoint with the best sizing metric and test it. None for ``evaluate: last``, a spec with
     no sizing metric, or an entry that trains nothing (``sizing_untrained``)."""
     metric = spec.get("sizing_metric")
-    if (
-        str(spec.get("evaluate", "best")) != "best"
-        or not metric
-        or entry["name"] in (spec.get("sizing_untrained") or {})
-    ):
+    if str(spec.get("evaluate", "best")) != "best" or not str(metric or "").startswith("val/"):
+        return []  # a sizing metric that is no validation metric (a solver's train/nll) has no best-validation weights
+    if entry["name"] in (spec.get("sizing_untrained") or {}):
         return []
     mode = "max" if spec.get("sizing_higher_is_better") else "min"
     return [

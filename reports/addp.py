@@ -1,68 +1,63 @@
-"""Results-page hook of the ADDP claim (``report: reports.addp:claim_report``): per-step x0 quality curves, the
-insight ablations against vanilla diffusion and the discriminative baseline, correction rounds; one verdict per claim.
+"""Results-page hook of the ADDP claim (Pang, Xu & Wang, ICLR 2025; ``report: reports.addp:claim_report``).
 
-Criteria (the hook's own, stated on the page):
+Every component is our interpretation (no official code). The ablations against vanilla diffusion and the
+discriminative network are the spec's declared claims (``conf/claim/addp.yaml``); this hook adds:
 
-* Claim 1a, early steps contribute most: the quality gained by the first half of the DDIM steps (from x0 = 0 to
-  step K/2) against the second half, per seed of the vanilla entry (paired: the per-seed difference against 0);
-  ``phenomenon absent`` if the model never beats the x0 = 0 prediction. The first step's gain over x0 = 0 is large
-  by construction, so a stricter row compares steps 2..K/2 with the second half.
-* Claim 1b, quality drops at late steps: the best step of the seed-mean curve (steps 1..K), then per seed its
-  quality minus the last step's (paired, against 0); ``not reproduced`` when the mean curve is best at the last
-  step. The step is chosen on the same test curves it is scored on (no per-step validation curve is logged), which
-  favours a drop: the page says so.
-* Claim 2: each variant's final metric against vanilla diffusion (``test/absrel`` for depth, lower is better;
-  ``test/iou`` for masks), gated on both entries' convergence: the validation plateau (``val/absrel``, ``val/iou``)
-  and, where the claim has one, the 4x sizing check (``<entry>_long``, seed 0, 4x the steps; the cosine decay
-  flattens every validation curve, converged or not). ``contrib`` and ``aug`` inherit the checks of ``vanilla`` and
-  ``both``; ``both`` without its own inherits ``vanilla``'s. Every claim's entries are gated the same way.
+* Convergence of every entry on its task's validation metric (``val/absrel``, ``val/iou``), overridden by the 4x
+  check (``<entry>_long``, seed 0, 4x the steps) where the claim has one: the cosine decay flattens every validation
+  curve, converged or not. ``contrib`` and ``aug`` inherit the checks of ``vanilla`` and ``both``; ``both`` without
+  its own inherits ``vanilla``'s.
+* Claim 1a, early steps contribute most: per seed of the vanilla entry, the quality gained over the first half of
+  the DDIM steps (from x0 = 0 to step K/2) against the second half, paired by seed; ``phenomenon absent`` if the
+  model never beats x0 = 0. The first step's gain over x0 = 0 is large by construction, so a stricter claim compares
+  steps 2..K/2 with the second half.
+* Claim 1b, quality drops at late steps: the best step of the seed-mean curve (steps 1..K), then per seed its quality
+  against the last step's (paired); ``not reproduced`` when the mean curve is best at the last step. The step is
+  chosen on the same test curves it is scored on (no per-step validation curve is logged), which favours a drop.
 * Claim 3: ``test/iou_round{r}`` (r = 2: + a negative; 3: + the refined expression) against the restart control
   ``test/iou_restart{r}`` of the same run (the same re-noise + re-denoise with the original expression and no
-  negative), paired per seed; so the verdict measures the correction, not the resampling.
+  negative), paired by seed: the verdict measures the correction, not the resampling.
 """
 
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from suite.report import (
-    ABSENT,
-    NOT_REPRODUCED,
-    UNDERFIT,
-    Verdict,
-    apply_longer_checks,
-    compare,
-    entry_curves,
-    longer_run_check,
-    mean_sd,
-    plateau,
-    values,
-    verdict_table,
-)
+from suite.claims import Claim, ClaimResult, ClaimSpec, Figure, HookResult, Table, judge_values
+from suite.report import NOT_REPRODUCED, apply_longer_checks, entry_curves, longer_run_check, plateau
 
 TASKS = {
     "depth": {"metric": "test/absrel", "val": "val/absrel", "curve": "absrel", "hib": False, "label": "AbsRel"},
     "ref": {"metric": "test/iou", "val": "val/iou", "curve": "iou", "hib": True, "label": "IoU"},
 }
-VARIANTS = {"contrib": "contribution-aware timesteps", "aug": "drift-simulating augmentation", "both": "both"}
+VARIANTS = ("contrib", "aug", "both")
+# The smallest effect of interest of the hook's own claims, as the spec's declared ones (the paper's numbers were not
+# recovered): 2 IoU points; 0.001 AbsRel, about 5% of vanilla diffusion's AbsRel (0.017) at this scale.
+DELTA = {"depth": 0.001, "ref": 0.02}
+DELTA_WHY = {
+    "depth": "about 5% of vanilla diffusion's AbsRel here (0.017); the paper's numbers were not recovered",
+    "ref": "2 IoU points, the smallest gain a referring-segmentation table reports; the paper's numbers were not "
+    "recovered",
+}
 
 
-def _curve(records: list[Any], name: str, key: str) -> list[list[float]]:
-    """Per seed, the x0 quality at steps 0..K (``test/curve/<key>/step<k>``)."""
-    out = []
+def _curves(records: list[Any], name: str, key: str) -> dict[str, list[float]]:
+    """Per seed, the x0 quality at DDIM steps 0..K (``test/curve/<key>/step<k>``)."""
+    out = {}
     for r in records:
         if r.name != name:
             continue
         ks = sorted(int(k.rsplit("step", 1)[1]) for k in r.metrics if k.startswith(f"test/curve/{key}/step"))
         if ks:
-            out.append([float(r.metrics[f"test/curve/{key}/step{k}"]) for k in ks])
+            out[str(r.seed)] = [float(r.metrics[f"test/curve/{key}/step{k}"]) for k in ks]
     return out
 
 
 def longer_checks(records: list[Any]) -> dict[str, tuple[bool, str]]:
-    """The 4x sizing check of every entry that has a ``<entry>_long`` run (seed 0, the task's test metric)."""
+    """The 4x check of every entry that has a ``<entry>_long`` run (the task's test metric, 1% of its value)."""
     out = {}
     for task, cfg in TASKS.items():
         for var in ("vanilla", *VARIANTS, "disc"):
@@ -72,9 +67,9 @@ def longer_checks(records: list[Any]) -> dict[str, tuple[bool, str]]:
     return out
 
 
-def judge(records: list[Any]) -> dict[str, tuple[bool, str]]:
-    """Whether each entry converged: the plateau rule on the task's validation metric, and, where a 4x run exists
-    (or is inherited), that check too: the cosine decay flattens every validation curve, converged or not."""
+def convergence(records: list[Any], spec: ClaimSpec) -> dict[str, tuple[bool, str]]:
+    """Entry -> ``(converged, reading)``: the convergence rule on the task's validation metric (the spec's window
+    and relative tolerance), and every failed 4x check, own or inherited."""
     judged, inherit = {}, {}
     checks = longer_checks(records)
     for task, cfg in TASKS.items():
@@ -82,191 +77,155 @@ def judge(records: list[Any]) -> dict[str, tuple[bool, str]]:
             name = f"{task}_{var}"
             curves = entry_curves(records, name, cfg["val"])
             if not curves:
-                judged[name] = (False, f"no {cfg['val']} curve")
                 continue
-            flat, why = plateau(curves, higher_is_better=cfg["hib"])
-            judged[name] = (flat, "plateaued" if flat else why)
-            if flat and name in checks and checks[name][0]:
-                judged[name] = (True, "plateaued, 4x check passed (listed below the table)")
+            ok, why = plateau(curves, higher_is_better=cfg["hib"], frac=spec.frac, rel=spec.rel)
+            if ok and name in checks and checks[name][0]:
+                why += "; 4x check passed"
             if var in VARIANTS and name not in checks:
                 # no 4x run of its own: the checks of vanilla and both (same network and schedule) stand for it
                 inherit[name] = [f"{task}_{v}" for v in ("vanilla", "both") if v != var]
                 passed = [n for n in inherit[name] if n in checks and checks[n][0]]
-                if flat and passed:
-                    judged[name] = (True, f"plateaued, inherits the passed 4x check of {' and '.join(passed)}")
+                if ok and passed:
+                    why += f"; inherits the passed 4x check of {' and '.join(passed)}"
+            judged[name] = (ok, why)
     return apply_longer_checks(judged, checks, inherit)
 
 
-def _converged(judged: dict[str, tuple[bool, str]], names: list[str]) -> tuple[bool, str]:
-    ok, notes = True, []
-    for n in names:
-        flat, why = judged.get(n, (False, "no curve"))
-        ok &= flat
-        notes.append(f"{n}: {why}")
-    return ok, "; ".join(notes)
+def _unconverged(conv: dict[str, tuple[bool, str]], name: str) -> dict[str, str]:
+    ok, why = conv.get(name, (False, "no validation curve"))
+    return {} if ok else {name: why}
 
 
-def _paired(diffs: list[float], converged: bool) -> str:
-    """Verdict of per-seed differences (method - baseline, oriented so that > 0 is better) against 0."""
-    return compare(diffs, [0.0] * len(diffs), higher_is_better=True, converged=converged)
-
-
-def _curve_claims(records: list[Any], task: str, cfg: dict, judged: dict) -> list[Verdict]:
+def _curve_claims(records: list[Any], task: str, cfg: dict, conv: dict) -> list[ClaimResult]:
+    """Claims 1a and 1b on the vanilla entry's per-step x0 quality, paired by seed."""
     name = f"{task}_vanilla"
-    curves = _curve(records, name, cfg["curve"])
+    curves = _curves(records, name, cfg["curve"])
     if not curves:
         return []
-    sign = 1 if cfg["hib"] else -1
-    k = len(curves[0]) - 1
-    conv, why = _converged(judged, [name])
-    early = [sign * (c[k // 2] - c[0]) for c in curves]
-    late = [sign * (c[k] - c[k // 2]) for c in curves]
+    k = min(len(c) for c in curves.values()) - 1
+    h = k // 2
+    sign = 1.0 if cfg["hib"] else -1.0
+    unconv = _unconverged(conv, name)
+
+    def claim(id_: str, text: str, a: str, b: str, hib: bool) -> Claim:
+        return Claim(id_, text, f"test/curve/{cfg['curve']}", (a, b), hib, delta=DELTA[task], delta_why=DELTA_WHY[task])
+
+    late = {s: sign * (c[k] - c[h]) for s, c in curves.items()}
     out = []
-    v1 = _paired([e - lt for e, lt in zip(early, late)], conv)
-    if max(early) <= 0:  # the model never beats x0 = 0: absent only when it converged, else it may still learn
-        v1 = ABSENT if conv else UNDERFIT
-    out.append(Verdict(
-        f"{task}: the early half of the DDIM steps contributes more quality than the late half ({cfg['label']})",
-        v1, f"gain steps 1..{k // 2}: {mean_sd(early)}; steps {k // 2 + 1}..{k}: {mean_sd(late)} ({name})",
-    ))  # fmt: skip
-    # Step 1 always gains most over the trivial x0 = 0: the stricter reading leaves it out (steps 2..K/2 vs the rest).
-    early2 = [sign * (c[k // 2] - c[1]) for c in curves]
-    out.append(Verdict(
-        f"{task}: the same without the first step (steps 2..{k // 2} vs {k // 2 + 1}..{k}, {cfg['label']})",
-        _paired([e - lt for e, lt in zip(early2, late)], conv),
-        f"gain steps 2..{k // 2}: {mean_sd(early2)}; steps {k // 2 + 1}..{k}: {mean_sd(late)} ({name})",
-    ))  # fmt: skip
-    mean = [statistics.fmean(c[i] for c in curves) for i in range(k + 1)]
+    for first, tag in ((0, ""), (1, "_from_step2")):
+        early = {s: sign * (c[h] - c[first]) for s, c in curves.items()}
+        # the model never beats x0 = 0: absent only once it converged, else it may still learn
+        absent = "the x0 quality never beats x0 = 0" if first == 0 and max(early.values()) <= 0 and not unconv else None
+        text = (
+            f"{task}: the early half of the DDIM steps contributes more {cfg['label']} than the late half"
+            if first == 0
+            else f"{task}: the same without the first step (steps 2..{h} vs {h + 1}..{k})"
+        )
+        c = claim(f"{task}_early_half{tag}", text, f"gain steps {first + 1}..{h}", f"gain steps {h + 1}..{k}", True)
+        r = judge_values(c, early, late, paired=True, unconverged=unconv, absent=absent)
+        out.append(replace(r, evidence=f"per-step x0 quality of {name}", against=(name,)))
+    mean = [statistics.fmean(c[i] for c in curves.values()) for i in range(k + 1)]
     pick = (max if cfg["hib"] else min)(range(1, k + 1), key=lambda i: mean[i])
-    drop = [sign * (c[pick] - c[k]) for c in curves]
-    v3 = _paired(drop, conv)
-    if pick == k and v3 != UNDERFIT:
-        v3 = NOT_REPRODUCED  # the seed-mean curve is best at the last step: quality does not drop
-    out.append(Verdict(
+    c = claim(
+        f"{task}_late_drop",
         f"{task}: perception quality drops at the late denoising steps ({cfg['label']} of the best step vs the last)",
-        v3,
-        f"best step {pick} of {k} (seed-mean curve, chosen on the same test curves): "
-        f"{mean_sd([c[pick] for c in curves])}; "
-        f"last {mean_sd([c[k] for c in curves])}; per-seed drop {mean_sd(drop)} ({name}; {why})",
-    ))  # fmt: skip
-    return out
+        f"step {pick} (best of the seed mean)",
+        f"step {k} (last)",
+        cfg["hib"],
+    )
+    best = {s: v[pick] for s, v in curves.items()}
+    r = judge_values(c, best, {s: v[k] for s, v in curves.items()}, paired=True, unconverged=unconv)
+    why = f"best step {pick} of {k}, chosen on the same test curves it is scored on (favours a drop)"
+    if pick == k and not unconv:
+        r = replace(
+            r, verdict=NOT_REPRODUCED, why="the seed-mean curve is best at the last step: quality does not drop"
+        )
+    return [*out, replace(r, evidence=f"{why}; {name}", against=(name,))]
 
 
-def _ablation_claims(records: list[Any], task: str, cfg: dict, judged: dict) -> list[Verdict]:
-    out = []
-    base = values(records, f"{task}_vanilla", cfg["metric"])
-    for var, what in VARIANTS.items():
-        ours = values(records, f"{task}_{var}", cfg["metric"])
-        if not ours or not base:
-            continue
-        conv, why = _converged(judged, [f"{task}_{var}", f"{task}_vanilla"])
-        out.append(Verdict(
-            f"{task}: {what} beats vanilla uniform-t diffusion ({cfg['metric']})",
-            compare(ours, base, higher_is_better=cfg["hib"], converged=conv),
-            f"{mean_sd(ours)} vs {mean_sd(base)}; {why}",
-        ))  # fmt: skip
-    disc = values(records, f"{task}_disc", cfg["metric"])
-    best = values(records, f"{task}_both", cfg["metric"])
-    if disc and best:
-        conv, why = _converged(judged, [f"{task}_both", f"{task}_disc"])
-        out.append(Verdict(
-            f"{task}: aligned diffusion (both insights) beats the discriminative one-step network of the same size",
-            compare(best, disc, higher_is_better=cfg["hib"], converged=conv),
-            f"{mean_sd(best)} vs {mean_sd(disc)}; {why}",
-        ))  # fmt: skip
-    return out
-
-
-def _rounds(records: list[Any], judged: dict) -> list[Verdict]:
+def _round_claims(records: list[Any], conv: dict) -> list[ClaimResult]:
+    """Claim 3: each correction round against the same restarts without correction, per run, paired by seed."""
     out = []
     for name in ("ref_vanilla", "ref_both"):
-        runs = [r for r in records if r.name == name and "test/iou_round1" in r.metrics]
-        if not runs:
-            continue
-        conv, why = _converged(judged, [name])
         for r, what in ((2, "a negative expression naming the wrong object"), (3, "+ the refined expression")):
-            pairs = [(float(x.metrics[f"test/iou_round{r}"]), float(x.metrics[f"test/iou_restart{r}"])) for x in runs
-                     if f"test/iou_round{r}" in x.metrics and f"test/iou_restart{r}" in x.metrics]  # fmt: skip
-            if not pairs:
+            key, ctrl = f"test/iou_round{r}", f"test/iou_restart{r}"
+            runs = [x for x in records if x.name == name and key in x.metrics and ctrl in x.metrics]
+            if not runs:
                 continue
-            rr, ctrl = [a for a, _ in pairs], [b for _, b in pairs]
-            r1 = [float(x.metrics["test/iou_round1"]) for x in runs]
-            out.append(Verdict(
+            c = Claim(
+                f"{name}_round{r}",
                 f"correctional guidance raises IoU: round {r} ({what}) vs the same restarts without correction "
                 f"({name})",
-                _paired([a - b for a, b in pairs], conv),
-                f"{mean_sd(rr)} vs restart control {mean_sd(ctrl)} (round 1: {mean_sd(r1)}); {why}",
-            ))  # fmt: skip
+                key,
+                (f"round {r}", f"restart {r} (control)"),
+                True,
+                delta=DELTA["ref"],
+                delta_why=DELTA_WHY["ref"],
+            )
+            a = {str(x.seed): float(x.metrics[key]) for x in runs}
+            b = {str(x.seed): float(x.metrics[ctrl]) for x in runs}
+            res = judge_values(c, a, b, paired=True, unconverged=_unconverged(conv, name))
+            out.append(replace(res, evidence=f"{ctrl} of the same run is the control", against=(name,)))
     return out
 
 
-def _plot_curves(records: list[Any], out_dir: Path) -> str:
+def _curve_tables(records: list[Any]) -> list[Table]:
+    tables = []
+    for task, cfg in TASKS.items():
+        rows = []
+        for var in ("vanilla", *VARIANTS):
+            curves = list(_curves(records, f"{task}_{var}", cfg["curve"]).values())
+            if curves:
+                n = min(map(len, curves))
+                rows.append([f"{task}_{var}", *(f"{statistics.fmean(c[i] for c in curves):.3f}" for i in range(n))])
+        if rows:
+            cols = ["entry", *(f"step {i}" for i in range(max(map(len, rows)) - 1))]
+            tables.append(Table(f"{task}: x0 {cfg['label']} per DDIM step (mean over seeds)", cols, rows))
+    return tables
+
+
+def _plot_curves(records: list[Any], out_dir: Path) -> Figure | None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-    drawn = False
-    for ax, (task, cfg) in zip(axes, TASKS.items()):
+    for ax, (task, cfg) in zip(axes, TASKS.items(), strict=True):
         for var in ("vanilla", *VARIANTS):
-            curves = _curve(records, f"{task}_{var}", cfg["curve"])
+            curves = list(_curves(records, f"{task}_{var}", cfg["curve"]).values())
             if curves:
-                mean = [statistics.fmean(c[i] for c in curves) for i in range(len(curves[0]))]
-                ax.plot(range(len(mean)), mean, marker="o", label=var)
-                drawn = True
+                n = min(map(len, curves))
+                ax.plot(range(n), [statistics.fmean(c[i] for c in curves) for i in range(n)], marker="o", label=var)
         ax.set_xlabel("DDIM step (0: x0 = 0)")
         ax.set_ylabel(f"x0 {cfg['label']}")
         ax.set_title(task)
         if ax.lines:
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    if not drawn:
-        plt.close(fig)
-        return ""
+    drawn = any(ax.lines for ax in axes)
     path = Path(out_dir) / "addp_x0_curves.png"
-    fig.savefig(path, dpi=90)
+    if drawn:
+        fig.tight_layout()
+        fig.savefig(path, dpi=90)
     plt.close(fig)
-    return f"![per-step x0 quality]({path.name})"
+    return Figure("per-step x0 quality", path) if drawn else None
 
 
-def _curve_table(records: list[Any]) -> str:
-    lines = []
-    for task, cfg in TASKS.items():
-        rows = []
-        for var in ("vanilla", *VARIANTS):
-            curves = _curve(records, f"{task}_{var}", cfg["curve"])
-            if curves:
-                mean = [statistics.fmean(c[i] for c in curves) for i in range(len(curves[0]))]
-                rows.append(f"| {task}_{var} | " + " | ".join(f"{v:.3f}" for v in mean) + " |")
-        if rows:
-            k = rows[0].count("|") - 3
-            lines += [f"**{task}: x0 {cfg['label']} per DDIM step (mean over seeds)**", "",
-                      "| entry | " + " | ".join(f"step {i}" for i in range(k + 1)) + " |",
-                      "|---|" + "---|" * (k + 1), *rows, ""]  # fmt: skip
-    return "\n".join(lines)
-
-
-def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
-    judged = judge(records)
-    verdicts: list[Verdict] = []
-    for task, cfg in TASKS.items():
-        verdicts += _curve_claims(records, task, cfg, judged)
-    for task, cfg in TASKS.items():
-        verdicts += _ablation_claims(records, task, cfg, judged)
-    verdicts += _rounds(records, judged)
-    parts = ["## Verdicts (computed by reports/addp.py; every component is our interpretation)", ""]
-    parts.append(verdict_table(verdicts) if verdicts else "No finished runs yet.")
+def claim_report(records: list[Any], spec: ClaimSpec, out_dir: Path) -> HookResult:
+    """The curve and correction-round verdicts, every entry's convergence (task metric and 4x checks), the per-step
+    x0 quality tables and figure."""
+    conv = convergence(records, spec)
+    verdicts = [v for task, cfg in TASKS.items() for v in _curve_claims(records, task, cfg, conv)]
+    verdicts += _round_claims(records, conv)
+    tables = _curve_tables(records)
     checks = longer_checks(records)
     if checks:
         unchecked = [t for t in TASKS if not any(n.startswith(f"{t}_") for n in checks)]
-        head = (
-            "4x sizing checks (seed 0 at 4x the steps against the same seed's main run, test metric; contrib and aug "
-            "inherit the checks of vanilla and both, both without its own inherits vanilla's"
-            + (f"; no 4x runs for {', '.join(unchecked)}: its entries are judged by the plateau rule alone" if unchecked
-               else "") + "):"
-        )  # fmt: skip
-        parts += ["", head, ""]
-        parts += [f"* `{base}`: {why}." for base, (_ok, why) in checks.items()]
-    parts += ["", _curve_table(records), _plot_curves(records, out_dir)]
-    return "\n".join(parts)
+        note = "contrib and aug inherit the checks of vanilla and both, both without its own inherits vanilla's" + (
+            f"; no 4x runs for {', '.join(unchecked)}: its entries are judged by the rule alone" if unchecked else ""
+        )
+        rows = [[n, "yes" if ok else "no", why] for n, (ok, why) in checks.items()]
+        tables.insert(0, Table("4x checks (seed 0 at 4x the steps, test metric)", ["entry", "converged", "reading"],
+                               rows, note))  # fmt: skip
+    fig = _plot_curves(records, out_dir)
+    return HookResult(verdicts=verdicts, tables=tables, figures=[fig] if fig else [], convergence=conv)

@@ -122,100 +122,94 @@ def test_bn_recollection_is_a_cumulative_average_without_edge_removal():
     torch.testing.assert_close(bn.running_mean, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_claim_report_verdicts():
-    from types import SimpleNamespace
+def _grass_page(tmp_path: Path, records: list) -> tuple[dict, object]:
+    """The grass page's verdicts by id and the hook's result, judged as ``make claim`` would."""
+    from suite.claim import judge_page, load_spec
+    from suite.claims import ClaimSpec
 
-    from reports.grass import claim_report
-
-    def rec(name: str, mae: float) -> SimpleNamespace:  # a validation curve flat over the last 20%: plateaued
-        return SimpleNamespace(name=name, seed=0, metrics={"test/mae": mae}, curves={"val/mae": [(0, mae), (5, mae)]})
-
-    text = claim_report([rec("grass", 0.4), rec("grass", 0.6), rec("gine", 0.6), rec("gps", 0.8),
-                         rec("grass_no_rewiring", 0.7), rec("grass_drrwp", 0.45)], None)  # fmt: skip
-    claim = "| GRASS has a lower test MAE than the best baseline (GINE, GraphGPS) at equal parameters |"
-    assert f"{claim} **inconclusive: within noise** | test MAE grass 0.5 ± 0.14 (n=2) vs gine 0.6 (1 seed)" in text
-    assert "16.7% lower MAE" in text
-    assert "`grass_no_rewiring`: MAE 0.7000 (+0.2000 vs GRASS, one seed" in text
-    assert "so removing the random regular rewiring raises the MAE (one seed" in text
-    # the D-RRWP run (MAE 0.45 < GRASS-with-RRWP 0.5) is described as what it is: D-RRWP in place of RRWP
-    assert "`grass_drrwp`: MAE 0.4500 (-0.0500" in text and "so replacing RRWP by D-RRWP lowers the MAE" in text
-    assert "instead of D-RRWP" not in text
-    assert "**not reproduced**" in claim_report([rec("grass", 0.9), rec("gine", 0.6)], None)
-    unconverged = [
-        SimpleNamespace(name=n, seed=0, metrics={"test/mae": m}, curves={}) for n, m in (("grass", 0.4), ("gine", 0.6))
-    ]
-    assert "**inconclusive: underfit**" in claim_report(unconverged, None)  # one validation point: not tested
-    worse = claim_report([rec("grass", 0.9), rec("gine", 0.6)], None)
-    assert "50.0% higher MAE" in worse and "reduction" not in worse
-    assert "No finished GRASS run" in claim_report([rec("gine", 0.6)], None)
+    verdicts, _, result, _, conv, _ = judge_page(ClaimSpec.from_dict("grass", load_spec("grass")), records, tmp_path)
+    return {v.id: v for v in verdicts}, result, conv
 
 
-def test_claim_report_4x_check_overrides_a_plateau_and_reaches_the_ablations():
-    from types import SimpleNamespace
+def _mae_runs(name: str, maes, *, flat: bool = True, params: float | None = None) -> list:
+    """One run per seed of ``name`` with test MAE ``maes[seed]``; a validation curve flat over its last half
+    (converged) or still falling at the stop."""
+    from suite.compare import RunRecord
 
-    from reports.grass import claim_report
-
-    def rec(name: str, mae: float, seed: int) -> SimpleNamespace:  # flat validation curves: every entry plateaued
-        return SimpleNamespace(
-            name=name, seed=seed, metrics={"test/mae": mae}, curves={"val/mae": [(0, mae), (5, mae)]}
-        )
-
-    recs = [rec("grass", m, s) for s, m in enumerate((0.30, 0.31, 0.32))]  # seed spread 0.01
-    recs += [rec("gine", m, s) for s, m in enumerate((0.40, 0.41, 0.42))]
-    recs += [rec("grass_no_rrwp", m, s) for s, m in enumerate((0.50, 0.51, 0.52))]
-    claim = "| GRASS has a lower test MAE than the best baseline (GINE, GraphGPS) at equal parameters |"
-    rrwp = "| The RRWP encoding lowers GRASS's test MAE (vs no encoding) |"
-    converged = claim_report([*recs, rec("grass_long", 0.295, 0), rec("gine_long", 0.41, 0)], None)
-    assert f"{claim} **reproduced**" in converged and f"{rrwp} **reproduced**" in converged
-    assert "`grass`: converged: the longer run (grass_long) improves test/mae by 0.005 on seed 0" in converged
-    assert "`gine`: converged: the longer run (gine_long) worsens test/mae by 0.01" in converged
-    assert "both converged" in converged
-    cooled = claim_report([*recs, rec("grass_long", 0.25, 0)], None)  # 4x the epochs gains 0.05 > 0.01
-    assert f"{claim} **inconclusive: underfit**" in cooled
-    assert f"{rrwp} **inconclusive: underfit**" in cooled and "grass's 4x check: not converged" in cooled
+    out = []
+    for seed, m in enumerate(maes):
+        curve = [(i, m) if flat and i >= 5 else (i, m + 0.05 * (10 - i)) for i in range(11)]
+        metrics = {"test/mae": m, **({"test/params": params} if params is not None else {})}
+        out.append(RunRecord(Path(f"/runs/{name}/{seed}"), name, seed, metrics, {"val/mae": curve}))
+    return out
 
 
-def test_claim_report_significance_and_parameter_counts():
-    from types import SimpleNamespace
+def test_claim_report_verdicts(tmp_path: Path):
+    from suite import stats
 
-    from reports.grass import claim_report
-
-    def rec(name: str, mae: float, params: float = 1000.0) -> SimpleNamespace:
-        curves = {"val/mae": [(0, 1.0), (5, 0.5)]}  # the same final value for every seed: plateau by 1% rule is off
-        return SimpleNamespace(name=name, seed=0, metrics={"test/mae": mae, "test/params": params}, curves=curves)
-
-    clear = [rec("grass", m) for m in (0.40, 0.41, 0.42)] + [rec("gine", m, 990.0) for m in (0.60, 0.61, 0.62)]
-    text = claim_report(clear, None)
-    assert "outside 2 s.e." in text and "**inconclusive: underfit**" in text  # still improving at the stop
-    assert "grass 1,000, gine 990" in text
-    noisy = [rec("grass", m) for m in (0.3, 0.5, 0.7)] + [rec("gine", m) for m in (0.4, 0.6, 0.8)]
-    assert "within 2 s.e.: not significant" in claim_report(noisy, None)
-    ablations = clear + [rec("grass_no_rewiring", m) for m in (0.50, 0.51, 0.52)]
-    ablations += [rec("grass_no_rrwp", m) for m in (0.30, 0.31, 0.32)]
-    ablations += [rec("grass_drrwp", m) for m in (0.20, 0.41, 0.62)]
-    text = claim_report(ablations, None)
-    assert "removing the random regular rewiring raises the MAE here" in text
-    assert "removing the RRWP encoding lowers the MAE here" in text
-    assert "replacing RRWP by D-RRWP makes no significant difference here" in text
+    recs = _mae_runs("grass", (0.30, 0.31, 0.32)) + _mae_runs("gine", (0.40, 0.41, 0.42))
+    recs += _mae_runs("gps", (0.29, 0.31, 0.33)) + _mae_runs("grass_no_rewiring", (0.50, 0.51, 0.52))
+    recs += _mae_runs("grass_no_rrwp", (0.20, 0.21, 0.22))
+    by_id, _, _ = _grass_page(tmp_path, recs)
+    gine = by_id["grass_vs_gine"]
+    assert gine.verdict == stats.REPRODUCED and gine.primary and not gine.paired  # declared: Welch
+    assert gine.diff == pytest.approx(0.10) and 0 < gine.lo < gine.diff < gine.hi  # lower MAE = positive
+    assert by_id["grass_vs_gps"].verdict == stats.NOISE and by_id["grass_vs_gps"].published == pytest.approx(-0.023)
+    assert by_id["rewiring_helps"].verdict == stats.REPRODUCED and not by_id["rewiring_helps"].primary
+    assert by_id["rrwp_helps"].verdict == stats.NOT_REPRODUCED and by_id["rrwp_helps"].hi < 0  # the opposite holds
+    # a GRASS still improving at the stop: every comparison with it is underfit, the interval still shown
+    rising = _mae_runs("grass", (0.30, 0.31, 0.32), flat=False) + _mae_runs("gine", (0.40, 0.41, 0.42))
+    by_id, _, _ = _grass_page(tmp_path, rising)
+    assert by_id["grass_vs_gine"].verdict == stats.UNDERFIT and by_id["grass_vs_gine"].lo > 0
+    by_id, _, _ = _grass_page(tmp_path, _mae_runs("gine", (0.40, 0.41)))
+    assert by_id["grass_vs_gine"].verdict == stats.NOISE and by_id["grass_vs_gine"].why.startswith("no finished")
 
 
-def test_claim_report_states_the_ordering_at_4x():
-    from types import SimpleNamespace
+def test_claim_report_4x_check_overrides_a_plateau_and_reaches_the_ablations(tmp_path: Path):
+    from suite import stats
 
-    from reports.grass import claim_report, long_ordering
+    recs = _mae_runs("grass", (0.30, 0.31, 0.32)) + _mae_runs("gine", (0.40, 0.41, 0.42))
+    recs += _mae_runs("grass_no_rrwp", (0.50, 0.51, 0.52))
+    # 4x the epochs gains 0.001 on GRASS (under 1% of 0.30) and worsens GINE: both converged
+    by_id, result, conv = _grass_page(tmp_path, [*recs, *_mae_runs("grass_long", (0.299,)),
+                                                 *_mae_runs("gine_long", (0.41,))])  # fmt: skip
+    assert by_id["grass_vs_gine"].verdict == stats.REPRODUCED and by_id["rrwp_helps"].verdict == stats.REPRODUCED
+    assert conv["grass"][0] and conv["gine"][0]
+    checks = {row[0]: row for row in result.tables[0].rows}
+    assert checks["`grass`"][1] == "converged" and "worsens test/mae by 0.01" in checks["`gine`"][2]
+    # a cooled GRASS: 4x the epochs gains 0.05 > 1% of the value, though its validation curve is flat
+    by_id, _, conv = _grass_page(tmp_path, [*recs, *_mae_runs("grass_long", (0.25,))])
+    assert by_id["grass_vs_gine"].verdict == stats.UNDERFIT
+    assert (
+        by_id["rrwp_helps"].verdict == stats.UNDERFIT and "grass's 4x check: not converged" in conv["grass_no_rrwp"][1]
+    )
 
-    def rec(name: str, mae: float, seed: int = 0) -> SimpleNamespace:
-        return SimpleNamespace(
-            name=name, seed=seed, metrics={"test/mae": mae}, curves={"val/mae": [(0, 1.0), (5, mae)]}
-        )
 
-    recs = [rec("grass", 0.30), rec("grass", 0.32, 1), rec("gine", 0.40), rec("gine", 0.42, 1), rec("gps", 0.35)]
-    text = claim_report([*recs, rec("grass_long", 0.26), rec("gine_long", 0.45), rec("gps_long", 0.50)], None)
+def test_claim_report_drrwp_row_and_parameter_counts(tmp_path: Path):
+    recs = _mae_runs("grass", (0.40, 0.41, 0.42), params=1000.0) + _mae_runs("gine", (0.60, 0.61, 0.62), params=990.0)
+    recs += _mae_runs("grass_drrwp", (0.20, 0.41, 0.62), params=1000.0)
+    _, result, _ = _grass_page(tmp_path, recs)
+    (table,) = [t for t in result.tables if t.title.startswith("D-RRWP")]
+    (row,) = table.rows
+    assert row[0] == "grass_drrwp" and row[1] == "0.4100"
+    lo, hi = (float(x) for x in row[2].split("[")[1].rstrip("]").split(","))
+    assert lo < 0 < hi  # no difference shown: the spread of D-RRWP's seeds is large
+    assert any("grass 1,000, gine 990, grass_drrwp 1,000" in n for n in result.notes)
+
+
+def test_claim_report_states_the_ordering_at_4x(tmp_path: Path):
+    from reports.grass import long_ordering
+
+    recs = _mae_runs("grass", (0.30, 0.32)) + _mae_runs("gine", (0.40, 0.42)) + _mae_runs("gps", (0.35,))
+    long = _mae_runs("grass_long", (0.26,)) + _mae_runs("gine_long", (0.45,))
+    _, result, _ = _grass_page(tmp_path, [*recs, *long, *_mae_runs("gps_long", (0.50,))])
+    text = " ".join(result.notes)
     assert "grass_long 0.2600, gine_long 0.4500, gps_long 0.5000: GRASS lowest;" in text
     assert "the main runs order them grass < gps < gine" in text  # the baselines swap places at 4x
-    same = claim_report([*recs, rec("grass_long", 0.26), rec("gine_long", 0.45), rec("gps_long", 0.40)], None)
-    assert "GRASS lowest; the same ordering as the main runs" in same
-    lost = long_ordering({"grass": [0.3], "gine": [0.4], "grass_long": [0.5], "gine_long": [0.38]})
+    _, result, _ = _grass_page(tmp_path, [*recs, *long, *_mae_runs("gps_long", (0.40,))])
+    assert "GRASS lowest; the same ordering as the main runs" in " ".join(result.notes)
+    lost = long_ordering({"grass": {"0": 0.3}, "gine": {"0": 0.4}, "grass_long": {"0": 0.5}, "gine_long": {"0": 0.38}})
     assert lost is not None and "GRASS not lowest (gine is)" in lost
-    assert long_ordering({"grass": [0.3], "grass_long": [0.2]}) is None  # no baseline at 4x: nothing to order
-    assert "Ordering at 4x" not in claim_report(recs, None)
+    assert long_ordering({"grass": {"0": 0.3}, "grass_long": {"0": 0.2}}) is None  # no baseline at 4x: no ordering
+    _, result, _ = _grass_page(tmp_path, recs)
+    assert not any("Ordering at 4x" in n for n in result.notes)

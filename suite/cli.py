@@ -87,24 +87,25 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
-def preempted(message: str) -> None:
-    """Print what a SIGTERM'd run wrote and how to resume it, then exit with :data:`PREEMPTED_EXIT_CODE` (143)."""
+def preempted(message: str, exit_code: int = PREEMPTED_EXIT_CODE) -> None:
+    """Print what a SIGTERM'd (or Ctrl-C'd) run wrote and how to resume it, then exit with ``exit_code``
+    (:data:`PREEMPTED_EXIT_CODE`, 143, for SIGTERM; 130 for SIGINT)."""
     lines = str(message).strip().splitlines()
     print("\n".join(["interrupted: " + lines[0], *lines[1:]]), file=sys.stderr, flush=True)
-    sys.exit(PREEMPTED_EXIT_CODE)
+    sys.exit(exit_code)
 
 
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
     """Inside a Hydra task: turn :class:`SuiteError` into one line + exit 2 (``SystemExit`` passes through Hydra's
-    job runner without its multi-line "Error executing job" report); a SIGTERM'd run exits 143."""
+    job runner without its multi-line "Error executing job" report); a SIGTERM'd run exits 143, a Ctrl-C'd one 130."""
     from suite.quiet import quiet_console
 
     quiet_console()  # Hydra has configured logging by now
     try:
         yield
     except Preempted as err:
-        preempted(str(err))
+        preempted(str(err), err.exit_code)
     except SuiteError as err:
         fail(str(err))
 
@@ -113,9 +114,10 @@ def resume_in_place(argv: list[str]) -> list[str]:
     """``python -m train ... ckpt_path=last`` continues in the run folder it resumes from.
 
     Before Hydra creates a new folder, look for the newest run of this experiment (``logs/<task>/<slug>/runs/``)
-    started with the same overrides (ignoring ``ckpt_path``), or, failing that, one that differs only in the
-    budget (``trainer.max_epochs`` / ``trainer.max_steps``: extending a finished run), and add
-    ``hydra.run.dir=<that folder>``. Multiruns and an explicit ``hydra.run.dir`` are left alone.
+    started with the same overrides (ignoring ``ckpt_path``) that did not finish, or, failing that, one that differs
+    only in the budget (``trainer.max_epochs`` / ``trainer.max_steps``) and that the new budget trains further
+    (extending a run), and add ``hydra.run.dir=<that folder>``; when only finished runs match, refuse (one line,
+    :func:`suite.run.find_resumable`). Multiruns and an explicit ``hydra.run.dir`` are left alone.
     """
     args = argv[1:]
     if "ckpt_path=last" not in args or any(a in ("-m", "--multirun") or a.startswith("hydra.run.dir=") for a in args):
@@ -130,10 +132,11 @@ def resume_in_place(argv: list[str]) -> list[str]:
         with initialize_config_dir(config_dir=str(root / "conf"), version_base="1.3"):
             cfg = compose("train", overrides=overrides)
         log_dir = Path(str(cfg.paths.log_dir)) / str(cfg.task_name) / str(cfg.experiment_slug)
+        budget = (cfg.trainer.get("max_epochs"), cfg.trainer.get("max_steps", -1))
     except Exception:  # noqa: BLE001 - Hydra itself reports a bad command line in one line below
         return argv
     task = [o for o in overrides if not o.startswith(("hydra.", "hydra/"))]
-    found, note = find_resumable(log_dir, task)
+    found, note = find_resumable(log_dir, task, *budget)  # a finished run: SuiteError, before Hydra writes anything
     if note:
         print(f"note: {note}", file=sys.stderr, flush=True)
     if found is None:

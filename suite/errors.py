@@ -43,4 +43,13 @@ not a failed, job. SLURM requeues a preempted job whatever its status; the reque
 
 
 class Preempted(SuiteError):
-    """The run was stopped by SIGTERM (preemption, ``scancel``, a time limit) and wrote ``last.ckpt``."""
+    """The run was stopped by SIGTERM (preemption, ``scancel``, a time limit) or Ctrl-C and wrote ``last.ckpt``.
+
+    Args:
+        message: What was written and the resume command (first line: what happened).
+        exit_code: :data:`PREEMPTED_EXIT_CODE` for SIGTERM, 130 for SIGINT (128 + the signal, as shells report).
+    """
+
+    def __init__(self, message: str, exit_code: int = PREEMPTED_EXIT_CODE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -19,7 +19,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from callbacks.run_config import CONFIG_KEY, ConfigInCheckpoint
 from suite.debug import overfit_verdict
-from suite.errors import CheckpointError, ConfigError, Preempted, SuiteError
+from suite.errors import PREEMPTED_EXIT_CODE, CheckpointError, ConfigError, Preempted, SuiteError
+from suite.finished import extends, in_slurm_job, read_finished, refusal, reopen, write_finished
+from suite.interrupt import INTERRUPTED_EXIT_CODE, SigintAsSigterm
 from suite.loggers import truncate_csv
 from suite.measured import measured_nothing
 from suite.start_metrics import evaluate_at_start, read_start, write_start
@@ -212,18 +214,24 @@ def _same_run(overrides: list[str], run_dir: Path, ignore: tuple[str, ...] = _IG
     return saved is not None and _key(saved, ignore) == _key(overrides, ignore)
 
 
-def find_resumable(log_dir: Path, overrides: list[str]) -> tuple[Path | None, str]:
+def find_resumable(
+    log_dir: Path, overrides: list[str], max_epochs: int | None = None, max_steps: int | None = -1
+) -> tuple[Path | None, str]:
     """The run folder ``ckpt_path=last`` continues in, and a note for the user.
 
-    The newest ``runs/*/checkpoints/last.ckpt`` of a run started with the same overrides; else of one that differs
-    only in ``trainer.max_epochs``/``trainer.max_steps`` (extending a run's budget: it resumes and says so); else
-    none (a new run, also said). Never another configuration's weights.
+    The newest ``runs/*/checkpoints/last.ckpt`` of an interrupted run started with the same overrides; else of one
+    that differs only in ``trainer.max_epochs``/``trainer.max_steps`` and that this budget (``max_epochs``,
+    ``max_steps``: the composed trainer's) trains further (extending a run's budget: it resumes and says so); else
+    none (a new run, also said). Never another configuration's weights, and never a finished run
+    (:mod:`suite.finished`): when the only candidates finished, a :class:`SuiteError` says so and how to extend one.
     """
     ckpts = sorted(log_dir.glob("runs/*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
-    same = [p.parents[1] for p in ckpts if _same_run(overrides, p.parents[1])]
+    runs = [p.parents[1] for p in ckpts]
+    same = [r for r in runs if _same_run(overrides, r) and read_finished(r) is None]
     if same:
         return same[-1], f"ckpt_path=last: resuming {shown(same[-1] / 'checkpoints' / 'last.ckpt')} in its own folder"
-    longer = [p.parents[1] for p in ckpts if _same_run(overrides, p.parents[1], _IGNORED + _BUDGET)]
+    budget = [r for r in runs if _same_run(overrides, r, _IGNORED + _BUDGET)]
+    longer = [r for r in budget if (done := read_finished(r)) is None or extends(done, max_epochs, max_steps)]
     if longer:
         run = longer[-1]
         before = [o for o in _saved_overrides(run) or [] if o.startswith(_BUDGET)] or ["the experiment's budget"]
@@ -232,6 +240,8 @@ def find_resumable(log_dir: Path, overrides: list[str]) -> tuple[Path | None, st
             f"ckpt_path=last: extending {shown(run)} from {' '.join(before)} to {' '.join(now)} "
             "(resumes from its last.ckpt in its own folder)"
         )
+    if budget:  # every run of this configuration finished, and this budget trains none of them further
+        raise SuiteError(refusal(budget[-1], read_finished(budget[-1]) or {}, max_steps))
     if ckpts:
         return None, (
             f"ckpt_path=last: no run under {shown(log_dir / 'runs')} was started with these overrides; starting a "
@@ -241,27 +251,40 @@ def find_resumable(log_dir: Path, overrides: list[str]) -> tuple[Path | None, st
 
 
 def resolve_checkpoint(
-    ckpt_path: str | None, output_dir: Path, log_dir: Path | None = None, overrides: list[str] | None = None
+    ckpt_path: str | None,
+    output_dir: Path,
+    log_dir: Path | None = None,
+    overrides: list[str] | None = None,
+    budget: tuple[int | None, int | None] = (None, -1),
 ) -> str | None:
     """``None`` | ``last`` | a path.
 
     ``last`` is this run folder's ``checkpoints/last.ckpt`` (``python -m train`` points ``hydra.run.dir`` at the
     folder it resumes, see :func:`suite.cli.resume_in_place`; a requeued SLURM job reuses its folder); else the
-    newest ``last.ckpt`` under ``log_dir`` of a run started with the *same overrides* (never another
-    configuration's weights). A run with nothing to resume starts fresh, so requeued jobs just work.
+    newest ``last.ckpt`` under ``log_dir`` of an interrupted run started with the *same overrides* (never another
+    configuration's weights). A run with nothing to resume starts fresh, so requeued jobs just work. A finished
+    folder is resumed only when ``budget`` (``trainer.max_epochs``, ``trainer.max_steps``) trains it further;
+    otherwise :class:`SuiteError` (:mod:`suite.finished`).
     """
     if ckpt_path in (None, "", "null"):
         return None
     if ckpt_path == "last":
         own = output_dir / "checkpoints" / "last.ckpt"
         if own.exists():
+            done = read_finished(output_dir)
+            if done is not None and not extends(done, *budget):
+                raise SuiteError(refusal(output_dir, done, budget[1]))
             return str(own)
         found = []
         if log_dir is not None and overrides is not None:
-            found = [p for p in log_dir.glob("runs/*/checkpoints/last.ckpt") if _same_run(overrides, p.parents[1])]
+            found = [
+                p
+                for p in log_dir.glob("runs/*/checkpoints/last.ckpt")
+                if _same_run(overrides, p.parents[1]) and read_finished(p.parents[1]) is None
+            ]
         if found:
             return str(max(found, key=lambda p: p.stat().st_mtime))
-        log.info("ckpt_path=last: no last.ckpt of this configuration found; starting from scratch")
+        log.info("ckpt_path=last: no last.ckpt of an interrupted run of this configuration found; starting afresh")
         return None
     path = Path(ckpt_path)
     if not path.is_file():
@@ -363,12 +386,35 @@ def _only_hydra_files(run_dir: Path, cfg: DictConfig) -> bool:
     return {p.name for p in run_dir.iterdir()} <= {".hydra", f"{cfg.get('task_name')}.log"}
 
 
+def _budget(cfg: DictConfig) -> tuple[int | None, int | None]:
+    """The trainer's ``(max_epochs, max_steps)``: what a finished run's marker is compared with."""
+    return cfg.trainer.get("max_epochs"), cfg.trainer.get("max_steps", -1)
+
+
+def _already_finished(output_dir: Path) -> dict[str, float]:
+    """A SLURM job of a finished run (a requeue, a claim rerun): nothing to do; its results are what it wrote."""
+    print(f"note: {shown(output_dir)} already finished (its finished.json); this job has nothing to do", flush=True)
+    try:
+        return {k: float(v) for k, v in json.loads((output_dir / "metrics.json").read_text()).items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
 def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, float]:
-    objs = build(cfg)
-    (output_dir / "config.yaml").write_text(objs["config_yaml"])
-    trainer: pl.Trainer = objs["trainer"]
+    done = read_finished(output_dir)
+    if cfg.get("ckpt_path") == "last" and done is not None and not extends(done, *_budget(cfg)) and in_slurm_job():
+        return _already_finished(output_dir)
     log_dir = Path(cfg.paths.log_dir) / cfg.task_name / str(cfg.experiment_slug)
-    ckpt = resolve_checkpoint(cfg.get("ckpt_path"), output_dir, log_dir, _run_overrides())
+    # before anything is written into the folder: a refused resume leaves a finished run as it was
+    ckpt = resolve_checkpoint(cfg.get("ckpt_path"), output_dir, log_dir, _run_overrides(), _budget(cfg))
+    objs = build(cfg)
+    trainer: pl.Trainer = objs["trainer"]
+    if done is not None and trainer.is_global_zero and cfg.get("train", True):
+        # extended (a larger budget) or rerun afresh in its folder: not finished until this fit ends
+        kept = reopen(output_dir)
+        if kept is not None:
+            log.info("the finished run's metrics.json is kept as %s", shown(kept))
+    (output_dir / "config.yaml").write_text(objs["config_yaml"])
     if ckpt is not None:
         state = load_checkpoint(ckpt)  # fail early and clearly on a bad file
         step = int(state.get("global_step", 0))
@@ -387,15 +433,18 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
         if trainer.is_global_zero:
             write_start(output_dir, start)
     if cfg.get("train", True):
+        ctrl_c = SigintAsSigterm(trainer)
         try:
-            trainer.fit(objs["model"], datamodule=objs["datamodule"], ckpt_path=ckpt, weights_only=True)
+            with ctrl_c:
+                trainer.fit(objs["model"], datamodule=objs["datamodule"], ckpt_path=ckpt, weights_only=True)
         except SIGTERMException:
             finish_loggers(trainer)
             last = output_dir / "checkpoints" / "last.ckpt"
             raise Preempted(
-                f"stopped by SIGTERM at global step {trainer.global_step} (epoch {trainer.current_epoch}); "
-                f"wrote {shown(last)}\nresume (continues in the same run folder): "
-                f"{resume_command(_command_overrides(), output_dir)}"
+                f"stopped by {'SIGINT (Ctrl-C)' if ctrl_c.received else 'SIGTERM'} at global step "
+                f"{trainer.global_step} (epoch {trainer.current_epoch}); wrote {shown(last)}\n"
+                f"resume (continues in the same run folder): {resume_command(_command_overrides(), output_dir)}",
+                exit_code=INTERRUPTED_EXIT_CODE if ctrl_c.received else PREEMPTED_EXIT_CODE,
             ) from None
         if trainer.interrupted:  # never let an interrupted run look finished (no metrics.json)
             raise SuiteError(f"run interrupted at global step {trainer.global_step}; resume with ckpt_path=last")
@@ -423,6 +472,8 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
         metrics.update(read_start(output_dir))  # `<key>@start`: the step-0 values (eval_at_start)
     if trainer.is_global_zero:
         (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+        if cfg.get("train", True):  # complete: `ckpt_path=last` never resumes it with this budget again
+            write_finished(output_dir, trainer.global_step, trainer.current_epoch, *_budget(cfg))
     finish_loggers(trainer)
     if trainer.is_global_zero:
         print(run_summary(output_dir, metrics, "debug run" if cfg.get("smoke") else "run"), flush=True)

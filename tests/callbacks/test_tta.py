@@ -281,10 +281,12 @@ def test_comparison_runs_each_variant_from_the_source(tmp_path) -> None:  # noqa
 
 
 def test_claim_report_table_and_plot(tmp_path) -> None:  # noqa: ANN001
-    from types import SimpleNamespace
-
     from reports.sumi import claim_report
+    from suite.claims import ClaimSpec
+    from suite.compare import RunRecord
 
+    spec = ClaimSpec.from_dict("tta", {"runs": [{"name": "wild"}], "sizing_metric": "val/acc",
+                                       "sizing_higher_is_better": True})  # fmt: skip
     records = []
     for seed, (s_acc, t_acc) in enumerate([(0.8, 0.6), (0.6, 0.4)]):
         run_dir = tmp_path / str(seed)
@@ -292,22 +294,23 @@ def test_claim_report_table_and_plot(tmp_path) -> None:  # noqa: ANN001
         (run_dir / "tta_compare.csv").write_text("variant,acc,step\nsumi,1.0,0\nsumi,0.5,1\ntent,0.5,0\ntent,0.0,1\n")
         metrics = {"tta/sumi/acc": s_acc, "tta/tent/acc": t_acc, "tta/sumi/acc_q1": 0.7, "tta/sumi/acc_q4": 0.7}
         metrics.update({"tta/tent/acc_q1": 0.7, "tta/tent/acc_q4": 0.3, "test/acc": 0.1})
-        curves = {"val/acc": [(0, 0.5), (50, 0.9), (100, 0.9 - 0.01 * seed)]}  # the source model plateaued
-        records.append(SimpleNamespace(path=run_dir, name="wild", seed=seed, metrics=metrics, curves=curves))
-    page = claim_report(records, tmp_path, spec={"sizing_metric": "val/acc", "sizing_higher_is_better": True})
-    # paired by seed: differences 0.2 and 0.2 (no spread) -> beyond any noise
-    assert "| SuMi adapts more accurately than Tent on the wild stream | **reproduced** |" in page
-    # sumi: mean 70.0, sample std 14.1; tent 50.0; Q4 - Q1 0 vs -40.
-    assert "| sumi | 70.0 ± 14.1 | 70.0 ± 0.0 |" in page
-    assert "| tent | 50.0 ± 14.1 |" in page
-    assert "sumi vs tent: online accuracy 70.0 vs 50.0 (higher); Q4 - Q1 +0.0 vs -40.0 (more stable)" in page
+        curves = {"val/acc": [(0, 0.5), (50, 0.9), (100, 0.9 - 0.01 * seed)]}  # the source model converged
+        records.append(RunRecord(run_dir, "wild", seed, metrics, curves))
+    result = claim_report(records, spec, tmp_path)
+    by_id = {v.id: v for v in result.verdicts}
+    # paired by seed: differences 0.2 and 0.2, no spread: beyond any noise
+    assert by_id["sumi_vs_tent"].verdict == "reproduced" and by_id["sumi_vs_tent"].paired
+    assert by_id["sumi_vs_tent_stability"].diff == pytest.approx(0.4)  # Q4 - Q1: 0 against -0.4
+    # sumi: mean 70.0, sample std 14.1; tent 50.0; Q4 - Q1 0 against -40
+    stream = {r[0]: r for r in result.tables[0].rows}
+    assert stream["sumi"][1:3] == ["70.0 ± 14.1", "70.0 ± 0.0"] and stream["tent"][1] == "50.0 ± 14.1"
+    assert stream["tent"][-2:] == ["-20.0 ± 0.0", "-40.0 ± 0.0"]
     assert (tmp_path / "sumi_stream_accuracy.png").stat().st_size > 1000
-    assert "No TTA comparison" in claim_report([SimpleNamespace(path=tmp_path, metrics={})], tmp_path)
+    empty = claim_report([RunRecord(tmp_path, "wild", 0, {}, {})], spec, tmp_path)
+    assert not empty.verdicts and "No TTA comparison" in empty.notes[0]
     for r in records:
         r.curves = {"val/acc": [(0, 0.5), (100, 0.9)]}  # still rising at the end of source training
-    assert "| SuMi adapts more accurately than Tent on the wild stream | **inconclusive: underfit** |" in claim_report(
-        records, tmp_path
-    )
+    assert claim_report(records, spec, tmp_path).verdicts[0].verdict == "inconclusive: underfit"
 
 
 class SilentClassifier(TinyClassifier):

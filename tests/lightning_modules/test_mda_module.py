@@ -78,7 +78,10 @@ def test_benchmark_skips_and_counts_images():
 
 def test_report_hook_on_synthetic_records(tmp_path: Path):
     from lightning_modules.mda.evaluation import FAITHFULNESS, LOWER_IS_BETTER
-    from reports.mda import BASELINES, claim_report, gain_over_best
+    from reports.mda import BASELINES, gain_over_best
+    from suite import stats
+    from suite.claim import judge_page, load_spec
+    from suite.claims import ClaimSpec
 
     recs = []
     for seed in range(3):
@@ -89,13 +92,14 @@ def test_report_hook_on_synthetic_records(tmp_path: Path):
             m[f"attr/mda/{metric}"] = good + 0.001 * seed
             for b in BASELINES:
                 m[f"attr/{b}/{metric}"] = bad
-        curve = [(i, 0.5 - 0.001 * min(i, 5) + 0.0001 * seed) for i in range(10)]
-        recs.append(RunRecord(tmp_path / str(seed), "subject", seed, m, {"val/loss": curve}))
+        curve = [(i, 0.5 - 0.01 * min(i, 5) + 0.0001 * seed) for i in range(10)]
+        recs.append(RunRecord(tmp_path / str(seed), f"subject_s{seed}", seed, m, {"val/loss": curve}))
     gains = gain_over_best(recs, FAITHFULNESS)
-    assert len(gains) == 3 and min(gains) > 0.3  # (0.8-0.6)/0.6 and (0.4-0.2)/0.4 -> 0.41 on average
-    page = claim_report(recs, tmp_path)
-    assert "| MDA outperforms the ViT attribution baselines" in page and "**reproduced**" in page
-    assert "10/10 metrics" in page
+    assert len(gains) == 3 and min(gains.values()) > 0.3  # (0.8-0.6)/0.6 and (0.4-0.2)/0.4 -> 0.41 on average
+    verdicts, *_ = judge_page(ClaimSpec.from_dict("mda", load_spec("mda")), recs, tmp_path)
+    by_id = {v.id: v for v in verdicts}
+    assert by_id["mda_mean_rank"].verdict == stats.REPRODUCED and by_id["mda_mean_rank"].diff > 0
+    assert by_id["mda_every_metric"].verdict == stats.REPRODUCED and "on 10/10 metrics" in by_id["mda_every_metric"].why
 
 
 def test_benchmark_runs_at_the_end_of_trainer_test(tmp_path: Path):

@@ -1,6 +1,6 @@
-"""MDA's results hook (issue 48, item 3): the average claim is read from a bounded aggregate (mean rank over the
-methods per metric), attention rollout is among the compared baselines, and the unbounded "+x%" is shown, not
-judged. Synthetic records."""
+"""MDA's results hook: the average claim is read from a bounded aggregate (mean rank over the methods per metric,
+paired by seed against the best-ranked baseline), attention rollout is among the compared baselines, and the
+unbounded "+x%" is shown, not judged. Synthetic records."""
 
 from __future__ import annotations
 
@@ -9,27 +9,33 @@ from pathlib import Path
 import pytest
 
 from lightning_modules.mda.evaluation import FAITHFULNESS, LOWER_IS_BETTER
-from reports.mda import BASELINES, COMPARED, claim_report, gain_over_best, mean_ranks, rank_values
+from reports.mda import BASELINES, COMPARED, gain_over_best, mean_ranks, rank_values
+from suite import stats
+from suite.claim import judge_page, load_spec
+from suite.claims import ClaimSpec
 from suite.compare import RunRecord
 
 
-def _records(tmp_path: Path, value) -> list[RunRecord]:
-    """Three seeds; ``value(method, metric, seed)`` gives every attr value; a plateaued val/loss curve."""
+def _records(tmp_path: Path, value, *, converged: bool = True, metrics=FAITHFULNESS) -> list[RunRecord]:
+    """One subject per seed (entries ``subject_s<seed>``, as the spec runs them); ``value(method, metric, seed)``
+    gives every attr value; a val/loss curve flat over its last half, or still falling at the stop."""
     recs = []
     for seed in range(3):
         m = {"attr/n_images": 5.0, "test/acc": 0.8}
-        for metric in FAITHFULNESS:
+        for metric in metrics:
             for meth in ("mda", *COMPARED):
                 v = value(meth, metric, seed)
                 if v is not None:
                     m[f"attr/{meth}/{metric}"] = v
-        curve = [(i, 0.5 - 0.001 * min(i, 5) + 0.0001 * seed) for i in range(10)]
-        recs.append(RunRecord(tmp_path / str(seed), "subject", seed, m, {"val/loss": curve}))
+        curve = [(i, 0.5 - 0.01 * (min(i, 5) if converged else i) + 0.0001 * seed) for i in range(10)]
+        recs.append(RunRecord(tmp_path / str(seed), f"subject_s{seed}", seed, m, {"val/loss": curve}))
     return recs
 
 
-def _verdict_row(page: str) -> str:
-    return next(line for line in page.splitlines() if line.startswith("| MDA outperforms"))
+def page(tmp_path: Path, records: list[RunRecord]):
+    """The mda page's verdicts by id and the hook's result."""
+    verdicts, _, result, _, _, _ = judge_page(ClaimSpec.from_dict("mda", load_spec("mda")), records, tmp_path)
+    return {v.id: v for v in verdicts}, result
 
 
 def test_rank_values_and_mean_ranks_by_hand(tmp_path: Path):
@@ -49,9 +55,9 @@ def test_rank_values_and_mean_ranks_by_hand(tmp_path: Path):
 
     ranks = mean_ranks(_records(tmp_path, value), FAITHFULNESS)
     assert set(ranks) == {"mda", "tis", "rollout"}
-    assert ranks["mda"] == [pytest.approx((1 + 2.5) / 2)] * 3
-    assert ranks["rollout"] == [pytest.approx((2 + 2.5) / 2)] * 3
-    assert ranks["tis"] == [pytest.approx((3 + 1) / 2)] * 3
+    assert ranks["mda"] == {s: pytest.approx((1 + 2.5) / 2) for s in ("0", "1", "2")}
+    assert list(ranks["rollout"].values()) == [pytest.approx((2 + 2.5) / 2)] * 3
+    assert list(ranks["tis"].values()) == [pytest.approx((3 + 1) / 2)] * 3
 
 
 def test_a_near_zero_metric_cannot_carry_the_average_claim(tmp_path: Path):
@@ -66,14 +72,18 @@ def test_a_near_zero_metric_cannot_carry_the_average_claim(tmp_path: Path):
         return {"tis": best + 0.001 * seed, "mda": mda + 0.001 * seed}.get(meth, rest)
 
     recs = _records(tmp_path, value)
-    gains = gain_over_best(recs, FAITHFULNESS)
-    assert min(gains) > 20  # +2000%: one metric near zero dominates the unbounded average
-    ranks = mean_ranks(recs, FAITHFULNESS)
-    assert ranks["mda"] == [pytest.approx(1.9)] * 3 and ranks["tis"] == [pytest.approx(1.1)] * 3
-    row = _verdict_row(claim_report(recs, tmp_path))
-    assert "**not reproduced**" in row, row
-    assert "MDA 1.900 ± 0.000 vs the best-ranked baseline tis 1.100 ± 0.000" in row
-    assert "beyond 2 s.e. on 1/10 metrics" in row and "not judged" in row.lower()
+    assert min(gain_over_best(recs, FAITHFULNESS).values()) > 20  # +2000%: one metric near zero dominates
+    by_id, result = page(tmp_path, recs)
+    rank = by_id["mda_mean_rank"]
+    assert rank.verdict == stats.NOT_REPRODUCED and rank.primary and rank.paired
+    assert rank.entries == ("mda", "tis") and rank.diff == pytest.approx(1.1 - 1.9)  # lower rank = positive
+    assert rank.values["mda"] == {s: pytest.approx(1.9) for s in ("0", "1", "2")}
+    assert "on 1/10 metrics" in rank.evidence and "not judged" in rank.evidence
+    every = by_id["mda_every_metric"]
+    assert every.verdict == stats.NOT_REPRODUCED and "worse on 9" in every.why
+    per_metric = {row[0]: row for row in result.tables[1].rows}
+    assert per_metric["mono_neg"][1] == "tis" and per_metric["mono_neg"][-1] == stats.REPRODUCED
+    assert per_metric["rise_del"][-1] == stats.NOT_REPRODUCED  # lower is better: MDA's 0.21 loses to 0.2
 
 
 def test_attention_rollout_is_a_compared_baseline(tmp_path: Path):
@@ -85,19 +95,29 @@ def test_attention_rollout_is_a_compared_baseline(tmp_path: Path):
         v = {"rollout": 0.8, "mda": 0.7}.get(meth, 0.4) + 0.002 * seed
         return 1 - v if lower else v
 
-    recs = _records(tmp_path, value)
-    assert max(gain_over_best(recs, FAITHFULNESS)) < 0  # rollout is the best baseline on every metric
-    page = claim_report(recs, tmp_path)
-    assert "**not reproduced**" in _verdict_row(page) and "best-ranked baseline rollout" in _verdict_row(page)
-    assert "| rollout | 0.802 ± 0.002" in page  # rollout's row in the metric table
+    recs = _records(tmp_path, value, metrics=(*FAITHFULNESS, "pointing"))
+    assert max(gain_over_best(recs, FAITHFULNESS).values()) < 0  # rollout is the best baseline on every metric
+    by_id, result = page(tmp_path, recs)
+    assert by_id["mda_mean_rank"].verdict == stats.NOT_REPRODUCED and by_id["mda_mean_rank"].entries[1] == "rollout"
+    table = next(t for t in result.tables if t.title.startswith("Metrics MDA's search"))
+    rollout = next(row for row in table.rows if row[0] == "rollout")
+    assert rollout[1].startswith("0.802 ± 0.002")  # rollout's row in the metric table
+    held = by_id["heldout_pointing"]  # a suite check beside the paper's claim
+    assert held.verdict == stats.NOT_REPRODUCED and held.entries == ("mda", "rollout") and held.hi < 0
 
 
-def test_a_method_best_on_every_metric_is_reproduced(tmp_path: Path):
+def test_a_method_best_on_every_metric_is_reproduced_unless_a_subject_is_underfit(tmp_path: Path):
     def value(meth, metric, seed):
         lower = metric in LOWER_IS_BETTER
         v = {"mda": 0.8 + 0.001 * seed}.get(meth, 0.6 - 0.01 * COMPARED.index(meth) if meth in COMPARED else 0.0)
         return 1 - v if lower else v
 
-    recs = _records(tmp_path, value)
-    row = _verdict_row(claim_report(recs, tmp_path))
-    assert "**reproduced**" in row and "MDA 1.000 ± 0.000" in row and "10/10 metrics" in row
+    by_id, result = page(tmp_path, _records(tmp_path, value))
+    rank = by_id["mda_mean_rank"]
+    assert rank.verdict == stats.REPRODUCED and rank.values["mda"] == {s: 1.0 for s in ("0", "1", "2")}
+    assert rank.lo > 0 and "on 10/10 metrics" in rank.evidence
+    assert by_id["mda_every_metric"].verdict == stats.REPRODUCED
+    assert any("mda_examples.png" in n for n in result.notes)  # no example grid in the run folders: said so
+    by_id, _ = page(tmp_path, _records(tmp_path, value, converged=False))
+    assert by_id["mda_mean_rank"].verdict == stats.UNDERFIT and by_id["mda_mean_rank"].lo > 0
+    assert by_id["mda_every_metric"].verdict == stats.UNDERFIT

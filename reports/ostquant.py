@@ -1,26 +1,41 @@
-"""Claim-check report for OSTQuant: quantized perplexity per subject model and method, and the cross-paper view.
+"""Results-page hook of the ostquant claim (``report: reports.ostquant:claim_report``).
 
-Used as ``report: reports.ostquant:claim_report`` in ``conf/claim/ostquant.yaml``. Each run trains one subject
-LM of the suite (softmax attention, the context-aware-scaling variant of the outliers paper, stick-breaking, Gated
-DeltaNet, ...) and :class:`callbacks.quant_calibration.QuantCalibration` writes ``quant_calibration.json`` (validation
-loss / perplexity / KL to full precision / mean log-QSUR per method). The hook adds:
+Paper: "OSTQuant: Refining Large Language Model Quantization with Orthogonal and Scaling Transformations for Better
+Distribution Fitting" (ICLR 2025): learned orthogonal and scaling transforms with the KL-Top loss close more of the
+W4A4KV4 gap to full precision than RTN, SmoothQuant, GPTQ, QuaRot and SpinQuant.
 
-* the W4A4KV4 table (claim 6a): perplexity and gap to full precision per method, per subject (mean over seeds);
-* the loss ablation (KL-Top vs full KL vs cross-entropy) where those methods ran;
-* the cross-paper table (claim 6b): per subject, the relative perplexity damage of RTN and of the best rotation
-  method, next to the subject's own outlier census (when the run also had ``callbacks.outlier_census``).
+Each run trains one subject LM of the suite (softmax attention, the context-aware-scaling variant of the outliers
+paper, stick-breaking, Gated DeltaNet) and :class:`callbacks.quant_calibration.QuantCalibration` writes
+``quant_calibration.json`` (per method: validation loss, perplexity and its gap to full precision, KL to full
+precision, mean log-QSUR); an outlier census of the subject runs alongside (``outlier_census.csv``). Both files are
+``data_files`` of the spec. The hook judges:
+
+* the spec's ``method_claims`` (OSTQuant against each baseline and the loss ablation) on the ``quant_subject``: two
+  methods evaluated on the same trained model and the same held-out batches per seed, so paired by seed; each needs
+  the subject converged, and reads ``inconclusive: phenomenon absent`` where the two methods are the same function
+  (KL-Top and full KL when ``k`` covers the vocabulary);
+* the spec's ``subject_claims`` (cross-paper: the outlier-free ``ca_scale`` subject loses less to RTN W4A4 than
+  softmax), ``inconclusive: phenomenon absent`` unless the softmax subject has massive activations by the census's
+  criterion (:data:`reports.systematic_outliers.MASSIVE`);
+
+and adds the perplexity table per subject and method, the KL / log-QSUR table, the loss ablation, the cross-paper
+table and the computed rankings.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from reports.systematic_outliers import MASSIVE, census_summary, read_census
 from suite import report as rep
+from suite.claims import Claim, ClaimResult, ClaimSpec, HookResult, Table, default_paired, judge_values
 
 LABELS = {
     "fp": "FP",
@@ -33,21 +48,20 @@ LABELS = {
     "ostquant_kl": "OSTQuant (full KL)",
     "ostquant_ce": "OSTQuant (CE)",
 }
+ABLATIONS = ("ostquant_kl", "ostquant_ce")
+
+Results = dict[str, dict[str, dict[str, dict[str, float]]]]  # subject -> method -> key -> {seed: value}
 
 
-def _mean(v: list[float]) -> float:
-    v = [x for x in v if x == x]
-    return statistics.mean(v) if v else float("nan")
+def _mean(v: Mapping[str, float] | list[float]) -> float:
+    v = [x for x in (v.values() if isinstance(v, Mapping) else v) if math.isfinite(x)]
+    return statistics.fmean(v) if v else float("nan")
 
 
-def _sd(v: list[float]) -> float:
-    return statistics.stdev(v) if len(v) > 1 else 0.0
-
-
-def collect(records: list[Any]) -> tuple[dict[str, dict[str, dict[str, list[float]]]], dict[str, list], dict]:
-    """``subject -> method -> key -> values over seeds``, ``subject -> census summaries``, bits."""
-    table: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    census: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def collect(records: list[Any]) -> tuple[Results, dict[str, dict[str, dict[str, Any]]], dict]:
+    """``subject -> method -> key -> {seed: value}``, ``subject -> {seed: census summary at the last step}``, bits."""
+    table: Results = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
+    census: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     bits: dict[str, Any] = {}
     for rec in records:
         files = sorted(Path(rec.path).rglob("quant_calibration.json"))
@@ -56,167 +70,159 @@ def collect(records: list[Any]) -> tuple[dict[str, dict[str, dict[str, list[floa
             bits = data.get("bits", bits)
             for method, res in data["results"].items():
                 for k, v in res.items():
-                    table[rec.name][method][k].append(float(v))
+                    table[rec.name][method][k][str(rec.seed)] = float(v)
         cfiles = sorted(Path(rec.path).rglob("outlier_census.csv"))
         if cfiles:
             c = read_census(cfiles[-1])
-            census[rec.name].append(census_summary(c[max(c)]))
+            census[rec.name][str(rec.seed)] = census_summary(c[max(c)])
     return table, census, bits
 
 
-def verdicts(records: list[Any], spec: dict | None = None, subject: str = "softmax") -> list[rep.Verdict]:
-    """OSTQuant's claims on the ``subject`` model (perplexity gap to FP over seeds vs each baseline; the KL-Top loss
-    vs full KL and CE), and the cross-paper claim (the outlier-free ``ca_scale`` subject loses less to RTN W4A4 than
-    softmax), which gets a verdict only when the softmax subject has massive activations by the census's criterion
-    (otherwise ``inconclusive: phenomenon absent``). ``inconclusive: underfit`` when a subject had not plateaued."""
-    metric, hib = rep.sizing_spec(spec or "ostquant")
-    judged = rep.sizing(records, metric or "val/loss", higher_is_better=hib)
-    table, census, _ = collect(records)
-    out: list[rep.Verdict] = []
-    res = table.get(subject)
-    ok = judged.get(subject, (False, ""))[0]
-    if res and res["ostquant"]["ppl_gap"]:
-        ours = res["ostquant"]["ppl_gap"]
-        for base in ("rtn", "gptq", "smoothquant", "quarot", "spinquant"):
-            if res[base]["ppl_gap"]:
-                word = rep.compare(ours, res[base]["ppl_gap"], higher_is_better=False, converged=ok)
-                out.append(rep.Verdict(
-                    f"OSTQuant closes more of the W4A4KV4 perplexity gap than {LABELS[base]} ({subject} subject)",
-                    word, f"gap {rep.mean_sd(ours)} vs {rep.mean_sd(res[base]['ppl_gap'])}"))  # fmt: skip
-        for base in ("ostquant_kl", "ostquant_ce"):
-            if res[base]["ppl_gap"]:
-                word = rep.compare(ours, res[base]["ppl_gap"], higher_is_better=False, converged=ok)
-                ev = f"gap {rep.mean_sd(ours)} vs {rep.mean_sd(res[base]['ppl_gap'])}"
-                out.append(rep.Verdict(f"The KL-Top loss beats {LABELS[base]} as the calibration loss", word, ev))
-    other = table.get("ca_scale")
-    if res and other and res["rtn"]["ppl"] and other["rtn"]["ppl"]:
-
-        def damage(r: dict) -> list[float]:
-            return [q / f - 1 for q, f in zip(r["rtn"]["ppl"], r["fp"]["ppl"], strict=False)]
-
-        ratio = _mean([c["ratio_max"] for c in census.get(subject, [])])
-        d_sm, d_ca = damage(res), damage(other)
-        ev = f"RTN damage ca_scale {rep.mean_sd(d_ca)} vs softmax {rep.mean_sd(d_sm)}; softmax top1/median {ratio:.1f}"
-        if not ratio >= MASSIVE:
-            word = rep.ABSENT
-        else:
-            word = rep.compare(d_ca, d_sm, higher_is_better=False,
-                               converged=ok and judged.get("ca_scale", (False, ""))[0])  # fmt: skip
-        out.append(rep.Verdict("Cross-paper: the outlier-free variant (context-aware scaling) loses less to W4A4 "
-                               "than softmax attention", word, ev))  # fmt: skip
+def declared(spec: ClaimSpec, key: str) -> list[Claim]:
+    """The claims a hook-owned spec key lists, in the ``claims:`` schema (their entries name methods or derived
+    quantities, which the engine's ``claims:`` cannot, so the hook judges them)."""
+    out = []
+    for c in spec.get(key) or []:
+        c = dict(c)
+        c["entries"] = tuple(c["entries"])
+        out.append(Claim(**c))
     return out
 
 
-def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
-    """Markdown appended to ``docs/results/ostquant.md`` (see module docstring)."""
-    table, census, bits = collect(records)
-    if not table:
-        return "No `quant_calibration.json` found in the runs."
+def judge_methods(
+    claims: list[Claim], res: Mapping[str, Mapping[str, Mapping[str, float]]], subject: str, convergence: tuple
+) -> list[ClaimResult]:
+    """Method-vs-method claims on one subject's results: paired by seed unless a claim says otherwise (both methods
+    quantize the same trained model and are scored on the same batches); ``inconclusive: underfit`` when the subject
+    had not converged; ``phenomenon absent`` when the two methods gave identical results on every seed (the same
+    function, e.g. KL-Top with ``k`` at least the vocabulary and full KL). Read against the subject for the
+    weak-baseline rule."""
+    out = []
+    for claim in claims:
+        a, b = (dict(res.get(m, {}).get(claim.metric, {})) for m in claim.entries)
+        if not a or not b:
+            continue
+        same = a == b
+        absent = f"{LABELS.get(claim.entries[0])} and {LABELS.get(claim.entries[1])} gave identical results on every "
+        absent += "seed: the same function here (a top-k that covers the whole vocabulary is the full KL)"
+        unconverged = {} if convergence[0] else {subject: convergence[1]}
+        v = judge_values(claim, a, b, paired=claim.paired is not False, unconverged=unconverged,
+                         absent=absent if same else None)  # fmt: skip
+        out.append(replace(v, against=(subject,)))
+    return out
+
+
+def rtn_damage(res: Mapping[str, Mapping[str, Mapping[str, float]]]) -> dict[str, float]:
+    """Per seed, the relative perplexity increase of RTN W4A4: ``ppl_rtn / ppl_fp - 1``."""
+    q, f = res.get("rtn", {}).get("ppl", {}), res.get("fp", {}).get("ppl", {})
+    return {s: q[s] / f[s] - 1 for s in q if s in f}
+
+
+def judge_subjects(
+    claims: list[Claim], records: list[Any], table: Results, census: dict, conv: dict, base: str = "softmax"
+) -> list[ClaimResult]:
+    """Subject-vs-subject claims on the RTN damage (metric ``rtn_damage``), phenomenon absent unless the ``base``
+    subject has massive activations (mean over seeds of the census's largest top1/median)."""
+    out = []
+    ratio = _mean([c["ratio_max"] for c in census.get(base, {}).values()])
+    for claim in claims:
+        a, b = (rtn_damage(table.get(s, {})) for s in claim.entries)
+        if not a or not b:
+            continue
+        absent = None
+        if not ratio >= MASSIVE:
+            absent = (
+                f"the {base} subject has no massive activations (top1/median {ratio:.1f}, criterion >= {MASSIVE:g})"
+            )
+        unconverged = {n: conv[n][1] for n in claim.entries if n in conv and not conv[n][0]}
+        paired = claim.paired if claim.paired is not None else default_paired(records, *claim.entries)
+        out.append(judge_values(claim, a, b, paired=paired, unconverged=unconverged, absent=absent))
+    return out
+
+
+def tables(table: Results, census: dict, bits: dict) -> list[Table]:
+    """Perplexity per subject and method, KL / log-QSUR, the loss ablation and the cross-paper table."""
     methods = [m for m in LABELS if any(m in t for t in table.values())]
-    main = [m for m in methods if m not in ("ostquant_kl", "ostquant_ce")]
+    main = [m for m in methods if m not in ABLATIONS]
     b = ", ".join(f"{k}={v}" for k, v in bits.items())
-    lines = [
-        f"## Validation perplexity after quantization ({b}; mean ± std over seeds; gap = ppl - FP ppl)",
-        "",
-        "| subject | " + " | ".join(LABELS[m] for m in main) + " |",
-        "|---|" + "---|" * len(main),
-    ]
+    ppl_rows, kl_rows = [], []
     for subject, res in table.items():
         cells = []
         for m in main:
-            ppl, gap = res[m]["ppl"], res[m].get("ppl_gap", [])
+            ppl, gap = res.get(m, {}).get("ppl"), res.get(m, {}).get("ppl_gap", {})
             cells.append(
-                "-"
-                if not ppl
-                else f"{_mean(ppl):.3f}" + ("" if m == "fp" else f" ({_mean(gap):+.3f} ± {_sd(gap):.3f})")
+                "-" if not ppl else f"{_mean(ppl):.3f}" + ("" if m == "fp" else f" ({rep.mean_sd(gap.values())})")
             )
-        lines.append(f"| {subject} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "KL to the full-precision model (token mean) and mean log-QSUR of the inputs of the input-side linears:",
-    ]
-    lines += ["", "| subject | " + " | ".join(f"{LABELS[m]} KL / logQSUR" for m in main if m != "fp") + " |"]
-    lines.append("|---|" + "---|" * (len(main) - 1))
-    for subject, res in table.items():
-        cells = [
-            f"{_mean(res[m]['kl']):.2e} / {_mean(res[m].get('log_qsur', [])):.1f}" if res[m]["kl"] else "-"
-            for m in main
-            if m != "fp"
-        ]
-        lines.append(f"| {subject} | " + " | ".join(cells) + " |")
-    if any(m in methods for m in ("ostquant_kl", "ostquant_ce")):
-        abl = [m for m in ("ostquant", "ostquant_kl", "ostquant_ce") if m in methods]
-        lines += ["", "## Loss ablation (OSTQuant, gap to FP perplexity)", ""]
-        lines += ["| subject | " + " | ".join(LABELS[m] for m in abl) + " |", "|---|" + "---|" * len(abl)]
-        for subject, res in table.items():
-            if not all(res[m]["ppl"] for m in abl):
-                continue
-            lines.append(f"| {subject} | " + " | ".join(f"{_mean(res[m].get('ppl_gap', [])):+.3f}" for m in abl) + " |")
-        same = [s for s, r in table.items() if r["ostquant"]["ppl"] and r["ostquant"]["ppl"] == r["ostquant_kl"]["ppl"]]
-        if same:
-            lines += [
-                "",
-                f"KL-Top and full KL give identical results on {', '.join(same)}: the top-k (official k = 1000, capped"
-                " at the vocabulary) covers the whole vocabulary, so the two losses are the same function there.",
-            ]
-    lines += [
-        "",
-        "## Cross-paper: does an outlier-free architecture quantize better?",
-        "",
-        "| subject | FP ppl | RTN damage | best rotation method | its damage | act top1/median | largest attn share "
-        "on token 0 |",
-        "|---|---|---|---|---|---|---|",
-    ]
+        ppl_rows.append([subject, *cells])
+        kl_rows.append([subject] + [
+            f"{_mean(res[m]['kl']):.2e} / {_mean(res[m].get('log_qsur', {})):.1f}" if res.get(m, {}).get("kl") else "-"
+            for m in main if m != "fp"])  # fmt: skip
+    out = [
+        Table(f"Validation perplexity after quantization ({b}; gap = ppl - FP ppl per seed, mean ± sd)",
+              ["subject", *(LABELS[m] for m in main)], ppl_rows),
+        Table("KL to the full-precision model (token mean) / mean log-QSUR of the inputs of the input-side linears",
+              ["subject", *(LABELS[m] for m in main if m != "fp")], kl_rows),
+    ]  # fmt: skip
+    abl = [m for m in ("ostquant", *ABLATIONS) if m in methods]
+    if len(abl) > 1:
+        rows = [[s, *(_mean(r[m]["ppl_gap"]) for m in abl)] for s, r in table.items() if all(m in r for m in abl)]
+        same = [s for s, r in table.items() if "ostquant_kl" in r and r["ostquant"]["ppl"] == r["ostquant_kl"]["ppl"]]
+        note = (f"KL-Top and full KL give identical results on {', '.join(same)}: the top-k (official k = 1000, capped "
+                "at the vocabulary) covers the whole vocabulary, so the two losses are the same function there."
+                if same else "")  # fmt: skip
+        out.append(Table("Loss ablation (OSTQuant, gap to FP perplexity, mean over seeds)",
+                         ["subject", *(LABELS[m] for m in abl)], rows, note))  # fmt: skip
     rot = [m for m in ("quarot", "spinquant", "ostquant") if m in methods]
+    rows = []
     for subject, res in table.items():
         fp = _mean(res["fp"]["ppl"]) if "fp" in res else float("nan")
-        rtn = _mean(res["rtn"]["ppl"]) / fp - 1 if "rtn" in res else float("nan")
-        best = min(rot, key=lambda m: _mean(res[m]["ppl"])) if rot else None
-        dmg = _mean(res[best]["ppl"]) / fp - 1 if best else float("nan")
-        cs = census.get(subject, [])
+        best = min((m for m in rot if m in res), key=lambda m: _mean(res[m]["ppl"]), default=None)
+        cs = list(census.get(subject, {}).values())
         ratio, sink = _mean([c["ratio_max"] for c in cs]), _mean([c["sink_max"] for c in cs])
-        ratio = f"{ratio:.1f}" if ratio == ratio else "-"
-        sink = f"{sink:.3f}" if sink == sink else "- (no attention probabilities)"
-        lines.append(
-            f"| {subject} | {fp:.3f} | {100 * rtn:+.2f} % | {LABELS.get(best, '-')} | {100 * dmg:+.2f} % | "
-            f"{ratio} | {sink} |"
-        )
-    lines += ["", "## Verdicts (computed)", "", rep.verdict_table(verdicts(records, spec)), "", *verdict(table, main)]
-    return "\n".join(lines)
+        rows.append([
+            subject, f"{fp:.3f}", f"{100 * _mean(rtn_damage(res)):+.2f} %", LABELS.get(best, "-"),
+            f"{100 * (_mean(res[best]['ppl']) / fp - 1):+.2f} %" if best else "-",
+            f"{ratio:.1f}" if ratio == ratio else "-", f"{sink:.3f}" if sink == sink else "- (no attention)",
+        ])  # fmt: skip
+    columns = ["subject", "FP ppl", "RTN damage", "best rotation method", "its damage", "act top1/median",
+               "largest attn share on token 0"]  # fmt: skip
+    out.append(Table("Cross-paper: does an outlier-free architecture quantize better?", columns, rows))
+    return out
 
 
-def verdict(table: dict, main: list[str]) -> list[str]:
-    """Ranking lines: methods per subject by perplexity gap, and subjects by quantization damage."""
+def rankings(table: Results) -> list[str]:
+    """Computed readings: methods per subject by perplexity gap, and subjects by quantization damage."""
+    main = [m for m in LABELS if m != "fp" and m not in ABLATIONS]
+    gaps = {s: {m: _mean(r[m]["ppl_gap"]) for m in main if r.get(m, {}).get("ppl")} for s, r in table.items()}
     out = []
-    for subject, res in table.items():
-        ranked = sorted((m for m in main if m != "fp" and res[m]["ppl"]), key=lambda m: _mean(res[m]["ppl_gap"]))
-        if ranked:
-            order = " < ".join(f"{LABELS[m]} ({_mean(res[m]['ppl_gap']):+.3f})" for m in ranked)
-            out.append(f"* {subject}: gap to FP, smallest first: {order}.")
-    if "ostquant" in main:
-        wins = [
-            s
-            for s, res in table.items()
-            if res["ostquant"]["ppl"]
-            and all(
-                _mean(res["ostquant"]["ppl_gap"]) <= _mean(res[m]["ppl_gap"])
-                for m in main
-                if m != "fp" and res[m]["ppl"]
-            )
-        ]
-        out.append(
-            f"* OSTQuant has the smallest gap on {len(wins)} of {len(table)} subjects ({', '.join(wins) or '-'})."
-        )
-    if "rtn" in main and "fp" in main:
-        dmg = {s: _mean(r["rtn"]["ppl"]) / _mean(r["fp"]["ppl"]) - 1 for s, r in table.items() if r["rtn"]["ppl"]}
+    for subject, g in gaps.items():
+        if g:
+            order = " < ".join(f"{LABELS[m]} ({g[m]:+.3f})" for m in sorted(g, key=g.get))
+            out.append(f"{subject}: gap to FP, smallest first: {order}.")
+    wins = [s for s, g in gaps.items() if "ostquant" in g and g["ostquant"] <= min(g.values())]
+    out.append(f"OSTQuant has the smallest gap on {len(wins)} of {len(table)} subjects ({', '.join(wins) or '-'}).")
+    dmg = {s: _mean(rtn_damage(r)) for s, r in table.items() if rtn_damage(r)}
+    if dmg:
         order = " < ".join(f"{s} ({100 * d:+.2f} %)" for s, d in sorted(dmg.items(), key=lambda kv: kv[1]))
-        out.append(f"* RTN damage (relative perplexity increase), smallest first: {order}.")
-        fps = {s: _mean(r["fp"]["ppl"]) for s, r in table.items() if s in dmg}
-        order = " > ".join(f"{s} ({p:.3f})" for s, p in sorted(fps.items(), key=lambda kv: -kv[1]))
+        out.append(f"RTN damage (relative perplexity increase), smallest first: {order}.")
+        fps = sorted(((s, _mean(table[s]["fp"]["ppl"])) for s in dmg), key=lambda kv: -kv[1])
         out.append(
-            f"* FP perplexity, largest first: {order}. Subjects that reach different FP quality are not equally hard "
-            "to quantize (a sharper model has more to lose), so damage across architectures is compared at unequal "
-            "quality; K/V quantization also differs by mixer (KV cache for attention, none for Gated DeltaNet's "
-            "recurrent state)."
+            "FP perplexity, largest first: " + " > ".join(f"{s} ({p:.3f})" for s, p in fps) + ". Subjects that reach "
+            "different FP quality are not equally hard to quantize (a sharper model has more to lose), so damage "
+            "across architectures is compared at unequal quality; K/V quantization also differs by mixer (KV cache "
+            "for attention, none for Gated DeltaNet's recurrent state)."
         )
     return out
+
+
+def claim_report(records: list[Any], spec: ClaimSpec, out_dir: Path) -> HookResult:
+    """The method and cross-paper verdicts, tables and rankings (module docstring)."""
+    table, census, bits = collect(records)
+    if not table:
+        return HookResult(notes=["No `quant_calibration.json` found in the runs: no verdict."])
+    subject = spec.get("quant_subject", "softmax")
+    conv = spec.convergence(records)
+    verdicts = judge_methods(declared(spec, "method_claims"), table.get(subject, {}), subject,
+                             conv.get(subject, (False, "no validation curve")))  # fmt: skip
+    verdicts += judge_subjects(declared(spec, "subject_claims"), records, table, census, conv, base=subject)
+    return HookResult(verdicts=verdicts, tables=tables(table, census, bits), notes=rankings(table))

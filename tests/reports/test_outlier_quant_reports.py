@@ -1,5 +1,6 @@
-"""Claim-report hooks of systematic_outliers (reports.systematic_outliers) and ostquant (reports.ostquant) on
-hand-written run folders: the tables carry the numbers of the files and the computed verdicts follow the criteria."""
+"""Claim-report hooks of systematic_outliers (reports.systematic_outliers), ostquant (reports.ostquant) and
+ostquant_minilm (reports.ostquant_minilm) on hand-written run folders: the verdict objects follow the census criteria
+and the 95% intervals, and the tables carry the numbers of the files."""
 
 from __future__ import annotations
 
@@ -9,13 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from reports import ostquant as quant_report
 from reports import ostquant_minilm
 from reports import systematic_outliers as outlier_report
+from suite.claim import judge_page, load_spec
+from suite.claims import ClaimSpec
 from suite.compare import RunRecord
 
+FLAT = [(125, 2.6), (250, 2.4), (375, 2.3), (500, 2.3)]  # converged by the best-so-far rule
+FALLING = [(125, 3.0), (250, 2.8), (375, 2.6), (500, 2.3)]  # still improving at the end
 
-def _census(folder: Path, ratio: float, sink0: float, step: int = 100) -> None:
+
+def _census(folder: Path, ratio: float, sink0: float, step: int = 500) -> None:
     folder.mkdir(parents=True)
     rows = []
     for layer, (r, s) in enumerate([(ratio, sink0), (ratio / 2, 0.05)]):
@@ -23,14 +28,9 @@ def _census(folder: Path, ratio: float, sink0: float, step: int = 100) -> None:
             {"step": step, "kind": "act", "name": f"net.blocks.{layer}", "metric": "ratio", "value": r},
             {"step": step, "kind": "act", "name": f"net.blocks.{layer}", "metric": "token_frac_k100", "value": 0.0},
             {"step": step, "kind": "attn", "name": f"net.blocks.{layer}.mixer", "metric": "sink_share", "value": s},
-            {
-                "step": step,
-                "kind": "weight",
-                "name": f"net.blocks.{layer}.mlp.down_proj",
-                "metric": "ratio",
-                "value": 9,
-            },
-        ]
+            {"step": step, "kind": "weight", "name": f"net.blocks.{layer}.mlp.down_proj", "metric": "ratio",
+             "value": 9},
+        ]  # fmt: skip
     rows.append({"step": 0, "kind": "act", "name": "net.blocks.0", "metric": "ratio", "value": 1.0})  # earlier step
     with (folder / "outlier_census.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["step", "kind", "name", "metric", "value"])
@@ -38,98 +38,145 @@ def _census(folder: Path, ratio: float, sink0: float, step: int = 100) -> None:
         w.writerows(rows)
 
 
-def test_outlier_report_table_and_verdict(tmp_path, monkeypatch):
+def _outlier_runs(root: Path, variants: dict[str, list[tuple[float, float, float]]], curves=None) -> list[RunRecord]:
+    """``variant -> [(act ratio, sink share of layer 0, test loss) per seed]``: one run folder per seed."""
     recs = []
-    for name, ratio, sink in (("softmax", 400.0, 0.6), ("ca_scale", 20.0, 0.06)):
-        _census(tmp_path / name / "csv", ratio, sink)
-        recs.append(
-            RunRecord(
-                tmp_path / name, name, 0, {"test/loss": 2.0}, {"val/loss": [(50, 2.5)]}, {"data": {"seq_len": 64}}
-            )
-        )
-    per = outlier_report._runs(recs)
-    table, numbers = outlier_report.variant_table(per, 64)
-    assert "| softmax | 1 | 400.0 / 200.0 | 400.0 |" in table[2] and "0.60 / 0.05" in table[2]
-    assert numbers["ca_scale"]["ratio_max"] == 20.0 and numbers["softmax"]["sink_max"] == 0.6
-    lines = outlier_report.verdict(numbers, 64)
-    assert "massive activations" in lines[0] and "an attention sink" in lines[0]
-    assert "massive activations removed" in lines[1] and "sink removed" in lines[1]
+    for name, per_seed in variants.items():
+        for seed, (ratio, sink, loss) in enumerate(per_seed):
+            folder = root / f"{name}{seed}"
+            _census(folder / "csv", ratio, sink)
+            curve = (curves or {}).get(name, FLAT)
+            recs.append(RunRecord(folder, name, seed, {"test/loss": loss}, {"val/loss": curve},
+                                  {"data": {"seed": seed, "seq_len": 64}}))  # fmt: skip
+    return recs
+
+
+def _judge(slug: str, recs: list[RunRecord], out: Path) -> dict:
+    verdicts, _, result, hook_md, _, _ = judge_page(ClaimSpec.from_dict(slug, load_spec(slug)), recs, out)
+    assert not hook_md, hook_md  # the hook returns data, and did not fail
+    return {v.id: v for v in verdicts}, result
+
+
+@pytest.fixture
+def no_minilm(monkeypatch):
+    monkeypatch.setattr(outlier_report, "minilm_census", lambda: (["layer"], [[0]]))
+
+
+def test_outlier_verdicts_tables_and_figure(tmp_path, no_minilm):
+    """Massive activations and a sink in softmax (on every seed), both halved by (e) on every seed: the phenomenon
+    checks and the (e) removals are reproduced, the declared test-loss claim is judged paired by seed."""
+    recs = _outlier_runs(tmp_path, {
+        "softmax": [(400.0, 0.60, 2.40), (420.0, 0.62, 2.50), (380.0, 0.58, 2.45)],
+        "ca_scale": [(20.0, 0.06, 2.30), (25.0, 0.08, 2.41), (22.0, 0.07, 2.34)],
+    })  # fmt: skip
+    by_id, result = _judge("systematic_outliers", recs, tmp_path)
+    assert by_id["softmax_massive"].verdict == "reproduced" and by_id["softmax_sink"].verdict == "reproduced"
+    sink = by_id["ca_scale_removes_sink"]
+    assert sink.verdict == "reproduced" and sink.paired and sink.n == (3, 3) and sink.primary
+    assert sink.delta == pytest.approx(0.30) and sink.lo > sink.delta  # the reduction's interval above half of 0.6
+    assert by_id["ca_scale_removes_massive"].verdict == "reproduced"
+    loss = by_id["ca_scale_lower_loss"]
+    assert loss.verdict == "reproduced" and loss.paired and loss.diff == pytest.approx(0.1)
+    assert "kv_bias_removes_sink" not in by_id  # no kv_bias runs
+    census = result.tables[0]
+    row = census.rows[0]
+    assert census.columns[2] == "act top1/median per layer" and row[0] == "softmax" and row[1] == 3
+    assert row[2] == "400.0 / 200.0" and row[3] == pytest.approx(400.0) and row[7] == pytest.approx(0.6)
+    assert row[9] == "2.600 2.400 2.300 2.300"  # mean over seeds at each evaluation
+    assert result.tables[1].rows[0][0] == "ca_scale" and result.tables[1].rows[0][4] == "3 of 3"
+    assert (tmp_path / "systematic_outliers_census.png").exists()
     assert outlier_report.uniform_sink_share(3) == pytest.approx((1 / 2 + 1 / 3) / 2)
-    monkeypatch.setattr(outlier_report, "minilm_census", lambda: ["| minilm |"])
-    page = outlier_report.claim_report(recs, tmp_path)
-    assert "| minilm |" in page and (tmp_path / "systematic_outliers_census.png").exists()
 
 
-def test_outlier_report_averages_seeds_and_judges_each(tmp_path):
-    """Two seeds: the val-loss column is the mean over seeds at each evaluation, and the verdict says in how many
-    seeds the variant removes the sink (here only one), with the paired test-loss change."""
+def test_outlier_absent_phenomenon_noise_and_underfit(tmp_path, no_minilm):
+    """No massive activations (top1/median 50 < 100): the massive claims are absent with no interval; the sink is
+    removed on one seed only: within noise; the fixed bias (b) keeps the sink: reproduced; a variant still improving
+    at the end makes its claims underfit."""
+    recs = _outlier_runs(tmp_path, {
+        "softmax": [(50.0, 0.60, 2.0), (50.0, 0.60, 2.2), (50.0, 0.62, 2.1)],
+        "ca_scale": [(40.0, 0.06, 1.8), (40.0, 0.55, 2.3), (40.0, 0.50, 2.0)],
+        "fixed_bias": [(40.0, 0.58, 2.0), (40.0, 0.61, 2.2), (40.0, 0.55, 2.1)],
+    })  # fmt: skip
+    by_id, _ = _judge("systematic_outliers", recs, tmp_path)
+    assert by_id["softmax_massive"].verdict == "inconclusive: phenomenon absent"
+    assert by_id["ca_scale_removes_massive"].verdict == "inconclusive: phenomenon absent"
+    assert by_id["ca_scale_removes_massive"].diff is None  # stated, no interval
+    assert by_id["softmax_sink"].verdict == "reproduced"
+    assert by_id["ca_scale_removes_sink"].verdict == "inconclusive: within noise"
+    keeps = by_id["fixed_bias_keeps_sink"]
+    assert keeps.verdict == "reproduced" and keeps.hi < keeps.delta and not keeps.primary
+    # the fixed bias halving the sink on every seed contradicts (b)
+    for r in recs:
+        if r.name == "fixed_bias":
+            (Path(r.path) / "csv" / "outlier_census.csv").unlink()
+            (Path(r.path) / "csv").rmdir()
+            _census(Path(r.path) / "csv", 40.0, 0.1 + 0.01 * r.seed)
+    assert _judge("systematic_outliers", recs, tmp_path)[0]["fixed_bias_keeps_sink"].verdict == "not reproduced"
+    falling = _outlier_runs(tmp_path / "f", {
+        "softmax": [(50.0, 0.60, 2.0), (50.0, 0.60, 2.2), (50.0, 0.62, 2.1)],
+        "ca_scale": [(40.0, 0.06, 1.8), (40.0, 0.07, 2.0), (40.0, 0.08, 2.0)],
+    }, curves={"ca_scale": FALLING})  # fmt: skip
+    by_id, _ = _judge("systematic_outliers", falling, tmp_path)
+    assert by_id["ca_scale_removes_sink"].verdict == "inconclusive: underfit"
+    assert by_id["ca_scale_lower_loss"].verdict == "inconclusive: underfit"
+    # a softmax baseline with no sink that had not converged: underfit, not absent
+    nosink = _outlier_runs(tmp_path / "n", {"softmax": [(50.0, 0.06, 2.0)] * 2}, curves={"softmax": FALLING})
+    assert _judge("systematic_outliers", nosink, tmp_path)[0]["softmax_sink"].verdict == "inconclusive: underfit"
+
+
+def _quant_runs(root: Path, subject: str, gaps: dict[str, list[float]], fp: float = 10.0, ratio: float = 400.0,
+                curve=FLAT) -> list[RunRecord]:  # fmt: skip
+    """One run per seed of ``subject``: ``method -> ppl gap per seed`` in ``quant_calibration.json`` and a census."""
     recs = []
-    for seed, sinks, losses in ((0, (0.6, 0.06), (2.0, 1.8)), (1, (0.6, 0.5), (2.2, 2.3))):
-        for name, sink, loss in zip(("softmax", "ca_scale"), sinks, losses):
-            folder = tmp_path / f"{name}{seed}"
-            _census(folder / "csv", 50.0, sink)
-            val = {"val/loss": [(50, 2.5 + seed), (100, 2.0 + seed)]}
-            recs.append(RunRecord(folder, name, seed, {"test/loss": loss}, val, {"data": {"seq_len": 64}}))
-    table, numbers = outlier_report.variant_table(outlier_report._runs(recs), 64)
-    assert "| softmax | 2 |" in table[2] and "| 3.000 2.500 |" in table[2]  # mean of (2.5, 3.5) and (2.0, 3.0)
-    lines = outlier_report.verdict(numbers, 64)
-    assert "sink share / baseline's by seed 0.10, 0.83 (removed in 1 of 2)" in lines[1]
-    assert "paired test-loss change -0.0500 ± 0.2121 (lower in 1 of 2 seeds)" in lines[1]
-    v = {x.claim: x for x in outlier_report.verdicts(recs, numbers, 64, {"sizing_metric": "val/loss"})}
-    # top1/median 50 < 100: no massive activations by the census's criterion; a sink (0.6 = 7x uniform) is there
-    assert v["Softmax attention develops massive activations"].verdict == "inconclusive: phenomenon absent"
-    assert v["Softmax attention develops an attention sink on the first token"].verdict == "reproduced"
-    assert v["Context-aware scaling (e) removes massive activations"].verdict == "inconclusive: phenomenon absent"
-    # the sink share 0.06 / 0.5 vs 0.6 / 0.6: s.e. of the difference 0.22 > margin 0.32 / 2: within noise
-    assert v["Context-aware scaling (e) removes the sink"].verdict == "inconclusive: within noise"
-    recs = [RunRecord(r.path, r.name, r.seed, r.metrics, {"val/loss": [(50, 3.0), (100, 2.0)]}, r.config) for r in recs]
-    v = {x.claim: x.verdict for x in outlier_report.verdicts(recs, numbers, 64, {"sizing_metric": "val/loss"})}
-    assert v["Context-aware scaling (e) removes the sink"] == "inconclusive: underfit"  # still falling at the stop
-
-
-def test_quant_report_tables_and_ranking(tmp_path):
-    recs = []
-    for subject, gaps in (("softmax", {"rtn": 4.0, "quarot": 1.0, "ostquant": 0.5}), ("gdn", {"rtn": 1.0})):
-        folder = tmp_path / subject
-        folder.mkdir()
-        results = {"fp": {"ppl": 10.0, "kl": 0.0, "ppl_gap": 0.0}}
-        results |= {m: {"ppl": 10.0 + g, "kl": g / 100, "ppl_gap": g, "log_qsur": -50.0} for m, g in gaps.items()}
-        (folder / "quant_calibration.json").write_text(json.dumps({"bits": {"w_bits": 4}, "results": results}))
-        recs.append(RunRecord(folder, subject, 0, curves={"val/loss": [(0, 3.0), (250, 2.0), (500, 2.0)]}))
-    page = quant_report.claim_report(recs, tmp_path, spec={"sizing_metric": "val/loss"})
-    assert (
-        "| OSTQuant closes more of the W4A4KV4 perplexity gap than QuaRot (softmax subject) | **reproduced** |" in page
-    )
-    assert "| softmax | 10.000 | 14.000 (+4.000 ± 0.000) | 11.000 (+1.000 ± 0.000) | 10.500 (+0.500 ± 0.000) |" in page
-    assert "| gdn | 10.000 | 11.000 (+1.000 ± 0.000) | - | - |" in page
-    assert "OSTQuant has the smallest gap on 1 of 2 subjects (softmax)" in page
-    assert "RTN damage (relative perplexity increase), smallest first: gdn (+10.00 %) < softmax (+40.00 %)" in page
-
-
-def test_minilm_report_table_and_verdict(tmp_path):
-    recs = []
-    losses = {"fp": 3.0, "rtn": 4.0, "smoothquant": 3.6, "quarot": 3.3, "ostquant": 3.2, "ostquant_kl": 3.25}
-    for seed in (0, 1):
-        folder = tmp_path / f"s{seed}"
-        folder.mkdir()
-        res = {
-            m: {"loss": v + 0.01 * seed, "ppl": 2.0 * v, "kl": v - 3.0, "ppl_gap": 2.0 * (v - 3.0)}
-            for m, v in losses.items()
-        }
+    for seed in range(len(next(iter(gaps.values())))):
+        folder = root / f"{subject}{seed}"
+        res = {"fp": {"ppl": fp, "kl": 0.0, "ppl_gap": 0.0}}
+        res |= {m: {"ppl": fp + g[seed], "kl": g[seed] / 100, "ppl_gap": g[seed], "log_qsur": -50.0}
+                for m, g in gaps.items()}  # fmt: skip
+        _census(folder / "csv", ratio, 0.3)
         (folder / "quant_calibration.json").write_text(json.dumps({"bits": {"w_bits": 4}, "results": res}))
-        recs.append(RunRecord(folder, "minilm", seed, curves={"val/loss": [(0, 5.0), (100, 3.0), (200, 3.0)]}))
-    page = ostquant_minilm.claim_report(recs, tmp_path, spec={"sizing_metric": "val/loss"})
-    # paired differences to QuaRot: -0.1 in both seeds (no spread): beyond noise
-    assert "| OSTQuant has a smaller W4A4KV4 masked-LM loss gap than QuaRot (minilm) | **reproduced** |" in page
-    assert "| RTN | 4.0050 ± 0.0071 | +1.0000 ± 0.0000 |" in page
-    assert "over 2 seeds" in page and "w_bits=4" in page
-    assert "OSTQuant (+0.2000) < OSTQuant (full KL) (+0.2500) < QuaRot (+0.3000)" in page
-    assert "OSTQuant has the smallest gap" in page
-    assert "OSTQuant vs QuaRot: lower loss on 2 of 2 seeds." in page
-    assert "KL-Top (k = 1000 of 30,522) gap +0.2000 vs full KL +0.2500" in page
+        recs.append(RunRecord(folder, subject, seed, {"test/loss": 2.0}, {"val/loss": curve},
+                              {"data": {"seed": seed}}))  # fmt: skip
+    return recs
+
+
+def test_ostquant_method_verdicts_are_paired_and_need_the_subject_converged(tmp_path):
+    """OSTQuant below QuaRot by 0.1 ppl on every seed although the seeds' gaps spread 0.5 apart: the paired interval
+    decides; KL-Top identical to full KL: the ablation cannot be made (absent); a still-falling subject: underfit."""
+    gaps = {"rtn": [0.5, 1.0, 1.5], "quarot": [0.30, 0.80, 1.30], "ostquant": [0.20, 0.71, 1.19],
+            "ostquant_kl": [0.20, 0.71, 1.19]}  # fmt: skip
+    recs = _quant_runs(tmp_path, "softmax", gaps)
+    recs += _quant_runs(tmp_path, "ca_scale", {"rtn": [0.1, 0.55, 1.1]}, ratio=20.0)
+    by_id, result = _judge("ostquant", recs, tmp_path)
+    quarot = by_id["ost_vs_quarot"]
+    assert quarot.verdict == "reproduced" and quarot.paired and quarot.primary and quarot.n == (3, 3)
+    assert quarot.diff == pytest.approx(0.1) and quarot.published == -0.20 and quarot.p_holm is not None
+    assert by_id["klt_vs_full_kl"].verdict == "inconclusive: phenomenon absent"
+    assert "ost_vs_gptq" not in by_id  # no GPTQ results
+    # softmax's census ratio is 400 (massive): the cross-paper claim is judged (ca_scale loses 4-4.5 points less)
+    assert by_id["ca_scale_quantizes_better"].verdict == "reproduced"
+    ppl = result.tables[0]
+    assert ppl.columns[:3] == ["subject", "FP", "RTN"] and ppl.rows[0][0] == "softmax"
+    assert ppl.rows[0][2].startswith("11.000 (1 ± 0.5 (n=3))")
+    assert any("OSTQuant has the smallest gap on 1 of 2 subjects (softmax)" in n for n in result.notes)
+    assert any("RTN damage (relative perplexity increase), smallest first: ca_scale" in n for n in result.notes)
+    # unpaired, the same numbers are within noise: the pairing decides
+    spec = load_spec("ostquant")
+    for c in spec["method_claims"]:
+        c["paired"] = False
+    verdicts, *_ = judge_page(ClaimSpec.from_dict("ostquant", spec), recs, tmp_path)
+    assert {v.id: v for v in verdicts}["ost_vs_quarot"].verdict == "inconclusive: within noise"
+    # no massive activations in softmax: the cross-paper claim is absent; a falling subject: underfit
+    low = _quant_runs(tmp_path / "low", "softmax", gaps, ratio=26.0, curve=FALLING)
+    low += _quant_runs(tmp_path / "low", "ca_scale", {"rtn": [0.2, 0.25, 0.3]}, ratio=20.0)
+    by_id, _ = _judge("ostquant", low, tmp_path)
+    assert by_id["ca_scale_quantizes_better"].verdict == "inconclusive: phenomenon absent"
+    assert by_id["ost_vs_quarot"].verdict == "inconclusive: underfit" and "softmax" in by_id["ost_vs_quarot"].why
 
 
 SPEC = {"sizing_metric": "val/loss", "runs": [{"name": "minilm"}, {"name": "minilm_long"}]}
+MINILM_FLAT = [(0, 2.0), (100, 0.0), (200, 0.0)]  # offsets from the FP loss
+MINILM_FALLING = [(0, 2.0), (100, 1.0), (200, 0.0)]
 
 
 def _minilm_runs(
@@ -140,78 +187,82 @@ def _minilm_runs(
         folder = tmp_path / f"{name}{seed}"
         folder.mkdir()
         losses = {"fp": f, "rtn": f + 1.0, "gptq": f + 0.9, "smoothquant": f + 0.6, "quarot": f + 0.3,
-                  "ostquant": f + 0.3 + d, "ostquant_kl": f + 0.3 + d}  # fmt: skip
+                  "ostquant": f + 0.3 + d, "ostquant_kl": f + 0.3 + d + 0.01 * seed}  # fmt: skip
         res = {m: {"loss": v, "ppl": v, "kl": v - f} for m, v in losses.items()}
         (folder / "quant_calibration.json").write_text(json.dumps({"bits": {"w_bits": 4}, "results": res}))
-        curve = [(0, f + 2.0), (100, f + 1.0), (200, f)] if falling else [(0, f + 2.0), (100, f), (200, f)]
-        recs.append(RunRecord(folder, name, seed, metrics={"quant/fp_loss": f}, curves={"val/loss": curve}))
+        curve = [(s, f + o) for s, o in (MINILM_FALLING if falling else MINILM_FLAT)]
+        recs.append(RunRecord(folder, name, seed, metrics={"quant/fp_loss": f}, curves={"val/loss": curve},
+                              config={"data": {"seed": seed}}))  # fmt: skip
     return recs
 
 
-def _rows(recs: list[RunRecord], spec: dict = SPEC) -> dict[str, object]:
-    return {v.claim: v for v in ostquant_minilm.verdicts(recs, spec)}
-
-
-QUAROT_ROW = "OSTQuant has a smaller W4A4KV4 masked-LM loss gap than QuaRot (minilm)"
+def _minilm(recs: list[RunRecord], tmp_path: Path, spec: dict | None = None):
+    spec = spec or load_spec("ostquant_minilm")
+    verdicts, _, result, hook_md, conv, _ = judge_page(ClaimSpec.from_dict("ostquant_minilm", spec), recs, tmp_path)
+    assert not hook_md, hook_md
+    return {v.id: v for v in verdicts}, result, conv
 
 
 def test_minilm_head_check_passes_keeps_verdicts_and_shows_the_4x_comparison(tmp_path):
-    """The 4x head fit lowers the FP loss by less than 1% of it: the verdicts stand; the 4x runs get no verdict rows,
-    and their own (still falling) validation curve does not make the main entry underfit."""
+    """The 4x head fit lowers the FP loss by less than 1% of it: the verdicts stand (paired by seed); the 4x runs get
+    no verdict rows, and their own (still falling) validation curve does not make the main entry underfit."""
     recs = _minilm_runs(tmp_path, "minilm", [4.7, 6.0, 4.4], [-0.1, -0.11, -0.09])
     recs += _minilm_runs(tmp_path, "minilm_long", [4.69, 5.98, 4.39], [0.01, -0.01, 0.0], falling=True)
-    ok, reading = ostquant_minilm.head_check(recs, spec=SPEC)
-    assert ok and "change per seed -0.01, -0.02, -0.01" in reading and "allowed: 0.0503" in reading
-    rows = _rows(recs)
-    assert not any("minilm_long" in c for c in rows)
-    assert rows[QUAROT_ROW].verdict == "reproduced"
-    assert "with the 4x head: paired difference" in rows[QUAROT_ROW].evidence
-    assert "(would read: inconclusive: within noise)" in rows[QUAROT_ROW].evidence
-    page = ostquant_minilm.claim_report(recs, tmp_path, spec=SPEC)
-    assert "4x sizing check of the MLM head fit (minilm, held-out full-precision MLM loss" in page
-    assert "## 4x head fit (sizing check only, not a claim): minilm_long" in page
-    assert "## Masked-LM loss after quantization: minilm (" in page
+    by_id, result, conv = _minilm(recs, tmp_path)
+    assert set(by_id) == {"ost_vs_quarot", "ost_vs_rtn", "ost_vs_gptq", "ost_vs_smoothquant", "klt_vs_full_kl"}
+    quarot = by_id["ost_vs_quarot"]
+    assert quarot.verdict == "reproduced" and quarot.paired and quarot.diff == pytest.approx(0.1) and quarot.primary
+    # with the 4x head the difference is 0 +- 0.025, entirely below delta 0.06: no effect as large as delta
+    assert "with the 4x head: +0 [" in quarot.evidence and "(would read: not reproduced)" in quarot.evidence
+    ok, reading = conv["minilm"]
+    assert ok and "change per seed -0.01, -0.02, -0.01" in reading and "allowed: 1% of the value, 0.0503" in reading
+    titles = [t.title for t in result.tables]
+    assert titles[0].startswith("Masked-LM loss after quantization: minilm (w_bits=4)")
+    assert titles[1].startswith("4x head fit (sizing check only, not a claim): minilm_long")
+    rtn = next(r for r in result.tables[0].rows if r[0] == "RTN")
+    assert rtn[2] == "1 ± 0 (n=3)"  # the gap per seed, then its mean and sd
+    assert "minilm: OSTQuant vs QuaRot: lower loss on 3 of 3 seeds." in result.notes
 
 
 def test_minilm_head_check_fails_makes_every_verdict_underfit(tmp_path):
-    """The 4x head fit lowers the FP loss by 0.3 nats on every seed (far over 1%): no row is tested, although the
+    """The 4x head fit lowers the FP loss by 0.3 nats on every seed (far over 1%): no row is decided, although the
     seed spread (about 0.85 here) would have let a spread-based check pass."""
     recs = _minilm_runs(tmp_path, "minilm", [4.7, 6.0, 4.4], [-0.1, -0.11, -0.09])
     recs += _minilm_runs(tmp_path, "minilm_long", [4.4, 5.7, 4.1], [-0.1, -0.11, -0.09])
-    ok, reading = ostquant_minilm.head_check(recs, spec=SPEC)
-    assert not ok and "improves quant/fp_loss by 0.3 on average" in reading
-    rows = ostquant_minilm.verdicts(recs, SPEC)
-    assert len(rows) == 5 and all(v.verdict == "inconclusive: underfit" for v in rows)
-    assert all("head fit 4x check: not converged" in v.evidence for v in rows)
-    page = ostquant_minilm.claim_report(recs, tmp_path, spec=SPEC)
-    assert "4x sizing check of the MLM head fit (minilm, held-out full-precision MLM loss, paired by seed; " in page
-    assert "): not converged: the longer run (minilm_long) improves quant/fp_loss by 0.3 on average" in page
+    by_id, _, conv = _minilm(recs, tmp_path)
+    assert not conv["minilm"][0] and "improves quant/fp_loss by 0.3 on average" in conv["minilm"][1]
+    assert len(by_id) == 5 and all(v.verdict == "inconclusive: underfit" for v in by_id.values())
+    assert all("4x head fit" in v.why for v in by_id.values())
 
 
 def test_minilm_head_check_missing_or_broken_longer_runs(tmp_path):
     """A 4x entry the spec lists but whose runs are missing, or a non-finite 4x loss, fails the check; without the
-    entry in the spec (the paper profile) the main runs are judged by the plateau rule alone. A main entry without
-    results does not promote the 4x runs to a claim."""
+    entry in the spec (the paper profile) the main runs are judged by the convergence rule alone. A main entry
+    without results does not promote the 4x runs to a claim."""
+    spec = ClaimSpec.from_dict("ostquant_minilm", SPEC)
     main = _minilm_runs(tmp_path, "minilm", [4.7, 6.0, 4.4], [-0.1, -0.11, -0.09])
-    ok, reading = ostquant_minilm.head_check(main, spec=SPEC)
+    ok, reading = ostquant_minilm.head_check(main, "minilm", spec)
     assert not ok and "no seed has both minilm and minilm_long" in reading
-    assert all(v.verdict == "inconclusive: underfit" for v in _rows(main).values())
-    assert ostquant_minilm.head_check(main, spec={"runs": [{"name": "minilm"}]}) is None
-    tested = {c: v.verdict for c, v in _rows(main, {"sizing_metric": "val/loss"}).items()}
-    assert tested[QUAROT_ROW] == "reproduced" and "inconclusive: underfit" not in tested.values()
+    by_id, _, _ = _minilm(main, tmp_path)
+    assert all(v.verdict == "inconclusive: underfit" for v in by_id.values())
+    alone = {**load_spec("ostquant_minilm"), "runs": [{"name": "minilm"}]}
+    assert ostquant_minilm.head_check(main, "minilm", ClaimSpec.from_dict("ostquant_minilm", alone)) is None
+    by_id, _, _ = _minilm(main, tmp_path, alone)
+    assert by_id["ost_vs_quarot"].verdict == "reproduced"
+    assert "inconclusive: underfit" not in {v.verdict for v in by_id.values()}
     longer = _minilm_runs(tmp_path, "minilm_long", [4.69, 5.98, 4.39], [0.0, 0.0, 0.0])
     longer[1].metrics["quant/fp_loss"] = float("nan")
-    ok, reading = ostquant_minilm.head_check(main + longer, spec=SPEC)
+    ok, reading = ostquant_minilm.head_check(main + longer, "minilm", spec)
     assert not ok and "not finite" in reading
     for rec in main:
         (Path(rec.path) / "quant_calibration.json").unlink()
-    assert ostquant_minilm.verdicts(main + longer, SPEC) == []
-    # a falling main curve is underfit by the plateau rule, and the row says why
+    assert ostquant_minilm.claim_report(main + longer, spec, tmp_path).verdicts == []
+    # a falling main curve is underfit by the convergence rule, and the row says why
     (tmp_path / "f").mkdir()
     falling = _minilm_runs(tmp_path / "f", "minilm", [4.7, 6.0, 4.4], [-0.1, -0.11, -0.09], falling=True)
-    rows = _rows(falling, {"sizing_metric": "val/loss"})
+    by_id, _, _ = _minilm(falling, tmp_path, alone)
     assert (
-        rows[QUAROT_ROW].verdict == "inconclusive: underfit" and "head fit still improving" in rows[QUAROT_ROW].evidence
+        by_id["ost_vs_quarot"].verdict == "inconclusive: underfit" and "still improving" in by_id["ost_vs_quarot"].why
     )
 
 
@@ -226,11 +277,8 @@ def test_minilm_head_check_with_fp_only_longer_runs(tmp_path):
         (folder / "quant_calibration.json").write_text(json.dumps({"bits": {"w_bits": 4}, "results": res}))
         recs.append(RunRecord(folder, "minilm_long", seed, metrics={"quant/fp_loss": f},
                               curves={"val/loss": [(0, f - 0.1), (400, f)]}))  # fmt: skip
-    ok, reading = ostquant_minilm.head_check(recs, spec=SPEC)
-    assert ok and "change per seed +0.02, +0.03, -0.01" in reading
-    rows = _rows(recs)
-    assert rows[QUAROT_ROW].verdict == "reproduced" and "with the 4x head" not in rows[QUAROT_ROW].evidence
-    page = ostquant_minilm.claim_report(recs, tmp_path, spec=SPEC)
-    long_part = page.split("## 4x head fit (sizing check only, not a claim): minilm_long")[1]
-    table = [line for line in long_part.splitlines() if line.startswith("| ") and "method" not in line]
-    assert len(table) == 1 and table[0].startswith("| FP |"), table
+    by_id, result, conv = _minilm(recs, tmp_path)
+    assert conv["minilm"][0] and "change per seed +0.02, +0.03, -0.01" in conv["minilm"][1]
+    assert by_id["ost_vs_quarot"].verdict == "reproduced" and "with the 4x head" not in by_id["ost_vs_quarot"].evidence
+    long_table = result.tables[1]
+    assert "minilm_long" in long_table.title and [r[0] for r in long_table.rows] == ["FP"]

@@ -1,4 +1,5 @@
-"""The tta_arch study: its report hook's pre-registered verdicts on synthetic runs, the spec (every entry composes, the
+"""The tta_arch study: its report hook's pre-registered verdicts (verdict objects through the page's judge) on
+synthetic runs, the spec (every entry composes, the
 test entries load their training entry's checkpoint and name a corruption the hook reads) and TTAComparison on a
 datamodule with several test loaders (the poisoned datamodule's case)."""
 
@@ -15,12 +16,14 @@ from callbacks.tta import TTAComparison
 from datamodules.corruptions import CORRUPTIONS
 from reports import tta_arch as ta
 from suite import report as rep
-from suite.claim import entry_command, load_spec
+from suite.claim import entry_command, judge_page, load_spec
+from suite.claims import ClaimSpec
 from suite.compare import RunRecord
 from suite.preflight import compose_run
 from tests.callbacks.test_tta import TinyClassifier
 
 JITTER = (-0.004, 0.0, 0.004)
+CONVERGED = [(0, 2.0), (50, 0.5), (100, 0.5)]  # the training entry's best-so-far val/loss stopped improving
 
 
 def _metrics(accs: dict[str, float], q_drop: dict[str, float] | None = None, jitter: float = 0.0) -> dict[str, float]:
@@ -31,7 +34,7 @@ def _metrics(accs: dict[str, float], q_drop: dict[str, float] | None = None, jit
         d = (q_drop or {}).get(m, 0.0)
         out[f"tta/{m}/acc"] = a
         out.update({f"tta/{m}/acc_q{q}": a for q in (2, 3)})
-        out[f"tta/{m}/acc_q1"], out[f"tta/{m}/acc_q4"] = a + d, a - d
+        out[f"tta/{m}/acc_q1"], out[f"tta/{m}/acc_q4"] = a + d + jitter / 2, a - d
     return out
 
 
@@ -42,71 +45,90 @@ def _records(
     corrupted: float = 0.6,
     tent_q_drop: float = 0.0,
     corruptions: tuple[str, ...] = ta.CORRUPTIONS,
+    vit_curve: list | None = None,
 ) -> list[RunRecord]:
     out = []
     for arch, gain in (("cnn", cnn_gain), ("vit", vit_gain)):
         for s, j in enumerate(JITTER):
+            j = j if arch == "cnn" else -j / 2  # the architectures' seeds vary differently: a paired interval
             accs = {"source": clean, "tent": clean, "eata": clean, "sar": clean}
-            curves = {"val/loss": [(0, 2.0), (50, 0.5), (100, 0.5 + j / 10)]}  # the training entry plateaued
-            out.append(RunRecord(path=Path("."), name=arch, seed=s, metrics=_metrics(accs), curves=curves))
+            curves = {"val/loss": vit_curve if arch == "vit" and vit_curve else CONVERGED}
+            cfg = {"data": {"seed": s}}
+            out.append(RunRecord(Path("."), arch, s, _metrics(accs), curves, config=cfg))
             for c in corruptions:
                 accs = {"source": corrupted, "tent": corrupted + gain, "eata": corrupted + gain, "sar": corrupted}
                 m = _metrics(accs, {"tent": tent_q_drop}, jitter=j)
-                out.append(RunRecord(path=Path("."), name=f"{arch}_{c}", seed=s, metrics=m))
+                out.append(RunRecord(Path("."), f"{arch}_{c}", s, m, config=cfg))
     return out
 
 
-def _words(records: list[RunRecord], converged: dict[str, bool] | None = None) -> dict[str, str]:
-    return {v.claim: v.verdict for v in ta.verdicts(ta.collect(records), converged)}
+def _judge(records: list[RunRecord], tmp_path: Path) -> dict:
+    spec = ClaimSpec.from_dict("tta_arch", load_spec("tta_arch"))
+    verdicts, _, result, hook_md, _, _ = judge_page(spec, records, tmp_path)
+    assert not hook_md  # the hook returns data, and did not fail
+    return {v.id: v for v in verdicts}
 
 
-def _tent(words: dict[str, str], arch: str) -> str:
-    (word,) = [w for c, w in words.items() if c.startswith("Tent beats source") and ta.ARCHS[arch] in c]
-    return word
+def _words(records: list[RunRecord], tmp_path: Path) -> dict[str, str]:
+    return {k: v.verdict for k, v in _judge(records, tmp_path).items()}
 
 
-def _collapse(words: dict[str, str], arch: str) -> str:
-    (word,) = [w for c, w in words.items() if c.startswith("Tent collapses") and ta.ARCHS[arch] in c]
-    return word
-
-
-def test_verdicts_follow_the_numbers() -> None:
-    words = _words(_records(cnn_gain=0.10, vit_gain=0.0))
-    assert len(words) == 9
-    assert _tent(words, "cnn") == rep.REPRODUCED and _tent(words, "vit") == rep.NOISE
-    assert words["Tent gains more on the CNN (BatchNorm) than on the ViT (LayerNorm)"] == rep.REPRODUCED
-    assert _collapse(words, "cnn") == rep.NOISE == _collapse(words, "vit")  # flat quarters: no collapse
+def test_verdicts_follow_the_numbers(tmp_path: Path) -> None:
+    by_id = _judge(_records(cnn_gain=0.10, vit_gain=0.0), tmp_path)
+    assert list(by_id) == [cid for cid, _, _ in ta.CLAIMS]
+    tent = by_id["tent_cnn"]
+    assert tent.verdict == rep.REPRODUCED and tent.paired and tent.primary and tent.p_holm is not None
+    assert tent.diff == pytest.approx(0.10) and tent.lo > 0.0 and tent.n == (3, 3)
+    assert tent.values["cnn: Tent"]["0"] == pytest.approx(0.696)  # per-seed mean over the four corruptions
+    assert by_id["tent_vit"].verdict == rep.NOISE
+    assert by_id["tent_cnn_vs_vit"].verdict == rep.REPRODUCED and by_id["tent_cnn_vs_vit"].paired
+    # flat quarters: no collapse as large as one point, decided by the interval
+    assert by_id["collapse_cnn"].verdict == rep.NOT_REPRODUCED == by_id["collapse_vit"].verdict
+    assert "no effect as large as delta" in by_id["collapse_cnn"].why
+    assert by_id["sar_cnn"].verdict == rep.NOT_REPRODUCED and not by_id["sar_cnn"].primary  # SAR = source here
     # a method losing to source beyond the seed noise
-    words = _words(_records(cnn_gain=0.10, vit_gain=-0.05))
-    assert _tent(words, "vit") == rep.NOT_REPRODUCED
+    words = _words(_records(cnn_gain=0.10, vit_gain=-0.05), tmp_path)
+    assert words["tent_vit"] == rep.NOT_REPRODUCED
     # collapse: Tent's gain over source falls from Q1 to Q4 (source's quarters are flat)
-    words = _words(_records(cnn_gain=0.10, vit_gain=0.05, tent_q_drop=0.05))
-    assert _collapse(words, "cnn") == rep.REPRODUCED == _collapse(words, "vit")
+    by_id = _judge(_records(cnn_gain=0.10, vit_gain=0.05, tent_q_drop=0.05), tmp_path)
+    assert by_id["collapse_cnn"].verdict == rep.REPRODUCED == by_id["collapse_vit"].verdict
+    assert by_id["collapse_cnn"].diff == pytest.approx(0.10, abs=0.01)  # Q1 gain +0.05, Q4 gain -0.05
 
 
-def test_gates_underfit_and_absent() -> None:
+def test_gates_underfit_and_absent(tmp_path: Path) -> None:
     # near-chance clean source model: underfit on every verdict of that architecture and the cross-arch one
-    words = _words(_records(cnn_gain=0.10, vit_gain=0.10, clean=0.3, corrupted=0.2))
+    words = _words(_records(cnn_gain=0.10, vit_gain=0.10, clean=0.3, corrupted=0.2), tmp_path)
     assert set(words.values()) == {rep.UNDERFIT}
     # the corruptions cost the source model < MIN_SHIFT: nothing to recover
-    words = _words(_records(cnn_gain=0.10, vit_gain=0.10, clean=0.62, corrupted=0.6))
+    words = _words(_records(cnn_gain=0.10, vit_gain=0.10, clean=0.62, corrupted=0.6), tmp_path)
     assert set(words.values()) == {rep.ABSENT}
-    # the sizing rule: an entry that has not plateaued is underfit, the other architecture keeps its verdicts
-    words = _words(_records(cnn_gain=0.10, vit_gain=0.10), {"cnn": True, "vit": False})
-    assert _tent(words, "cnn") == rep.REPRODUCED and _tent(words, "vit") == rep.UNDERFIT
+    # the convergence rule: an entry still improving is underfit, the other architecture keeps its verdicts
+    rising = [(0, 2.0), (50, 1.0), (100, 0.5)]
+    by_id = _judge(_records(cnn_gain=0.10, vit_gain=0.10, vit_curve=rising), tmp_path)
+    assert by_id["tent_cnn"].verdict == rep.REPRODUCED and by_id["tent_vit"].verdict == rep.UNDERFIT
+    assert by_id["tent_cnn_vs_vit"].verdict == rep.UNDERFIT and "vit:" in by_id["tent_vit"].why
     # a missing corruption: no mean over the four, so no verdict rather than a mean over fewer
-    assert _words(_records(0.1, 0.1, corruptions=ta.CORRUPTIONS[:3])) == {}
+    assert _words(_records(0.1, 0.1, corruptions=ta.CORRUPTIONS[:3]), tmp_path) == {}
 
 
 def test_page_tables_and_sanity_notes(tmp_path: Path) -> None:
     records = _records(cnn_gain=0.10, vit_gain=0.0)
-    page = ta.claim_report(records, tmp_path, spec={"sizing_metric": "val/loss", "sizing_higher_is_better": False})
-    assert "| cnn | gaussian_noise | 60.0 ± 0.0 | 70.0 ± 0.4 | 70.0 ± 0.4 | 60.0 ± 0.4 |" in page
-    assert "| cnn | **mean of 4** | 60.0 ± 0.0 | 70.0 ± 0.4 |" in page
-    assert "Sanity" in page and "none." in page and page.count("| **reproduced** |") == 3  # CNN: Tent, EATA; CNN > ViT
-    assert "training not plateaued" not in page
-    bad = _records(cnn_gain=-0.2, vit_gain=0.0)
-    assert "cnn fog seed 0: Tent 0.396 vs source 0.600" in ta.claim_report(bad, tmp_path, spec={})
+    spec = ClaimSpec.from_dict("tta_arch", load_spec("tta_arch"))
+    result = ta.claim_report(records, spec, tmp_path)
+    top1, quarters = result.tables
+    assert (top1.rows[1][:6]) == [
+        "cnn",
+        "gaussian_noise",
+        "60 ± 0 (n=3)",
+        "70 ± 0.4 (n=3)",
+        "70 ± 0.4 (n=3)",
+        "60 ± 0.4 (n=3)",
+    ]
+    assert top1.rows[5][:4] == ["cnn", "**mean of 4**", "60 ± 0 (n=3)", "70 ± 0.4 (n=3)"]
+    assert quarters.rows[0][:2] == ["cnn", "source"]
+    assert result.notes == [result.notes[0]] and result.notes[0].endswith("none.")
+    bad = ta.claim_report(_records(cnn_gain=-0.2, vit_gain=0.0), spec, tmp_path)
+    assert "cnn fog seed 0: Tent 0.396 vs source 0.600" in bad.notes[0]
 
 
 def test_spec_entries_compose_and_chain_to_their_training_entry(tmp_path: Path) -> None:

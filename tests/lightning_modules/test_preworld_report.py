@@ -25,8 +25,8 @@ def _records(*, col_cv: float = 0.1, finetune_miou: float = 0.6, rising: tuple[s
                   f"test/miou_copy_last_gt_h{k}": 0.7, f"test/miou_copy_last_unwarped_h{k}": 0.2,
                   f"test/l2_h{k}": 0.1 * k + jitter, f"test/l2_cv_h{k}": 0.3 * k + jitter,
                   f"test/col_h{k}": 0.01 * k, f"test/col_cv_h{k}": 0.05 * k + jitter}  # fmt: skip
-        m |= {"test/l2": 0.2 + jitter, "test/l2_cv": 0.6 + jitter, "test/col": 0.02, "test/col_cv": col_cv + jitter / 10,
-              "test/col_point": 0.0, "test/col_point_cv": 0.004}  # fmt: skip
+        m |= {"test/l2": 0.2 + jitter, "test/l2_cv": 0.6 + jitter, "test/col": 0.02,
+              "test/col_cv": col_cv + jitter / 10, "test/col_point": 0.0, "test/col_point_cv": 0.004}  # fmt: skip
         for name in ("finetune", "scratch", "finetune_noego", "pretrain"):
             mm = dict(m)
             if name == "finetune":

@@ -1,58 +1,61 @@
-"""Claim-check report hook for TS-LIF (``conf/claim/ts_lif.yaml``): robustness table over the test-time missing
-ratios, seed-aware verdicts against each baseline and ablation, validation R^2 curves, the learned two-compartment
-coefficients, and the frequency-response plot of the learned neurons (Eq. (13))."""
+"""Results-page hook of the TS-LIF claim (``report: reports.ts_lif:claim_report``), after "TS-LIF: A Temporal
+Segment Spiking Neuron Network for Time Series Forecasting" (ICLR 2025).
+
+The comparisons on test R^2 are the spec's declared claims (``conf/claim/ts_lif.yaml``). This hook judges the claims
+on derived values, which a spec cannot declare: TS-LIF loses less R^2 than LIF / TC-LIF when inputs go missing
+(clean-trained at the longest horizon, and trained with missing inputs), and its R^2 gain over each grows with the
+horizon. It also supplies the 4x checks' convergence (``<entry>_long`` runs, when the spec has them), the robustness
+and margins tables, the learned two-compartment coefficients with their frequency response (Eq. (13)) and the
+validation R^2 curves.
+"""
 
 from __future__ import annotations
 
 import math
 import re
 import statistics
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from layers.spiking.neurons import TSLIF_INIT_DECAY, TSLIF_INIT_GAMMA_DS, TSLIF_INIT_KAPPA
 from layers.spiking.stability import frequency_response, system_matrix
-from suite import report as rep
+from suite import stats
+from suite.claims import (
+    Claim,
+    ClaimResult,
+    ClaimSpec,
+    Figure,
+    HookResult,
+    Table,
+    default_paired,
+    fmt,
+    judge_values,
+    seed_values,
+)
+from suite.compare import RunRecord
+from suite.report import apply_longer_checks, longer_checks, main_runs, mean_sd
 
 BASELINES = ("lif", "tc_lif", "gru", "ts_lif_no_soma", "ts_lif_no_dspike")
 SPIKING = {"lif": "LIF", "tc_lif": "TC-LIF"}
+# the smallest effect of interest of the derived claims, as the declared ones (conf/claim/ts_lif.yaml: stated,
+# the paper's tables were not recovered)
+DELTA = 0.01
+DELTA_WHY = "as ts_vs_lif_h24: ~4% of TS-LIF's R^2 at h24 here (paper's tables not recovered)"
 
 
-def _mean(values: list[float]) -> tuple[float, float, int]:
-    """Mean, sample std and count of the finite values."""
-    vals = [v for v in values if math.isfinite(v)]
-    if not vals:
-        return float("nan"), float("nan"), 0
-    return statistics.fmean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0, len(vals)
-
-
-def _group(records: list[Any]) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {}
-    for r in records:
-        out.setdefault(r.name, []).append(r)
-    return out
-
-
-def _ratios(records: list[Any]) -> list[int]:
+def _ratios(records: list[RunRecord]) -> list[int]:
     """Test-time missing ratios (percent) present in the metrics, from keys ``test/r2_miss<p>``."""
     found = {int(m.group(1)) for r in records for k in r.metrics if (m := re.fullmatch(r"test/r2_miss(\d+)", k))}
     return sorted(found)
 
 
-def compare(a: tuple[float, float, int], b: tuple[float, float, int]) -> tuple[float, float, str]:
-    """Difference of means ``a - b``, its standard error over seeds, and a verdict: ``better``/``worse`` only when
-    ``|diff| > 2 s.e.`` (seed noise), else ``no clear difference``."""
-    diff = a[0] - b[0]
-    se = math.sqrt((a[1] ** 2 / a[2] if a[2] else 0.0) + (b[1] ** 2 / b[2] if b[2] else 0.0))
-    if not math.isfinite(diff):
-        return diff, se, "n/a"
-    if diff > 2 * se:
-        return diff, se, "better"
-    if diff < -2 * se:
-        return diff, se, "worse"
-    return diff, se, "no clear difference"
+def drops(records: list[RunRecord], name: str, key: str) -> dict[str, float]:
+    """``{seed: test R^2 minus key}`` of entry ``name``: the R^2 lost when more inputs are zeroed (non-finite seeds
+    dropped)."""
+    full, less = seed_values(records, name, "test/r2"), seed_values(records, name, key)
+    return {s: full[s] - less[s] for s in full if s in less}
 
 
 def _gains(d: list[float], kappa: float, gamma_ds: float, omega: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,11 +64,15 @@ def _gains(d: list[float], kappa: float, gamma_ds: float, omega: torch.Tensor) -
     return h_d.abs(), h_s.abs()
 
 
-def _learned(groups: dict[str, list[Any]]) -> dict[str, tuple[list[float], float, float]]:
-    """Mean learned ``(d, kappa, gamma_ds)`` over seeds of every group that logged ``neuron/*``."""
+def _names(records: list[RunRecord]) -> list[str]:
+    return list(dict.fromkeys(r.name for r in records))
+
+
+def _learned(records: list[RunRecord]) -> dict[str, tuple[list[float], float, float]]:
+    """Mean learned ``(d, kappa, gamma_ds)`` over seeds of every entry that logged ``neuron/*``."""
     out = {}
-    for name, recs in groups.items():
-        coeffs = [r.metrics for r in recs if "neuron/d0" in r.metrics]
+    for name in _names(records):
+        coeffs = [r.metrics for r in records if r.name == name and "neuron/d0" in r.metrics]
         if coeffs:
             out[name] = (
                 [statistics.fmean(m[f"neuron/d{i}"] for m in coeffs) for i in range(4)],
@@ -75,15 +82,15 @@ def _learned(groups: dict[str, list[Any]]) -> dict[str, tuple[list[float], float
     return out
 
 
-def plot_frequency_responses(groups: dict[str, list[Any]], path: Path) -> Path | None:
-    """|H_d| and |H_s| over omega for each run group's learned coefficients (mean over seeds) and the init."""
+def plot_frequency_responses(records: list[RunRecord], path: Path) -> Path | None:
+    """|H_d| and |H_s| over omega for each entry's learned coefficients (mean over seeds) and the init."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     omega = torch.linspace(0, math.pi, 128, dtype=torch.float64)
-    curves = {"init (TS-LIF)": (list(TSLIF_INIT_DECAY), TSLIF_INIT_KAPPA, TSLIF_INIT_GAMMA_DS), **_learned(groups)}
+    curves = {"init (TS-LIF)": (list(TSLIF_INIT_DECAY), TSLIF_INIT_KAPPA, TSLIF_INIT_GAMMA_DS), **_learned(records)}
     if len(curves) == 1:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
@@ -105,13 +112,13 @@ def plot_frequency_responses(groups: dict[str, list[Any]], path: Path) -> Path |
     return path
 
 
-def plot_val_curves(groups: dict[str, list[Any]], path: Path, key: str = "val/r2") -> Path | None:
-    """Validation R^2 against the optimisation step, mean over seeds, one line per run group."""
+def plot_val_curves(records: list[RunRecord], path: Path, key: str = "val/r2") -> Path | None:
+    """Validation R^2 against the optimisation step, mean over seeds, one line per entry."""
     series = {}
-    for name, recs in groups.items():
+    for name in _names(records):
         by_step: dict[int, list[float]] = {}
-        for r in recs:
-            for step, v in getattr(r, "curves", {}).get(key, []):
+        for r in (r for r in records if r.name == name):
+            for step, v in (getattr(r, "curves", {}) or {}).get(key, []):
                 by_step.setdefault(step, []).append(v)
         if by_step:
             steps = sorted(by_step)
@@ -135,229 +142,191 @@ def plot_val_curves(groups: dict[str, list[Any]], path: Path, key: str = "val/r2
     return path
 
 
-def _fmt(m: tuple[float, float, int], digits: int = 4) -> str:
-    return "—" if not math.isfinite(m[0]) else f"{m[0]:.{digits}f} ± {m[1]:.{max(digits - 1, 1)}f}"
+def convergence(records: list[RunRecord], spec: ClaimSpec) -> tuple[dict[str, tuple[bool, str]], dict]:
+    """``(entry -> (converged, reading), the 4x checks)``: the spec's rule on the sizing metric (validation R^2; the
+    early-stopping rule with ``sizing_patience``), and where an entry has a 4x run (``<entry>_long``) its check on
+    test R^2 decides (:func:`suite.report.apply_longer_checks` with ``passed_settles``): a run at a constant learning
+    rate moves its validation R^2 from checkpoint to checkpoint, so the rule can read a flat curve as rising; the 4x
+    run shows what more training does to the test R^2."""
+    checks = longer_checks(records, "test/r2", higher_is_better=True)
+    return apply_longer_checks(spec.convergence(records), checks, passed_settles=True), checks
 
 
-def _drops(records: list[Any], name: str, key: str) -> list[float]:
-    """Per seed of entry ``name``: test R^2 minus ``key`` (the R^2 lost when more inputs are zeroed)."""
-    out = [r.metrics["test/r2"] - r.metrics[key] for r in records if r.name == name and key in r.metrics
-           and "test/r2" in r.metrics]  # fmt: skip
-    return [v for v in out if math.isfinite(v)]  # a diverged seed is dropped, as suite.report.values does
+def _unconverged(judged: dict[str, tuple[bool, str]], *names: str) -> dict[str, str]:
+    return {n: judged.get(n, (False, "no validation curve logged"))[1] for n in names
+            if not judged.get(n, (False,))[0]}  # fmt: skip
 
 
-def convergence(
-    records: list[Any], spec: dict | None = None
-) -> tuple[dict[str, tuple[bool, str]], dict[str, tuple[bool, str]], dict[str, tuple[bool, str]]]:
-    """``(converged, plateau rule, 4x checks)`` per entry. The spec's plateau rule on the sizing metric (validation
-    R^2) judges every entry: with ``sizing_patience`` (the current spec: runs ended by early stopping) the stopping
-    rule :func:`suite.report.patience_plateau`, else the endpoint rule :func:`suite.report.plateau`. Where an entry
-    has a 4x run (``<entry>_long``, the fixed-budget pages) its check decides (:func:`suite.report.apply_longer_checks`
-    with ``passed_settles``): those runs keep a constant learning rate, and their validation R^2 moves from
-    checkpoint to checkpoint by more than the seed spread of its final value, so the endpoint rule can read a flat
-    curve as rising; the 4x run shows what more training does to the test R^2."""
-    metric, hib = rep.sizing_spec(spec or "ts_lif")
-    patience = rep.sizing_patience(spec or "ts_lif")
-    plateaued = rep.sizing(
-        rep.main_runs(records), metric or "val/r2", higher_is_better=hib if metric else True, patience=patience
-    )
-    checks = rep.longer_checks(records, "test/r2", higher_is_better=True)
-    return rep.apply_longer_checks(plateaued, checks, passed_settles=True), plateaued, checks
+def _judge(claim: Claim, a: dict, b: dict, paired: bool, judged: dict, *names: str) -> ClaimResult:
+    return judge_values(claim, a, b, paired=paired, unconverged=_unconverged(judged, *names))
 
 
-def verdicts(
-    records: list[Any],
-    spec: dict | None = None,
-    converged: tuple[dict[str, tuple[bool, str]], dict[str, tuple[bool, str]], Any] | None = None,
-) -> list[rep.Verdict]:
-    """The paper's claims as verdicts: TS-LIF beats LIF / TC-LIF on test R^2 (per horizon), the gap grows with the
-    horizon, and TS-LIF loses less R^2 with missing inputs. A comparison is tested only when both entries converged
-    (:func:`convergence`: plateaued on validation R^2, or passed their 4x check); otherwise ``inconclusive:
-    underfit``. Each verdict names the baseline or ablation entry it is read against (``against``: the text names
-    neurons, not entries), so the weak-baseline rule can flip it. ``converged``: :func:`convergence`'s result when
-    the caller has it already."""
-    judged, plateaued, _ = converged or convergence(records, spec)
-    records = rep.main_runs(records)
+def derived_verdicts(records: list[RunRecord], judged: dict[str, tuple[bool, str]]) -> list[ClaimResult]:
+    """The claims on derived values: TS-LIF loses less R^2 with missing inputs (the most inputs zeroed at test, at
+    the longest horizon; and, trained with m% missing, from m% to the most), and its R^2 gain over each spiking
+    neuron grows from the shortest to the longest horizon (per-seed gains, seed s of TS-LIF minus seed s of the
+    neuron, compared across horizons by Welch). Each is judged only when the entries it reads converged; each names
+    the baseline entries it is read against, for the weak-baseline rule."""
     ratios = _ratios(records)
     top = ratios[-1] if ratios else None
-    out: list[rep.Verdict] = []
-
-    def tested(*names: str) -> tuple[bool, str]:
-        still = [n for n in names if not judged.get(n, (False, ""))[0]]
-        if still:
-            return False, f"not converged: {', '.join(still)}"
-        settled = [n for n in names if not plateaued.get(n, (False, ""))[0]]
-        if settled:
-            return True, f"all converged ({', '.join(settled)} by its 4x check, the others plateaued)"
-        return True, "all plateaued"
-
-    def versus(claim: str, a: str, b: str, da: list[float], db: list[float], what: str, hib: bool = True) -> None:
-        """One verdict on per-seed values ``da`` (entry ``a``) vs ``db`` (entry ``b``), tested when both converged."""
-        if da and db:
-            ok, why = tested(a, b)
-            word = rep.compare(da, db, higher_is_better=hib, converged=ok)
-            ev = f"{what}: {rep.mean_sd(da)} vs {rep.mean_sd(db)}; {why}"
-            out.append(rep.Verdict(claim, word, ev, against=(b,)))  # the weak-baseline rule reads `b`
-
     horizons = sorted({int(m.group(1)) for r in records if (m := re.fullmatch(r"ts_lif_h(\d+)", r.name))})
-    gaps: dict[str, dict[int, tuple[float, float, bool]]] = {}
+    out: list[ClaimResult] = []
     for base, label in SPIKING.items():
-        for h in horizons:
-            a, b = f"ts_lif_h{h}", f"{base}_h{h}"
-            va, vb = rep.values(records, a, "test/r2"), rep.values(records, b, "test/r2")
-            if not va or not vb:
-                continue
-            ok, why = tested(a, b)
-            diff, se, _ = compare(_mean(va), _mean(vb))
-            gaps.setdefault(base, {})[h] = (diff, se, ok)
-            word = rep.compare(va, vb, higher_is_better=True, converged=ok)
-            ev = f"test R^2 {rep.mean_sd(va)} vs {rep.mean_sd(vb)}; {why}"
-            out.append(rep.Verdict(f"TS-LIF forecasts better than {label} (R^2, horizon {h})", word, ev, against=(b,)))
-        by_h = sorted(gaps.get(base, {}).items())
+        by_h = [h for h in horizons if seed_values(records, f"{base}_h{h}", "test/r2")]
         if len(by_h) > 1:
-            (h0, (g0, s0, ok0)), (h1, (g1, s1, ok1)) = by_h[0], by_h[-1]
-            growth, se = g1 - g0, math.sqrt(s0**2 + s1**2)
-            if not (ok0 and ok1):
-                word = rep.UNDERFIT
-            else:
-                word = rep.REPRODUCED if growth > 2 * se else rep.NOT_REPRODUCED if growth < -2 * se else rep.NOISE
-            ev = f"ΔR^2 vs {label}: h{h0} {g0:+.4f} ± {s0:.4f}, h{h1} {g1:+.4f} ± {s1:.4f}"
-            against = (f"{base}_h{h0}", f"{base}_h{h1}")
-            out.append(rep.Verdict(f"TS-LIF's R^2 gain over {label} grows with the horizon", word, ev, against=against))
-        if top:
-            h = max(horizons) if horizons else None
+            h0, h1 = by_h[0], by_h[-1]
+            gaps = []
+            for h in (h1, h0):
+                ts, other = (seed_values(records, f"{n}_h{h}", "test/r2") for n in ("ts_lif", base))
+                gaps.append({s: ts[s] - other[s] for s in ts if s in other})
+            claim = Claim(
+                id=f"growth_vs_{base}",
+                text=f"TS-LIF's R^2 gain over {label} grows with the horizon (h{h0} to h{h1})",
+                metric=f"test/r2 of TS-LIF minus {label}, per seed",
+                entries=(f"gain h{h1}", f"gain h{h0}"),
+                higher_is_better=True,
+                delta=DELTA,
+                delta_why=DELTA_WHY,
+            )
+            names = (f"ts_lif_h{h1}", f"{base}_h{h1}", f"ts_lif_h{h0}", f"{base}_h{h0}")
+            res = _judge(claim, *gaps, False, judged, *names)
+            out.append(replace(res, against=(f"{base}_h{h0}", f"{base}_h{h1}")))
+        if top and horizons:
+            h = horizons[-1]
             a, b = f"ts_lif_h{h}", f"{base}_h{h}"
-            da, db = _drops(records, a, f"test/r2_miss{top}"), _drops(records, b, f"test/r2_miss{top}")
-            claim = f"TS-LIF degrades less than {label} with missing inputs (h{h})"
-            versus(claim, a, b, da, db, f"R^2 lost at {top}% missing inputs", hib=False)
-
-    h = max(horizons) if horizons else None
-    for abl, part in (("ts_lif_no_soma", "somatic injection"), ("ts_lif_no_dspike", "the dendritic spike")):
-        a, b = f"ts_lif_h{h}", f"{abl}_h{h}"
-        claim = f"Ablation: {part} raises TS-LIF's R^2 (h{h})"
-        versus(claim, a, b, rep.values(records, a, "test/r2"), rep.values(records, b, "test/r2"), "test R^2")
+            da, db = drops(records, a, f"test/r2_miss{top}"), drops(records, b, f"test/r2_miss{top}")
+            if da and db:
+                claim = Claim(
+                    id=f"robust_vs_{base}_h{h}",
+                    text=f"TS-LIF degrades less than {label} with missing inputs (h{h})",
+                    metric=f"R^2 lost at {top}% missing inputs (test/r2 - test/r2_miss{top})",
+                    entries=(a, b),
+                    higher_is_better=False,
+                    delta=DELTA,
+                    delta_why=DELTA_WHY,
+                )
+                out.append(_judge(claim, da, db, default_paired(records, a, b), judged, a, b))
     # trained (and tested) with m% of the inputs zeroed, as the official missing-data mode: `<neuron>_h<h>_m<m>`
     trained_missing = sorted(
         {(int(m.group(1)), int(m.group(2))) for r in records if (m := re.fullmatch(r"ts_lif_h(\d+)_m(\d+)", r.name))}
     )
     for hm, miss in trained_missing:
+        if not top or top <= miss:
+            continue
         for base, label in SPIKING.items():
             a, b = f"ts_lif_h{hm}_m{miss}", f"{base}_h{hm}_m{miss}"
-            claim = f"Trained with {miss}% missing inputs, TS-LIF forecasts better than {label} (h{hm})"
-            what = f"test R^2 at {miss}% missing"
-            versus(claim, a, b, rep.values(records, a, "test/r2"), rep.values(records, b, "test/r2"), what)
-            if top and top > miss:
-                da, db = (_drops(records, n, f"test/r2_miss{top}") for n in (a, b))
-                claim = f"Trained with {miss}% missing inputs, TS-LIF loses less R^2 than {label} at {top}% (h{hm})"
-                versus(claim, a, b, da, db, f"R^2 lost from {miss}% to {top}% missing", hib=False)
+            da, db = (drops(records, n, f"test/r2_miss{top}") for n in (a, b))
+            if not da or not db:
+                continue
+            claim = Claim(
+                id=f"m{miss}_robust_vs_{base}",
+                text=f"Trained with {miss}% missing inputs, TS-LIF loses less R^2 than {label} at {top}% (h{hm})",
+                metric=f"R^2 lost from {miss}% to {top}% missing (test/r2 - test/r2_miss{top})",
+                entries=(a, b),
+                higher_is_better=False,
+                delta=DELTA,
+                delta_why=DELTA_WHY,
+            )
+            out.append(_judge(claim, da, db, default_paired(records, a, b), judged, a, b))
     return out
 
 
-def claim_report(records: list[Any], out_dir: str | Path, spec: dict | None = None) -> str:
-    """Markdown: robustness table, verdicts vs each baseline (seed-aware), horizon trend, curves, learned neurons."""
-    out_dir = Path(out_dir)
-    converged = convergence(records, spec)
-    checks = converged[2]
-    judged = verdicts(records, spec, converged)
-    records = rep.main_runs(records)  # the 4x runs enter only their checks
-    groups = _group(records)
+def robustness_table(records: list[RunRecord]) -> Table:
+    """Test R^2 clean and at each missing ratio, the R^2 lost at the largest, and the learned neuron's spectral
+    radius (mean ± sd over seeds)."""
     ratios = _ratios(records)
     top = ratios[-1] if ratios else None
-    r2 = {n: _mean([r.metrics.get("test/r2", float("nan")) for r in recs]) for n, recs in groups.items()}
-    drop = {
-        n: _mean([r.metrics.get("test/r2", math.nan) - r.metrics.get(f"test/r2_miss{top}", math.nan) for r in recs])
-        for n, recs in groups.items()
-    }
-    head = ["R^2"] + [f"R^2 @{p}%" for p in ratios] + ([f"drop 0 -> {top}%"] if top else []) + ["spectral radius"]
-    lines = [
-        "## Robustness to missing inputs (test R^2, mean ± std over seeds)",
-        "",
+    rows = []
+    for name in _names(records):
+        cells = [mean_sd(list(seed_values(records, name, "test/r2").values()))]
+        cells += [mean_sd(list(seed_values(records, name, f"test/r2_miss{p}").values())) for p in ratios]
+        cells += [mean_sd(list(drops(records, name, f"test/r2_miss{top}").values()))] if top else []
+        rho = list(seed_values(records, name, "neuron/spectral_radius").values())
+        cells.append(f"{statistics.fmean(rho):.3f}" if rho else "—")
+        rows.append([name, *cells])
+    head = ["R^2", *(f"R^2 @{p}%" for p in ratios), *([f"drop 0 -> {top}%"] if top else []), "spectral radius"]
+    return Table(
+        "Robustness to missing inputs (test R^2, mean ± sd over seeds)",
+        ["run", *head],
+        rows,
         "Each trained model is tested on the clean test windows and with each input entry zeroed at the given ratio.",
-        "",
-        "| run | " + " | ".join(head) + " |",
-        "|---|" + "---|" * len(head),
-    ]
-    for name, recs in groups.items():
-        cells = [_fmt(r2[name])]
-        cells += [_fmt(_mean([r.metrics.get(f"test/r2_miss{p}", math.nan) for r in recs])) for p in ratios]
-        cells += [_fmt(drop[name])] if top else []
-        rho = _mean([r.metrics.get("neuron/spectral_radius", math.nan) for r in recs])
-        cells.append("—" if not math.isfinite(rho[0]) else f"{rho[0]:.3f}")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    if checks:
-        lines += ["", "## 4x check (the same entry trained 4x the steps)", ""]
-        lines += [f"- **{name}**: {why}." for name, (_, why) in checks.items()]
-        lines += [
-            "",
-            "An entry with a 4x run counts as converged when that check passes, even where the plateau rule read its "
-            "validation curve as still rising (the checkpoint-to-checkpoint noise of a constant learning rate can "
-            "exceed a tight seed spread); a failed check makes it underfit whatever its curve. The check's own limit: "
-            "on one seed it compares two final test values, each with its run's final-checkpoint noise, against the "
-            "entry's seed spread of that value, so it is a weak test near its threshold.",
-        ]
-    lines += ["", "## Verdicts (computed)", "", rep.verdict_table(judged)]
-    lines += [
-        "",
-        "## Margins (TS-LIF minus baseline; 'better'/'worse' only beyond 2 standard errors over seeds)",
-        "",
-    ]
-    gaps: dict[str, dict[int, float]] = {}
-    for name in groups:
-        # ts_lif_h<H> (clean training) or ts_lif_h<H>_m<P> (trained with P% missing inputs)
-        if not (m := re.fullmatch(r"ts_lif_h(\d+)(_m\d+)?", name)):
+    )
+
+
+def _diff(records: list[RunRecord], a: str, b: str, va: dict, vb: dict, sign: float = 1.0) -> str:
+    try:
+        iv = stats.interval(va, vb, paired=default_paired(records, a, b), sign=sign)
+    except ValueError:
+        return "—"
+    return f"{fmt(iv.diff)} [{fmt(iv.lo)}, {fmt(iv.hi)}] ({iv.method})"
+
+
+def margins_table(records: list[RunRecord]) -> Table | None:
+    """Every TS-LIF entry against every baseline, ablation and the GRU reference in the same setting: the
+    difference of test R^2 and of the R^2 lost at the largest missing ratio, with 95% intervals."""
+    ratios = _ratios(records)
+    top = ratios[-1] if ratios else None
+    names = set(_names(records))
+    rows = []
+    for name in _names(records):
+        if not (m := re.fullmatch(r"ts_lif_h(\d+)(_m\d+)?", name)):  # ts_lif_h<H>, or trained with P% missing
             continue
-        horizon, trained_missing = int(m.group(1)), m.group(2) or ""
         for base in BASELINES:
-            other = f"{base}_h{horizon}{trained_missing}"
-            if other not in groups:
+            other = f"{base}_h{m.group(1)}{m.group(2) or ''}"
+            if other not in names:
                 continue
-            diff, se, verdict = compare(r2[name], r2[other])
-            if not trained_missing:
-                gaps.setdefault(base, {})[horizon] = diff
-            text = f"- {name} vs {other}: ΔR^2 = {diff:+.4f} ± {se:.4f} (TS-LIF {verdict})"
+            r2 = _diff(records, name, other, *(seed_values(records, n, "test/r2") for n in (name, other)))
+            row = [name, other, r2]
             if top:
-                # robustness: a smaller drop is better, so compare -drop
-                rd, rse, rv = compare((-drop[name][0], *drop[name][1:]), (-drop[other][0], *drop[other][1:]))
-                text += (
-                    f"; R^2 drop at {top}% missing: TS-LIF {drop[name][0]:+.4f}, {other} {drop[other][0]:+.4f} "
-                    f"(TS-LIF robustness {rv})"
-                )
-            lines.append(text)
-    for base, by_h in gaps.items():
-        if len(by_h) > 1:
-            items = sorted(by_h.items())
-            rises = items[-1][1] > items[0][1]
-            text = ", ".join(f"h{h}: {g:+.4f}" for h, g in items)
-            lines.append(f"- ΔR^2 vs {base} by horizon ({text}): {'grows' if rises else 'does NOT grow'} with horizon")
-    curves = plot_val_curves(groups, out_dir / "ts_lif_val_r2.png")
-    if curves is not None:
-        lines += ["", "## Validation R^2 during training", "", f"![validation R^2]({curves.name})"]
-    learned = _learned(groups)
-    if learned:
-        omega = torch.tensor([0.0, math.pi / 8, math.pi], dtype=torch.float64)
-        lines += [
-            "",
-            "## Learned two-compartment neurons (mean over seeds; Eqs. (11)-(13))",
-            "",
-            "| run | d0 | d1 | d2 | d3 | κ | γ_ds | ρ(A) | abs H_d at 0, π/8, π | abs H_s at 0, π/8, π |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        init = {"init (TS-LIF)": (list(TSLIF_INIT_DECAY), TSLIF_INIT_KAPPA, TSLIF_INIT_GAMMA_DS)}
-        for name, (d, kappa, gamma_ds) in {**init, **learned}.items():
-            a, _ = system_matrix(torch.tensor(d, dtype=torch.float64), kappa, gamma_ds)
-            rho = float(torch.linalg.eigvals(a).abs().max())
-            h_d, h_s = _gains(d, kappa, gamma_ds, omega)
-            hd, hs = (", ".join(f"{v:.3f}" for v in h.tolist()) for h in (h_d, h_s))
-            cells = [f"{v:.3f}" for v in (*d, kappa, gamma_ds, rho)]
-            lines.append(f"| {name} | " + " | ".join(cells) + f" | {hd} | {hs} |")
-    plot = plot_frequency_responses(groups, out_dir / "ts_lif_freq.png")
-    if plot is not None:
-        lines += [
-            "",
-            "## Frequency response of the learned neurons (Eq. (13))",
-            "",
-            f"![frequency response]({plot.name})",
-            "",
-            "Dashed: the official initialisation (dendrite low-pass, soma band/high-pass).",
-        ]
-    return "\n".join(lines)
+                lost = (drops(records, n, f"test/r2_miss{top}") for n in (name, other))
+                row.append(_diff(records, name, other, *lost))
+            rows.append(row)
+    if not rows:
+        return None
+    columns = ["TS-LIF", "vs", "ΔR^2 [95% CI]", *([f"Δ R^2 lost at {top}% [95% CI] (negative: TS-LIF loses less)"]
+               if top else [])]  # fmt: skip
+    return Table("Margins (TS-LIF minus the other entry)", columns, rows)
+
+
+def neurons_table(records: list[RunRecord]) -> Table | None:
+    """The learned two-compartment coefficients (mean over seeds), the spectral radius of A and the gains of
+    (I - A z^-1)^-1 B at three frequencies (Eqs. (11)-(13)), beside the official initialisation."""
+    learned = _learned(records)
+    if not learned:
+        return None
+    omega = torch.tensor([0.0, math.pi / 8, math.pi], dtype=torch.float64)
+    rows = []
+    init = {"init (TS-LIF)": (list(TSLIF_INIT_DECAY), TSLIF_INIT_KAPPA, TSLIF_INIT_GAMMA_DS)}
+    for name, (d, kappa, gamma_ds) in {**init, **learned}.items():
+        a, _ = system_matrix(torch.tensor(d, dtype=torch.float64), kappa, gamma_ds)
+        rho = float(torch.linalg.eigvals(a).abs().max())
+        h_d, h_s = _gains(d, kappa, gamma_ds, omega)
+        hd, hs = (", ".join(f"{v:.3f}" for v in h.tolist()) for h in (h_d, h_s))
+        rows.append([name, *(f"{v:.3f}" for v in (*d, kappa, gamma_ds, rho)), hd, hs])
+    columns = ["run", "d0", "d1", "d2", "d3", "κ", "γ_ds", "ρ(A)", "abs H_d at 0, π/8, π", "abs H_s at 0, π/8, π"]
+    return Table("Learned two-compartment neurons (mean over seeds; Eqs. (11)-(13))", columns, rows)
+
+
+def claim_report(records: list[RunRecord], spec: ClaimSpec, out_dir: Path) -> HookResult:
+    """The derived claims' verdicts, the 4x checks' convergence, the robustness / margins / neuron tables and the
+    validation-curve and frequency-response figures."""
+    out_dir = Path(out_dir)
+    judged, checks = convergence(records, spec)
+    records = main_runs(records)  # the 4x runs enter only their checks
+    tables = [t for t in (robustness_table(records), margins_table(records), neurons_table(records)) if t]
+    figures = []
+    if (curves := plot_val_curves(records, out_dir / "ts_lif_val_r2.png")) is not None:
+        figures.append(Figure("Validation R^2 during training (mean over seeds)", curves))
+    if (freq := plot_frequency_responses(records, out_dir / "ts_lif_freq.png")) is not None:
+        figures.append(Figure("Frequency response of the learned neurons (Eq. (13); dashed: the official init)", freq))
+    notes = []
+    if checks:
+        notes.append(
+            "4x checks (the same entry trained 4x the steps, on test R^2): an entry with one counts as converged when "
+            "it passes, even where the convergence rule read its validation curve as still rising; a failed check "
+            "makes it underfit whatever its curve. On one seed the check compares two final test values, each with "
+            "its run's final-checkpoint noise: a weak test near its threshold."
+        )
+    return HookResult(
+        verdicts=derived_verdicts(records, judged), tables=tables, figures=figures, notes=notes, convergence=judged
+    )

@@ -123,12 +123,15 @@ def load_spec(slug: str, path: str | Path | None = None, profile: str = "cpu") -
         unknown = sorted(set(spec["published"] or {}) - {e["name"] for e in spec["runs"]})
         if unknown:
             raise ConfigError(f"{path}: published names {unknown}, which are not runs of the profile")
-    if profile != "cpu" and "report" not in spec:  # the CPU claim's hook (one reports/<slug>.py per claim slug)
-        cpu = spec_path(slug, "cpu")
-        if cpu.exists():
-            hook = OmegaConf.load(cpu).get("report")
-            if hook:
-                spec["report"] = hook
+    cpu = spec_path(slug, "cpu")
+    if profile != "cpu" and cpu.exists() and ("report" not in spec or "claims" not in spec):
+        base = OmegaConf.to_container(OmegaConf.load(cpu), resolve=False)
+        if "report" not in spec and base.get("report"):  # the CPU claim's hook (one reports/<slug>.py per slug)
+            spec["report"] = base["report"]
+        if "claims" not in spec and base.get("claims"):  # the CPU claim's declared claims whose entries run here
+            names = {e["name"] for e in spec["runs"]}
+            spec["claims"] = [c for c in base["claims"] if set(c.get("entries", [])) <= names]
+    ClaimSpec.from_dict(slug, spec)  # malformed claims / converge / evaluate keys fail here, before any run
     return spec
 
 

@@ -315,22 +315,25 @@ def judge_values(
         common = sorted(set(a) & set(b), key=str)
         a, b = {s: a[s] for s in common}, {s: b[s] for s in common}
     base.n = (len(a), len(b))
+    res = base
     if not a or not b:
-        return replace(base, why="no finished runs on one side")
-    try:
-        if claim.deterministic:
-            iv = stats.exact_interval([claim.sign * v for v in a.values()], [claim.sign * v for v in b.values()])
+        res = replace(base, why="no finished runs on one side")
+    else:
+        try:
+            if claim.deterministic:
+                iv = stats.exact_interval([claim.sign * v for v in a.values()], [claim.sign * v for v in b.values()])
+            else:
+                iv = stats.interval(a, b, paired=paired, sign=claim.sign)
+        except ValueError as err:
+            res = replace(base, why=f"no interval: {err}")
         else:
-            iv = stats.interval(a, b, paired=paired, sign=claim.sign)
-    except ValueError as err:
-        return replace(base, why=f"no interval: {err}")
-    verdict, p, why = stats.decide(iv, kind=claim.kind, delta=claim.delta)
-    spread = stats.spread_for_plan(iv, list(a.values()), list(b.values()))
-    needed = stats.seeds_for_half_width(spread, claim.delta, paired=paired) if claim.delta > 0 else None
-    res = replace(base, verdict=verdict, diff=iv.diff, lo=iv.lo, hi=iv.hi, p=p, why=why, seeds_needed=needed)
-    if absent:
+            verdict, p, why = stats.decide(iv, kind=claim.kind, delta=claim.delta)
+            spread = stats.spread_for_plan(iv, list(a.values()), list(b.values()))
+            needed = stats.seeds_for_half_width(spread, claim.delta, paired=paired) if claim.delta > 0 else None
+            res = replace(base, verdict=verdict, diff=iv.diff, lo=iv.lo, hi=iv.hi, p=p, why=why, seeds_needed=needed)
+    if absent:  # the phenomenon never appeared: longer training or more seeds would not make the claim testable
         return replace(res, verdict=stats.ABSENT, why=absent)
-    if unconverged:
+    if unconverged:  # runs that had not converged cannot show the effect either way
         which = "; ".join(f"{n}: {w}" for n, w in unconverged.items())
         return replace(res, verdict=stats.UNDERFIT, why=f"not converged: {which}")
     return res

@@ -1,5 +1,5 @@
-"""suite.report: the verdict vocabulary, the comparison rule, the plateau criterion and the budget table, on
-hand-made numbers."""
+"""suite.report and the claim page: the comparison rule on value lists, the convergence reading, longer-run checks,
+the budget table, and the page built from declared claims and a hook's data, on hand-made numbers."""
 
 from __future__ import annotations
 
@@ -50,21 +50,23 @@ def test_compare_uses_the_standard_error_of_the_difference():
     assert compare([1.0], [1.02], higher_is_better=False) == REPRODUCED
 
 
-def test_plateau_compares_the_last_fifth_with_the_seed_spread():
-    # 10 points, steps 0..900: the window starts at step 720 -> the point at 700
+def test_plateau_is_the_best_so_far_rule_never_the_seed_spread():
+    # 10 points, steps 0..900: the window starts at step 720; both seeds flat since step 300: converged at their best
     flat = [[(100 * i, 1.0 - 0.5 * (i < 3)) for i in range(10)] for _ in range(2)]
-    flat[1] = [(s, v + 0.1) for s, v in flat[1]]  # seed spread of the final value: 0.0707
+    flat[1] = [(s, v + 0.1) for s, v in flat[1]]
     ok, why = plateau(flat, higher_is_better=True)
-    assert ok and "since step 700" in why and "seed spread 0.0707" in why
-    rising = [[(100 * i, 0.1 * i + d) for i in range(10)] for d in (0.0, 0.05)]  # +0.2 over the window vs 0.035
+    assert ok and why.startswith("converged") and "best at step 300, 300" in why
+    # rising by 0.2 over the window: still improving, however far apart the seeds are
+    rising = [[(100 * i, 0.1 * i + d) for i in range(10)] for d in (0.0, 0.5)]
     ok, why = plateau(rising, higher_is_better=True)
-    assert not ok and why.startswith("still improving: improved by 0.2")
-    # a loss still falling counts as improving when lower is better, as a plateau when higher is better
+    assert not ok and why.startswith("still improving: the best-so-far value gained 0.2")
+    # a loss still falling is improving when lower is better; read as an accuracy that fell, it peaked at the start
     falling = [[3.0, 2.0, 1.5, 1.2]]
     assert plateau(falling, higher_is_better=False)[0] is False
     assert plateau(falling, higher_is_better=True)[0] is True
-    # one seed: a 1% relative tolerance (0.5% change over the last window = plateau)
+    # a 1% relative tolerance by default (0.5% gain over the last window = converged), or a declared one
     assert plateau([[2.0, 1.01, 1.005, 1.0]], frac=0.3, higher_is_better=False)[0] is True
+    assert plateau([[2.0, 1.01, 1.005, 1.0]], frac=0.3, higher_is_better=False, tol=0.001)[0] is False
     assert plateau([[0.5]], higher_is_better=True) == (False, "fewer than two validation points: cannot be judged")
     assert plateau([], higher_is_better=True)[0] is False
 
@@ -74,16 +76,19 @@ def test_longer_run_check_pairs_one_seed_and_measures_against_the_seed_spread(tm
     assert longer_run_check(recs, "m", "test/mae", higher_is_better=False) is None  # no longer run
     near = [*recs, RunRecord(tmp_path, "m_long", 0, {"test/mae": 0.49})]  # improves by 0.01 < 0.02
     ok, why = longer_run_check(near, "m", "test/mae", higher_is_better=False)
-    assert ok and why == (
-        "converged: the longer run (m_long) improves test/mae by 0.01 on seed 0 (0.5 -> 0.49; allowed: the seed "
-        "spread 0.02)"
+    assert not ok and why == (  # 0.01 is more than 1% of the value (0.005): the seed spread is not the tolerance
+        "not converged: the longer run (m_long) improves test/mae by 0.01 on seed 0 (0.5 -> 0.49; allowed: 1% of "
+        "the value, 0.005)"
     )
-    far = [*recs, RunRecord(tmp_path, "m_long", 0, {"test/mae": 0.45})]  # improves by 0.05 > 0.02
+    assert longer_run_check(near, "m", "test/mae", higher_is_better=False, tol=0.02)[0] is True  # a declared tolerance
+    near = [*recs, RunRecord(tmp_path, "m_long", 0, {"test/mae": 0.497})]  # improves by 0.003 < 0.005
+    assert longer_run_check(near, "m", "test/mae", higher_is_better=False)[0] is True
+    far = [*recs, RunRecord(tmp_path, "m_long", 0, {"test/mae": 0.45})]  # improves by 0.05 > 0.005
     assert longer_run_check(far, "m", "test/mae", higher_is_better=False)[0] is False
     # the same numbers with higher-is-better: the longer run got worse, which is no sign of underfitting
     ok, why = longer_run_check(far, "m", "test/mae", higher_is_better=True)
     assert ok and "worsens test/mae by 0.05" in why
-    # two-sided: a move by more than the spread either way is no convergence; within it, either way, is
+    # two-sided: a move by more than the tolerance either way is no convergence; within it, either way, is
     ok, why = longer_run_check(far, "m", "test/mae", higher_is_better=True, two_sided=True)
     assert not ok and "worsens test/mae by 0.05" in why
     assert longer_run_check(near, "m", "test/mae", higher_is_better=True, two_sided=True)[0]
@@ -111,15 +116,15 @@ def test_longer_run_check_averages_the_paired_gains_of_every_seed_with_a_longer_
     main = [RunRecord(tmp_path, "s", i, {"acc": v}) for i, v in ((0, 0.66), (1, 0.70), (2, 0.74))]  # sd 0.04
     longer = [RunRecord(tmp_path, "s_long", i, {"acc": v}) for i, v in ((0, 0.695), (1, 0.75), (2, 0.79))]
     ok, why = longer_run_check([*main, *longer], "s", "acc", higher_is_better=True)
-    # seed 0 alone gains 0.035 (< 0.04: converged); the mean of the three paired gains is 0.045
+    # the mean of the three paired gains is 0.045 (> 1% of the value, 0.007)
     assert not ok and why == (
         "not converged: the longer run (s_long) improves acc by 0.045 on average on seeds 0, 1, 2 (mean 0.7 -> 0.745; "
-        "change per seed +0.035, +0.05, +0.05; allowed: the seed spread 0.04)"
+        "change per seed +0.035, +0.05, +0.05; allowed: 1% of the value, 0.007)"
     )
     # lower is better: the same numbers are a worsening, and each seed's change keeps its own sign
     ok, why = longer_run_check([*main, *longer], "s", "acc", higher_is_better=False)
     assert ok and "worsens acc by 0.045 on average" in why and "change per seed +0.035, +0.05, +0.05" in why
-    assert longer_run_check([*main, *longer], "s", "acc", higher_is_better=True, seed=0)[0] is True
+    assert longer_run_check([*main, *longer], "s", "acc", higher_is_better=True, seed=0, tol=0.04)[0] is True
     # a seed without its main run is not paired
     ok, why = longer_run_check([*main[:1], *longer], "s", "acc", higher_is_better=True)
     assert "on seed 0 (0.66 -> 0.695" in why
@@ -176,64 +181,89 @@ def test_patience_plateau_is_the_early_stopping_rule():
     noisy = [(400, 0.40), (800, 0.45), (1200, 0.43), (1600, 0.44)]  # checkpoint noise after the best, at 800
     recs = [RunRecord(path=None, name="a", seed=0, curves={"val/r2": noisy})]
     assert report.sizing(recs, "val/r2", higher_is_better=True, patience=2)["a"][0] is True
-    assert report.sizing(recs, "val/r2", higher_is_better=True)["a"][0] is False  # the endpoint rule: +0.01, rising
+    # the best-so-far rule: the best (0.45 at step 800) is before the last 20% of training: converged at its best
+    assert report.sizing(recs, "val/r2", higher_is_better=True)["a"][0] is True
     assert report.sizing_patience({"sizing_patience": 3}) == 3 and report.sizing_patience({}) is None
     for bad in (0, "3", True, 2.5):
         with pytest.raises(ConfigError, match="sizing_patience"):
             report.sizing_patience({"sizing_patience": bad})
 
 
-def _hook(records, out_dir, spec=None):  # a results-page hook that sees the spec (write_page passes it)
-    metric, hib = report.sizing_spec(spec)
-    ok = all(p for p, _ in report.sizing(records, metric, higher_is_better=hib).values())
-    a, b = report.values(records, "a", "test/acc"), report.values(records, "b", "test/acc")
-    return verdict_table([Verdict("a beats b", compare(a, b, higher_is_better=True, converged=ok), report.mean_sd(a))])
+def _hook(records, spec, out_dir):  # a results-page hook: receives the typed spec, returns data
+    from suite.claims import Claim, HookResult, Table, judge
+
+    claim = Claim("b_vs_a", "b beats a (a claim the spec cannot declare)", "test/acc", ("b", "a"), True)
+    return HookResult(
+        verdicts=[judge(claim, records, spec.convergence(records))],
+        tables=[Table("Extra", ["entry", "seeds"], [["a", 3]], note="a note")],
+    )
 
 
-def test_write_page_has_budget_sizing_and_the_hooks_verdicts(tmp_path):
+SPEC = {
+    "runs": [{"name": "a"}, {"name": "b"}],
+    "seeds": [0, 1, 2],
+    "metrics": ["test/acc"],
+    "budget": {"paper": {"model": "1.3B"}, "here": {"model": "96k"}},
+    "sizing_metric": "val/loss",
+    "sizing_higher_is_better": False,
+    "report": "tests.suite.test_report:_hook",
+    "claims": [
+        {"id": "a_vs_b", "text": "a beats b", "metric": "test/acc", "entries": ["a", "b"], "higher_is_better": True,
+         "delta": 0.05, "primary": True, "published": 0.3},
+    ],
+}  # fmt: skip
+
+
+def _rec(tmp_path, name, seed, final, acc, data_seed=True):
+    curve = [(0, 2.0), (100, final + 0.5), (400, final + 0.001 * seed), (500, final)]
+    config = {"seed": seed, "data": {"seed": seed}} if data_seed else {"seed": seed}
+    return RunRecord(tmp_path / f"{name}{seed}", name, seed, {"test/acc": acc}, {"val/loss": curve}, config)
+
+
+def test_write_page_states_declared_and_hook_verdicts_first(tmp_path):
     from suite.claim import write_page
 
-    def rec(name, seed, final, acc):
-        curve = [(0, 2.0), (100, final + 0.5), (400, final + 0.001 * seed), (500, final)]
-        return RunRecord(tmp_path / f"{name}{seed}", name, seed, {"test/acc": acc}, {"val/loss": curve})
-
-    recs = [rec("a", s, 1.0, 0.9 + 0.01 * s) for s in range(3)] + [rec("b", s, 1.2, 0.5 + 0.01 * s) for s in range(3)]
-    spec = {
-        "runs": [{"name": "a"}, {"name": "b"}],
-        "seeds": [0, 1, 2],
-        "metrics": ["test/acc"],
-        "budget": {"paper": {"model": "1.3B"}, "here": {"model": "96k"}},
-        "sizing_metric": "val/loss",
-        "sizing_higher_is_better": False,
-        "report": "tests.suite.test_report:_hook",
-    }
-    page = write_page("demo", spec, recs, {}, tmp_path, [], tmp_path / "demo.md")
-    text = page.read_text()
-    assert "## Final metrics (mean ± std over seeds)" in text
-    assert "| model | 1.3B | 96k |" in text
-    assert "| a | yes | plateaued" in text and "| b | yes |" in text
-    assert "| a beats b | **reproduced** | 0.91 ± 0.01 (n=3) |" in text
+    recs = [_rec(tmp_path, "a", s, 1.0, 0.9 + 0.01 * s) for s in range(3)]
+    recs += [_rec(tmp_path, "b", s, 1.2, 0.5 + 0.01 * s) for s in range(3)]
+    data = {}
+    text = write_page("demo", SPEC, recs, {}, tmp_path, [], tmp_path / "demo.md", data=data).read_text()
+    assert text.index("## Verdicts") < text.index("## Runs") < text.index("## Convergence")
+    row = next(line for line in text.splitlines() if line.startswith("| a beats b"))
+    # per-seed differences are exactly 0.4: a zero-width paired interval, p < 1e-4, the paper's +0.3 beside it
+    assert "| **reproduced** | +0.4 (exact) | 3 | exact |" in row and "| +0.3 | 0.05 |" in row
+    assert "| b beats a (a claim the spec cannot declare) (`b_vs_a`, exploratory) | **not reproduced** |" in text
+    assert "| `a_vs_b` | a | test/acc | 0: 0.9, 1: 0.91, 2: 0.92 |" in text
+    assert "## Extra" in text and "a note" in text
+    assert "| model | 1.3B | 96k |" in text and "| a | yes | converged" in text
+    assert [c["id"] for c in data["claims"]] == ["a_vs_b", "b_vs_a"] and data["claims"][0]["paired"] is True
     assert (tmp_path / "demo_sizing.png").stat().st_size > 1000
     assert "| a | `` | reused | — |" in text
-    # one seed: no "mean ± std" wording; no budget / sizing keys: the page says so; a still-falling loss: underfit
+    # one seed a side: no interval, within noise; a loss still falling: underfit; no budget: said so
     one = [RunRecord(tmp_path / "x", "a", 0, {"test/acc": 0.9}, {"val/loss": [(0, 3.0), (50, 2.0), (100, 1.0)]})]
     one.append(RunRecord(tmp_path / "y", "b", 0, {"test/acc": 0.5}, {"val/loss": [(0, 3.0), (100, 2.0)]}))
-    page = write_page("demo", spec | {"budget": None}, one, {}, tmp_path, [], tmp_path / "one.md")
-    text = page.read_text()
+    text = write_page("demo", SPEC | {"budget": None}, one, {}, tmp_path, [], tmp_path / "one.md").read_text()
     assert "mean ± std" not in text and "(one seed per run: no spread)" in text and "No `budget:`" in text
     assert "| a | no | still improving" in text and "**inconclusive: underfit**" in text
-    del spec["sizing_metric"]
-    spec["runs"].append({"name": "c"})  # an entry with no runs on disk and no status: said so, not "reused"
-    assert (
-        "| c | `` | not run (no runs on disk) | — |"
-        in write_page("demo", spec, one, {}, tmp_path, [], tmp_path / "c.md").read_text()
-    )
-    assert "No `sizing_metric`" in write_page("demo", spec, one, {}, tmp_path, [], tmp_path / "two.md").read_text()
+    spec = SPEC | {"runs": [*SPEC["runs"], {"name": "c"}]}  # an entry with no runs on disk and no status: said so
+    spec.pop("sizing_metric")
+    text = write_page("demo", spec, one, {}, tmp_path, [], tmp_path / "c.md").read_text()
+    assert "| c | `` | not run (no runs on disk) | — |" in text and "No `sizing_metric`" in text
     # runs ended by early stopping: the page judges them by the stopping rule and says so
-    spec |= {"sizing_metric": "val/loss", "sizing_patience": 2, "runs": [{"name": "a"}, {"name": "b"}]}
+    spec = SPEC | {"sizing_patience": 2}
     text = write_page("demo", spec, recs, {}, tmp_path, [], tmp_path / "es.md").read_text()
-    assert "none of the last 2 validations set a new best `val/loss`" in text
+    assert "none of its last 2 validations set a new best `val/loss`" in text
     assert "| a | no | still improving: 3 of 3 seeds set a new best in the last 2 validations" in text
+
+
+def test_a_failing_hook_keeps_the_declared_verdicts(tmp_path):
+    from suite.claim import write_page
+
+    recs = [_rec(tmp_path, "a", s, 1.0, 0.9 + 0.01 * s) for s in range(3)]
+    recs += [_rec(tmp_path, "b", s, 1.2, 0.5 + 0.02 * s) for s in range(3)]
+    spec = SPEC | {"report": "tests.suite.test_report:no_such_hook"}
+    text = write_page("demo", spec, recs, {}, tmp_path, [], tmp_path / "f.md").read_text()
+    assert "Report hook `tests.suite.test_report:no_such_hook` failed: AttributeError" in text
+    assert "| a beats b (`a_vs_b`, primary) | **reproduced** |" in text
 
 
 def test_apply_longer_checks_overrides_only_failures_and_passes_them_to_inheritors():
@@ -311,9 +341,11 @@ def test_untrained_entries_read_n_a_in_the_sizing_section(tmp_path):
         RunRecord(path=None, name="net", seed=s, curves={"val/loss": [(0, 2.0), (50, 1.0), (100, 1.0)]})
         for s in range(2)
     ]
-    lines = claim.sizing_section("demo", spec, recs, tmp_path)
+    from suite.claims import ClaimSpec
+
+    lines = claim.sizing_section("demo", ClaimSpec.from_dict("demo", spec), recs, tmp_path)
     assert "| exact | n/a | trains nothing: exact score |" in lines
-    assert any(line.startswith("| net | yes | plateaued") for line in lines)
+    assert any(line.startswith("| net | yes | converged") for line in lines)
     assert not any(line.startswith("| exact | no") for line in lines)
     with pytest.raises(ConfigError, match="not runs"):
         report.sizing_untrained({**spec, "sizing_untrained": {"exakt": "typo"}})

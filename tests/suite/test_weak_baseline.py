@@ -147,15 +147,25 @@ def test_headline_spec_defaults_and_errors():
             headline_spec({**SPEC, "headline": bad})
 
 
-def test_write_page_lists_baselines_and_flips_the_hooks_verdict(tmp_path):
+def test_write_page_lists_baselines_and_flips_a_declared_verdict(tmp_path):
     from suite.claim import write_page
 
-    spec = {**SPEC, "runs": SPEC["runs"][:2], "report": "tests.suite.test_weak_baseline:_hook"}
+    claim = {"id": "ours_vs_base", "text": "ours beats the baseline", "metric": "test/acc", "entries": ["ours", "base"],
+             "higher_is_better": True}  # fmt: skip
+    spec = {**SPEC, "runs": SPEC["runs"][:2], "claims": [claim], "headline": {"start": "val/acc"}}
+    del spec["sizing_metric"]  # no curves here: convergence is not what this test is about
     records = _runs("ours", 0.1, 0.9, 0.9) + _runs("base", 0.5, 0.3, 0.3)
-    text = write_page("demo", spec, records, {}, tmp_path, [], tmp_path / "demo.md").read_text()
+    data = {}
+    text = write_page("demo", spec, records, {}, tmp_path, [], tmp_path / "demo.md", data=data).read_text()
     assert "## Baselines: better than their start and than a trivial reference?" in text
     assert "| base | **yes** | ends no better than its start" in text
-    assert f"| ours beats the baseline | **{WEAK}** |" in text and "- **Weak baseline.**" in text
+    assert f"| ours beats the baseline (`ours_vs_base`, exploratory) | **{WEAK}** |" in text
+    assert "- **Weak baseline.** `ours_vs_base`: `base` ends no better than its start" in text
+    assert data["claims"][0]["verdict"] == WEAK and "a weak baseline" in data["claims"][0]["why"]
+    # a healthy baseline leaves the verdict as the interval reads it
+    healthy = _runs("ours", 0.1, 0.9, 0.9) + _runs("base", 0.1, 0.5, 0.3)
+    text = write_page("demo", spec, healthy, {}, tmp_path, [], tmp_path / "ok.md").read_text()
+    assert "(`ours_vs_base`, exploratory) | **reproduced** |" in text and "Weak baseline.**" not in text
 
 
 def test_claim_entries_record_their_start():
@@ -215,36 +225,32 @@ def test_no_start_on_a_run_over_several_processes():
     assert evaluate_at_start(None, None, None, ddp) == {}  # returns before touching the config or the model
 
 
-def test_semdice_deep_reads_apt_below_the_untrained_actor_as_a_weak_baseline():
+def test_semdice_deep_reads_apt_below_the_untrained_actor_as_a_weak_baseline(tmp_path):
     """Issue 47's case: APT's actor ends below the untrained one (0.68 vs 1.50 nats), so "SEMDICE beats APT" reads
     inconclusive: weak baseline on the page, whatever its margin."""
-    from reports.semdice_deep import claim_report
-    from suite.claim import load_spec
+    from suite.claim import judge_page, load_spec
+    from suite.claims import ClaimSpec
 
     def run(name, seed, end, start=None):
-        m = {"test/cell_entropy": end + 0.01 * seed, "val/cell_entropy": end + 0.01 * seed}
+        m = {"test/cell_entropy": end + 0.01 * seed * (seed + 1), "val/cell_entropy": end + 0.01 * seed}
         if start is not None:
             m["val/cell_entropy@start"] = start
-        return RunRecord(None, name, seed, m, {"val/cell_entropy": [(i, end + 0.01 * seed) for i in range(10)]})
+        curve = {"val/cell_entropy": [(i, end + 0.01 * seed) for i in range(10)]}
+        return RunRecord(None, name, seed, m, curve, {"data": {"seed": seed}})
 
-    spec = load_spec("semdice_deep")
+    spec = ClaimSpec.from_dict("semdice_deep", load_spec("semdice_deep"))
     records = [run("semdice", s, 3.0) for s in range(3)] + [run("init", s, 1.5) for s in range(3)]
     records += [run("apt", s, 0.68) for s in range(3)]  # old runs: no start recorded, the reference alone decides
-    checks = baseline_checks(records, spec)
+    checks = baseline_checks(records, spec.raw)
     assert checks["apt"].weak is True and "no better than the untrained actor" in checks["apt"].reading
-    with weak_baseline_rule(weak_baselines(checks)):
-        page = claim_report(records, None)
-    assert (
-        f"| SEMDICE pre-training maximises state entropy better than APT trained offline on the same data | **{WEAK}**"
-        in page
-    )
-    # the online APT (its paper's protocol) that beats its start and the untrained actor leaves its row reproduced
+    verdicts, weak_notes, *_ = judge_page(spec, records, tmp_path)
+    offline = {v.id: v for v in verdicts}["semdice_vs_apt_offline"]
+    assert offline.verdict == WEAK and offline.lo > 0 and "`apt`, a weak baseline" in offline.why
+    assert len(weak_notes) == 1 and weak_notes[0].startswith("`semdice_vs_apt_offline`: `apt`")
+    # the online APT (its paper's protocol) that beats its start and the untrained actor leaves its verdict reproduced
     healthy = [*records, *(run("apt_online", s, 2.0, start=1.5) for s in range(3))]
-    with weak_baseline_rule(weak_baselines(baseline_checks(healthy, spec))):
-        page = claim_report(healthy, None)
-    online = [line for line in page.splitlines() if "online as its paper runs it" in line]
-    assert len(online) == 1 and "| **reproduced** |" in online[0], online
-    assert f"offline on the same data | **{WEAK}**" in page
+    by_id = {v.id: v for v in judge_page(spec, healthy, tmp_path)[0]}
+    assert by_id["semdice_vs_apt_online"].verdict == REPRODUCED and by_id["semdice_vs_apt_offline"].verdict == WEAK
 
 
 def test_an_empty_baseline_list_says_the_rule_has_nothing_to_judge():

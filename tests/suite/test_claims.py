@@ -1,0 +1,187 @@
+"""Claims as data (suite.claims), results kept as data (suite.results_data) and the claim runner's scheduling
+(suite.claim: --jobs order, evaluate: best), on hand-made records."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from suite import claim as claim_mod
+from suite import results_data, stats
+from suite.claims import (
+    ClaimResult,
+    ClaimSpec,
+    apply_holm,
+    apply_weak_baselines,
+    default_paired,
+    judge,
+    judge_values,
+    parse_claims,
+)
+from suite.compare import RunRecord
+from suite.errors import ConfigError
+
+RUNS = [{"name": "m"}, {"name": "b"}]
+
+
+def _rec(name, seed, value, data_seed=True, curve=None):
+    config = {"seed": seed, "data": {"seed": seed}} if data_seed else {"seed": seed, "data": {"split_seed": 42}}
+    return RunRecord(None, name, seed, {"test/acc": value}, {"val/acc": curve or [(0, 0.1), (50, 0.8), (100, 0.8)]},
+                     config)  # fmt: skip
+
+
+def _claim(**kw):
+    base = {"id": "c", "text": "m beats b", "metric": "test/acc", "entries": ["m", "b"], "higher_is_better": True}
+    return parse_claims({"runs": RUNS, "claims": [base | kw]})[0]
+
+
+def test_parse_claims_names_the_bad_key():
+    assert _claim().kind == "superiority" and _claim(delta=0.1).delta == 0.1
+    for bad, match in [
+        ({"metrc": "x"}, "unknown keys"),
+        ({"entries": ["m", "nope"]}, "not runs"),
+        ({"entries": ["m", "m"]}, "two different"),
+        ({"kind": "better"}, "kind="),
+        ({"delta": -1}, "delta="),
+        ({"kind": "non_inferior"}, "margin delta > 0"),
+        ({"higher_is_better": "yes"}, "true or false"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            _claim(**bad)
+    base = {"id": "c", "text": "t", "metric": "x", "entries": ["m", "b"], "higher_is_better": True}
+    with pytest.raises(ConfigError, match="appears twice"):
+        parse_claims({"runs": RUNS, "claims": [base, base]})
+    with pytest.raises(ConfigError, match="lacks"):
+        parse_claims({"runs": RUNS, "claims": [{"id": "x"}]})
+
+
+def test_default_pairing_needs_the_same_seeds_and_data_that_follow_the_seed():
+    recs = [_rec("m", s, 0.8) for s in range(3)] + [_rec("b", s, 0.7) for s in range(3)]
+    assert default_paired(recs, "m", "b")
+    assert not default_paired(recs[:2] + recs[3:], "m", "b")  # seed 2 of m missing
+    fixed = [_rec("m", s, 0.8, data_seed=False) for s in range(3)] + recs[3:]
+    assert not default_paired(fixed, "m", "b")  # m's data do not depend on its seed: Welch
+
+
+def test_judge_pairs_by_seed_where_the_data_are_shared():
+    # every seed moves both entries together: paired decides, Welch cannot
+    shift = [0.0, 0.1, -0.1, 0.05]
+    recs = [_rec("m", s, 0.80 + d) for s, d in enumerate(shift)] + [_rec("b", s, 0.78 + d) for s, d in enumerate(shift)]
+    paired = judge(_claim(), recs)
+    assert paired.paired and paired.verdict == stats.REPRODUCED and paired.lo == pytest.approx(0.02)
+    welch = judge(_claim(paired=False), recs)
+    assert not welch.paired and welch.verdict == stats.NOISE and welch.seeds_needed is None
+    welch = judge(_claim(paired=False, delta=0.01), recs)
+    assert welch.seeds_needed is not None and welch.seeds_needed > 4
+    assert paired.values["m"] == pytest.approx({"0": 0.8, "1": 0.9, "2": 0.7, "3": 0.85})
+    assert paired.values["b"] == pytest.approx({"0": 0.78, "1": 0.88, "2": 0.68, "3": 0.83})
+
+
+def test_underfit_and_absent_take_precedence_and_keep_the_interval():
+    recs = [_rec("m", s, 0.9 + 0.01 * s) for s in range(3)] + [_rec("b", s, 0.5 + 0.01 * s) for s in range(3)]
+    conv = {"m": (True, "converged"), "b": (False, "still improving: +0.2")}
+    res = judge(_claim(), recs, conv)
+    assert res.verdict == stats.UNDERFIT and "b: still improving" in res.why and res.diff == pytest.approx(0.4)
+    assert judge(_claim(converge=["m"]), recs, conv).verdict == stats.REPRODUCED  # only m's convergence is needed
+    res = judge(_claim(), recs, conv, absent="no outliers")
+    assert res.verdict == stats.ABSENT and res.why == "no outliers"
+    one = judge_values(_claim(), {"0": 0.9}, {"0": 0.5}, paired=False)
+    assert one.verdict == stats.NOISE and "at least 2 seeds" in one.why
+    exact = judge_values(_claim(deterministic=True), {"0": 0.9}, {"0": 0.5}, paired=False)
+    assert exact.verdict == stats.REPRODUCED and exact.lo == exact.hi == pytest.approx(0.4)
+
+
+def test_holm_across_primaries_only():
+    def res(id, p, primary=True, verdict=stats.REPRODUCED):
+        return ClaimResult(id=id, text=id, verdict=verdict, primary=primary, p=p)
+
+    out = apply_holm([res("a", 0.01), res("b", 0.03), res("c", 0.04, primary=False)])
+    assert [r.p_holm for r in out] == [pytest.approx(0.02), pytest.approx(0.03), None]
+    assert [r.verdict for r in out] == [stats.REPRODUCED, stats.REPRODUCED, stats.REPRODUCED]
+    out = apply_holm([res("a", 0.01), res("b", 0.03), res("d", 0.2, verdict=stats.NOISE)])
+    assert out[1].verdict == stats.NOISE and "Holm" in out[1].why  # 0.03 * 2 = 0.06 >= 0.05
+    assert out[0].verdict == stats.REPRODUCED and out[0].p_holm == pytest.approx(0.03)
+
+
+def test_weak_baseline_flips_only_reproduced_against_it():
+    recs = [_rec("m", s, 0.9 + 0.01 * s) for s in range(3)] + [_rec("b", s, 0.5 + 0.01 * s) for s in range(3)]
+    won, lost = judge(_claim(), recs), judge(_claim(id="d", entries=["b", "m"]), recs)
+    out, notes = apply_weak_baselines([won, lost], {"b": "ends no better than its start"})
+    assert out[0].verdict == stats.WEAK and notes == ["`c`: `b` ends no better than its start"]
+    assert out[1].verdict == stats.NOT_REPRODUCED  # "d": b beats m, read against m (not weak)
+    out, _ = apply_weak_baselines([won], {"m": "weak"})
+    assert out[0].verdict == stats.REPRODUCED
+
+
+def test_claim_spec_convergence_and_errors():
+    spec = ClaimSpec.from_dict(
+        "demo", {"runs": RUNS, "sizing_metric": "val/acc", "sizing_higher_is_better": True, "converge": {"tol": 0.05},
+                 "sizing_untrained": {"b": "an exact score"}})  # fmt: skip
+    rising = [(0, 0.1), (50, 0.5), (80, 0.6), (100, 0.7)]
+    recs = [_rec("m", 0, 0.9, curve=rising), _rec("b", 0, 0.5, curve=[])]
+    conv = spec.convergence(recs)
+    assert conv["m"][0] is False and conv["b"] == (True, "trains nothing: an exact score")
+    loose = ClaimSpec.from_dict("demo", {"runs": RUNS, "sizing_metric": "val/acc", "sizing_higher_is_better": True,
+                                         "converge": {"tol": 0.2}})  # fmt: skip
+    assert loose.convergence(recs)["m"][0] is True
+    for bad, match in [({"converge": {"tl": 1}}, "converge="), ({"evaluate": "final"}, "evaluate=")]:
+        with pytest.raises(ConfigError, match=match):
+            ClaimSpec.from_dict("demo", {"runs": RUNS, **bad})
+
+
+def test_data_file_round_trip_keeps_the_best_point(tmp_path):
+    long_curve = [(i, 0.5 + 0.4 * math.sin(i / 50)) for i in range(1000)]  # best near step 78
+    best_step = max(long_curve, key=lambda p: p[1])[0]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "calib.json").write_text('{"scale": 2}')
+    recs = [
+        RunRecord(run, "m", 0, {"test/acc": 0.9, "val/acc@start": 0.1, "test/nan": math.nan},
+                  {"val/acc": long_curve, "train/loss": [(0, 1.0)], "other/x": [(0, 1.0)]},
+                  {"seed": 0, "data": {"seed": 0}, "model": {"d": 4}, "paths": {"x": "/machine/path"}}),
+        RunRecord(run, "b", 0, {"test/acc": 0.5}, {}, {"seed": 0, "data": {"seed": 0}}),
+    ]  # fmt: skip
+    spec = {"runs": RUNS, "sizing_metric": "val/acc", "sizing_higher_is_better": True, "data_files": ["calib.json"]}
+    data = results_data.build("demo", spec, recs, {"m": (0, 12.5)})
+    path = results_data.write(tmp_path / "data" / "demo.json", data)
+    loaded = results_data.load(path)
+    assert json.loads(path.read_text()) == loaded and loaded["status"] == {"m": [0, 12.5]}
+    m = loaded["runs"][0]
+    assert len(m["curves"]["val/acc"]) <= results_data.MAX_POINTS and "other/x" not in m["curves"]
+    assert best_step in [s for s, _ in m["curves"]["val/acc"]] and m["metrics"]["test/nan"] is None
+    assert "paths" not in loaded["entries"]["m"]["config"]  # no machine paths in the data
+    back = results_data.records_from(loaded, tmp_path / "files")
+    assert [(r.name, r.seed) for r in back] == [("m", 0), ("b", 0)]
+    assert back[0].metrics["test/acc"] == 0.9 and math.isnan(back[0].metrics["test/nan"])
+    assert (back[0].path / "calib.json").read_text() == '{"scale": 2}'
+    assert back[0].config["data"]["seed"] == 0 and default_paired(back, "m", "b")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(results_data.DataFileError, match="not a results data file"):
+        results_data.load(tmp_path / "bad.json")
+
+
+def test_jobs_order_and_waves():
+    spec = {"runs": [{"name": "a"}, {"name": "slow"}, {"name": "test_a", "overrides": "ckpt_path=x/../a/0/last.ckpt"}],
+            "seeds": [0, 1]}  # fmt: skip
+    status = {"a": (0, 20.0), "slow": (0, 200.0)}
+    pairs = [(e, s) for e in spec["runs"] for s in (0, 1)]
+    order = [(e["name"], s) for e, s in claim_mod.longest_first(pairs, spec, status)]
+    assert order[:2] == [("test_a", 0), ("test_a", 1)]  # never run: unknown cost, first
+    assert order[2:] == [("slow", 0), ("slow", 1), ("a", 0), ("a", 1)]
+    names = [e["name"] for e in spec["runs"]]
+    assert claim_mod.depends_on(spec["runs"][2], names) == ["a"] and claim_mod.depends_on(spec["runs"][0], names) == []
+
+
+def test_evaluate_best_tests_the_best_validation_checkpoint():
+    spec = {"runs": [{"name": "net"}, {"name": "exact"}], "sizing_metric": "val/acc", "sizing_higher_is_better": True,
+            "sizing_untrained": {"exact": "closed form"}}  # fmt: skip
+    over = claim_mod.evaluate_overrides(spec["runs"][0], spec)
+    assert over == ["callbacks.model_checkpoint.monitor=val/acc", "callbacks.model_checkpoint.mode=max",
+                    "test_weights=best"]  # fmt: skip
+    assert claim_mod.evaluate_overrides(spec["runs"][1], spec) == []
+    assert claim_mod.evaluate_overrides(spec["runs"][0], spec | {"evaluate": "last"}) == []
+    assert claim_mod.evaluate_overrides(spec["runs"][0], spec | {"sizing_metric": "train/nll"}) == []
+    cmd = claim_mod.entry_command("x", spec["runs"][0], spec, claim_mod.ROOT / "out", ["test_weights=final"])
+    assert "test_weights=final" in cmd and "test_weights=best" not in cmd  # the user's override wins

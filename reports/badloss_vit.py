@@ -1,5 +1,5 @@
-"""Results-page hook of the cross-paper study ``badloss_vit`` (issue 50 item 5): does BaDLoss's loss-dynamics backdoor
-detection carry over from the CNN to a vision transformer?
+"""Results-page hook of the cross-paper study ``badloss_vit``: does BaDLoss's loss-dynamics backdoor detection
+(ICLR 2025) carry over from the CNN to a vision transformer?
 
 Used as ``report: reports.badloss_vit:claim_report`` in ``conf/claim/badloss_vit.yaml``. Each run trains one
 classifier on the same poisoned Fashion-MNIST (entry ``cnn``: the BaDLoss CNN, plain training; entry ``vit``: the MDA
@@ -9,32 +9,34 @@ epoch and writes ``loss_dynamics.pt`` with the datamodule's ``poison_attack``, `
 functions :class:`lightning_modules.badloss.BadlossLitModule` itself calls at detection time:
 :func:`~lightning_modules.badloss.scoring.badloss_scores` (epoch filter, Eq. (1) mean distance to the ``k = 50``
 nearest clean-probe trajectories, ``log(0.01 + d)``, min-max) over :func:`~lightning_modules.badloss.scoring.
-scored_mask`'s rows, and :func:`~lightning_modules.badloss.scoring.detection_aucs`: the suite's and the paper's AUC
-convention, ``detect/auc`` (all poisons vs clean) and per attack that attack's poisons vs the clean originals.
+scored_mask`'s rows, and :func:`~lightning_modules.badloss.scoring.detection_aucs`: ``detect/auc`` (all poisons vs
+clean) and per attack that attack's poisons vs the clean originals. Each run's numbers are kept in
+``badloss_vit_detect.json`` beside it (a ``data_files`` entry of the spec), so the page rebuilds from the results data
+file where the binary matrix is not kept.
 
-Pre-registered verdicts (stated before the runs; AUCs are per seed, mean ± std over the seeds):
+The claims (pre-registered before the runs) read AUCs the hook computes, not run metrics, so the hook builds them;
+all are paired by seed (seed ``s`` of both entries trains on the same poisoned subset with the same probes):
 
-1. *Reference, per attack: BaDLoss detects the attack's poisons on the CNN*: mean AUC at least :data:`DETECTS`
-   (0.9; the study's bar for "detects", not a number from the paper): ``reproduced`` when ``mean - 2 s.e. >= 0.9``,
-   ``not reproduced`` when ``mean + 2 s.e. < 0.9``, else ``inconclusive: within noise``.
-2. *Carry-over, per attack: the ViT's detection AUC is no worse than the CNN's by more than* :data:`MARGIN`
-   (0.05 AUC): :func:`suite.report.non_inferior` (two standard errors of the difference of means). ``inconclusive:
-   phenomenon absent`` when the CNN does not detect the attack at all (mean AUC below :data:`CNN_MIN`, 0.7): there
-   is nothing to carry over.
-3. *Carry-over, all attacks pooled* (``detect/auc``): as 2.
+1. ``cnn_detects_<attack>``: BaDLoss detects the attack's poisons on the CNN: its AUC above :data:`DETECTS` (0.9;
+   the study's bar for "detects", not a number from the paper), the per-seed AUC against the bar.
+2. ``carry_<attack>``: the ViT's detection AUC is no worse than the CNN's by more than :data:`MARGIN` (0.05 AUC;
+   non-inferiority). ``inconclusive: phenomenon absent`` when the CNN does not detect the attack at all (mean AUC
+   below :data:`CNN_MIN`, 0.7): there is nothing to carry over.
+3. ``carry_all``: as 2 on all attacks pooled (``detect/auc``): the study's headline (primary).
 
-A verdict reads ``inconclusive: underfit`` when an entry it reads (1: the CNN; 2-3: both) has a clean test accuracy
-below :data:`MIN_ACC` (0.5) or, by the suite's sizing rule, a ``val/loss`` that has not plateaued (the page's sizing
-section). The verdicts judge the
-detection of the poisoned *training* examples, whatever the attack's success on the test set; the page shows the ASR
-and the loss of each group at the first and last recorded epoch as context (a poison can be flagged because it is
-learned faster than clean data, a learned backdoor, or because it is not learned at all, a mislabelled example).
-An AUC near 0.5 or below, or a near-constant score, is checked before it is believed: the page lists, per
-architecture, the score spread and the clean probes' mean score against the clean originals'.
+A claim reads ``inconclusive: underfit`` when an entry it reads (1: the CNN; 2-3: both) has a clean test accuracy
+below :data:`MIN_ACC` (0.5) or has not converged by the spec's rule (``val/loss``). The claims judge the detection of
+the poisoned *training* examples, whatever the attack's success on the test set; the page shows the ASR and the loss
+of each group at the first and last recorded epoch as context (a poison can be flagged because it is learned faster
+than clean data, a learned backdoor, or because it is not learned at all, a mislabelled example). An AUC near 0.5 or
+below, or a near-constant score, is checked before it is believed: the page lists, per architecture, the score spread
+and the clean probes' mean score against the clean originals'.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 import statistics
 from collections import defaultdict
@@ -44,11 +46,13 @@ from typing import Any
 import torch
 
 from lightning_modules.badloss import scoring
-from suite import report as rep
+from suite.claims import Claim, ClaimResult, ClaimSpec, HookResult, Table, judge_values
+from suite.report import mean_sd
 
-DETECTS = 0.9  # verdict 1: "detects" = AUC at least this
-MARGIN = 0.05  # verdicts 2-3: the ViT may lose at most this much AUC to the CNN (non-inferiority margin)
-CNN_MIN = 0.7  # verdicts 2-3: below this the CNN does not detect the attack: nothing to carry over
+DETECTS = 0.9  # claim 1: "detects" = AUC above this
+MARGIN = 0.05  # claims 2-3: the ViT may lose at most this much AUC to the CNN (non-inferiority margin)
+CNN_MIN = 0.7  # claims 2-3: below this the CNN does not detect the attack: nothing to carry over
+CACHE = "badloss_vit_detect.json"  # a run's detection numbers, kept in the results data file (spec: data_files)
 MIN_ACC = 0.5  # a 10-class classifier below this clean top-1 is underfit for the question
 K, EPS = 50, 0.01  # the BaDLoss defaults (conf/model/badloss.yaml): kNN neighbours, log offset
 
@@ -60,7 +64,24 @@ def detect_run(path: Path, k: int = K, eps: float = EPS) -> dict[str, Any] | Non
     files = sorted(Path(path).rglob("loss_dynamics.pt"))
     if not files:
         return None
-    state = torch.load(files[-1], map_location="cpu", weights_only=True)
+    return _score(files[-1], k, eps)
+
+
+def detection(path: Path) -> dict[str, Any] | None:
+    """A run's detection numbers: scored from its ``loss_dynamics.pt`` where the run folder holds one (and kept in
+    :data:`CACHE` beside it for the results data file), else read from :data:`CACHE` (a page rebuilt from the data
+    file, where the binary matrix is not kept); ``None`` without either."""
+    out = detect_run(path)
+    cache = Path(path) / CACHE
+    if out is not None:
+        with contextlib.suppress(OSError):  # a read-only run folder: the page is right, the data file lacks them
+            cache.write_text(json.dumps(out))
+        return out
+    return json.loads(cache.read_text()) if cache.is_file() else None
+
+
+def _score(file: Path, k: int, eps: float) -> dict[str, Any]:
+    state = torch.load(file, map_location="cpu", weights_only=True)
     traj, data = state["values"].double(), state["data"]
     kind, attack = torch.as_tensor(data["probe_kind"]), torch.as_tensor(data["poison_attack"])
     names, n = list(data["attack_names"]), int(data["num_original"])
@@ -80,148 +101,133 @@ def detect_run(path: Path, k: int = K, eps: float = EPS) -> dict[str, Any] | Non
     return out
 
 
-def collect(records: list[Any]) -> dict[str, dict[str, list[float]]]:
-    """``arch -> key -> values over seeds``: :func:`detect_run`'s numbers plus ``test/acc`` and ``test/asr_*``."""
-    out: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for rec in sorted(records, key=lambda r: (r.name, r.seed if r.seed is not None else 0)):
-        d = out[rec.name]
-        det = detect_run(Path(rec.path))
+Data = dict[str, dict[str, Any]]
+
+
+def collect(records: list[Any]) -> Data:
+    """``arch -> key -> {seed: value}``: :func:`detection`'s numbers plus ``test/acc`` and ``test/asr_*`` (and
+    ``attacks``: the attack names)."""
+    out: Data = defaultdict(lambda: defaultdict(dict))
+    for rec in records:
+        det = detection(Path(rec.path))
         if det is None:
             continue
+        d, seed = out[rec.name], str(rec.seed)
         for key, v in det.items():
             if key == "attacks":
-                d["attacks"] = v
-            elif isinstance(v, (int, float)) and math.isfinite(v):  # an empty class gives a NaN AUC: left out
-                d[key].append(float(v))
+                d["attacks"] = list(v)
+            elif isinstance(v, int | float) and math.isfinite(v):  # an empty class gives a NaN AUC: left out
+                d[key][seed] = float(v)
         for key, v in (rec.metrics or {}).items():
-            if key == "test/acc" or key.startswith("test/asr_"):
-                d[key].append(float(v))
+            if (key == "test/acc" or key.startswith("test/asr_")) and math.isfinite(float(v)):
+                d[key][seed] = float(v)
     return out
 
 
-def _ms(v: list[float], digits: int = 3) -> str:
-    if not v:
-        return "-"
-    sd = statistics.stdev(v) if len(v) > 1 else 0.0
-    return f"{statistics.fmean(v):.{digits}f} ± {sd:.{digits}f}"
+def _mean(values: dict[str, float]) -> float:
+    return statistics.fmean(values.values()) if values else math.nan
 
 
-def _detects(v: list[float]) -> str:
-    m = statistics.fmean(v)
-    se = rep.std_error(v) if len(v) > 1 else 0.0
-    if m - 2 * se >= DETECTS:
-        return rep.REPRODUCED
-    if m + 2 * se < DETECTS:
-        return rep.NOT_REPRODUCED
-    return rep.NOISE
-
-
-def verdicts(data: dict[str, dict[str, list[float]]], converged: dict[str, bool] | None = None) -> list[rep.Verdict]:
-    """The pre-registered verdicts (module docstring) from :func:`collect`'s table; ``converged`` (entry ->
-    plateaued, the page's sizing rule) makes every verdict ``inconclusive: underfit`` when an entry has not."""
+def verdicts(data: Data, convergence: dict[str, tuple[bool, str]]) -> list[ClaimResult]:
+    """The pre-registered claims (module docstring) from :func:`collect`'s table; ``convergence``: entry ->
+    ``(converged, reading)`` by the spec's rule."""
     cnn, vit = data.get("cnn"), data.get("vit")
     if not cnn or not vit or not cnn.get("detect/auc") or not vit.get("detect/auc"):
         return []
-    unfit = [a for a in ("cnn", "vit") if statistics.fmean(data[a].get("test/acc") or [0.0]) < MIN_ACC]
-    unfit += [a for a in ("cnn", "vit") if not (converged or {}).get(a, True) and a not in unfit]
-    why = f" (underfit: {', '.join(unfit)})" if unfit else ""
-    out: list[rep.Verdict] = []
+    unfit = {}
+    for arch in ("cnn", "vit"):
+        acc = data[arch].get("test/acc") or {}
+        ok, why = convergence.get(arch, (True, ""))
+        if not ok:
+            unfit[arch] = why
+        elif _mean(acc) < MIN_ACC or not acc:
+            unfit[arch] = f"clean test accuracy {mean_sd(acc.values())} below {MIN_ACC}"
+    out = []
     attacks = list(cnn.get("attacks") or [])
     for a in attacks:
-        c = cnn.get(f"detect/auc_{a}", [])
+        c = cnn.get(f"detect/auc_{a}", {})
         if c:
-            word = rep.UNDERFIT if "cnn" in unfit else _detects(c)
-            out.append(rep.Verdict(
-                f"Reference: BaDLoss detects the {a} poisons on the CNN (AUC >= {DETECTS})", word,
-                f"CNN AUC {_ms(c)}" + (" (underfit: cnn)" if "cnn" in unfit else ""), against=()))  # fmt: skip
-    for key, what in [*((f"detect/auc_{a}", f"the {a} poisons") for a in attacks), ("detect/auc", "all poisons")]:
-        c, v = cnn.get(key, []), vit.get(key, [])
+            text = f"Reference: BaDLoss detects the {a} poisons on the CNN (AUC > {DETECTS})"
+            claim = Claim(f"cnn_detects_{a}", text, f"detect/auc_{a}", (f"cnn: AUC {a}", "the bar"), True,
+                          delta_why="the bar is the claim", paired=True)  # fmt: skip
+            bar = dict.fromkeys(c, DETECTS)  # the per-seed AUC against the bar: a one-sample interval
+            under = {k: v for k, v in unfit.items() if k == "cnn"}
+            out.append(judge_values(claim, c, bar, paired=True, unconverged=under))
+    for key, cid, what in [*((f"detect/auc_{a}", f"carry_{a}", f"the {a} poisons") for a in attacks),
+                           ("detect/auc", "carry_all", "all poisons")]:  # fmt: skip
+        c, v = cnn.get(key, {}), vit.get(key, {})
         if not c or not v:
             continue
-        if unfit:
-            word = rep.UNDERFIT
-        elif statistics.fmean(c) < CNN_MIN:
-            word = rep.ABSENT
-        else:
-            word = rep.non_inferior(v, c, margin=MARGIN, higher_is_better=True)
-        ev = f"AUC ViT {_ms(v)} vs CNN {_ms(c)}; difference {statistics.fmean(v) - statistics.fmean(c):+.3f}"
-        if statistics.fmean(c) < CNN_MIN:
-            ev += f"; the CNN does not detect them (AUC < {CNN_MIN})"
-        out.append(rep.Verdict(
+        claim = Claim(
+            cid,
             f"BaDLoss's detection of {what} carries over to the ViT (AUC no worse than the CNN's by more than "
-            f"{MARGIN})", word, ev + why, against=()))  # fmt: skip
+            f"{MARGIN})",
+            key,
+            ("vit", "cnn"),
+            True,
+            kind="non_inferior",
+            delta=MARGIN,
+            delta_why="the study's non-inferiority margin, stated before the runs",
+            primary=cid == "carry_all",
+            paired=True,
+        )
+        absent = f"the CNN does not detect them (mean AUC {_mean(c):.3f} < {CNN_MIN})" if _mean(c) < CNN_MIN else None
+        out.append(judge_values(claim, v, c, paired=True, unconverged=unfit, absent=absent))
+    for r in out:
+        r.against = ()  # the entries are the two architectures, not baselines of a method
     return out
 
 
-def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
-    """Markdown appended to ``docs/results/badloss_vit.md`` (see module docstring)."""
-    data = collect(records)
-    metric, hib = rep.sizing_spec(spec or "badloss_vit")
-    converged = {k: v[0] for k, v in rep.sizing(records, metric or "val/loss", higher_is_better=hib).items()}
-    archs = [a for a in ("cnn", "vit") if data.get(a, {}).get("detect/auc")]
-    if not archs:
-        return "No runs with `loss_dynamics.pt` found."
+def tables(data: Data, archs: list[str]) -> list[Table]:
+    """Detection AUC per attack; clean accuracy, ASR and each group's loss; checks of the score."""
     attacks = list(data[archs[0]].get("attacks") or [])
-    lines = [
-        f"## Detection AUC per attack (BaDLoss one-class kNN, k = {K}, on each model's own loss trajectories; "
-        "mean ± std over seeds)",
-        "",
-        "| architecture | seeds | AUC (all) | " + " | ".join(f"AUC {a}" for a in attacks) + " |",
-        "|---|---|---|" + "---|" * len(attacks),
-    ]
-    for arch in archs:
-        d = data[arch]
-        cells = [_ms(d.get(f"detect/auc_{a}", [])) for a in attacks]
-        lines.append(f"| {arch} | {len(d['detect/auc'])} | {_ms(d['detect/auc'])} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "## Context: clean accuracy, attack success and the loss of each group (mean over seeds)",
-        "",
+    keys = ["detect/auc", *(f"detect/auc_{a}" for a in attacks)]
+    rows = [[arch, len(data[arch]["detect/auc"]), *(mean_sd(data[arch].get(k, {}).values()) for k in keys)]
+            for arch in archs]  # fmt: skip
+    auc = Table(
+        f"Detection AUC per attack (BaDLoss one-class kNN, k = {K}, on each model's own loss trajectories)",
+        ["architecture", "seeds", "AUC (all)", *(f"AUC {a}" for a in attacks)],
+        rows,
+    )
+
+    def pct(d: dict, key: str) -> str:
+        return f"{100 * _mean(d[key]):.1f}" if d.get(key) else "-"
+
+    def loss(d: dict, g: str) -> str:
+        a, b = d.get(f"loss0/{g}"), d.get(f"loss1/{g}")
+        return f"{_mean(a):.2f} -> {_mean(b):.2f}" if a and b else "-"
+
+    rows = [[arch, pct(data[arch], "test/acc"), *(pct(data[arch], f"test/asr_{a}") for a in attacks),
+             loss(data[arch], "clean"), *(loss(data[arch], a) for a in attacks)] for arch in archs]  # fmt: skip
+    context = Table(
+        "Context: clean accuracy, attack success and the loss of each group (mean over seeds)",
+        ["architecture", "clean acc %", *(f"ASR {a}" for a in attacks), "loss clean", *(f"loss {a}" for a in attacks)],
+        rows,
         "Attack success rate (ASR, %) on the triggered non-target test images; mean training loss of the clean "
         "originals and of each attack's poisons at the first and the last recorded epoch (`first -> last`).",
-        "",
-        "| architecture | clean acc % | "
-        + " | ".join(f"ASR {a}" for a in attacks)
-        + " | loss clean | "
-        + " | ".join(f"loss {a}" for a in attacks)
-        + " |",
-        "|---|---|" + "---|" * (2 * len(attacks) + 1),
-    ]
-    for arch in archs:
-        d = data[arch]
+    )
+    rows = [[arch, f"{_mean(data[arch]['epochs']):.0f} ({mean_sd(data[arch]['kept_epochs'].values())})",
+             *(mean_sd(data[arch][k].values()) for k in ("score_std", "probe_score", "clean_score"))]
+            for arch in archs]  # fmt: skip
+    checks = Table(
+        "Checks of the score (a near-constant score or a probe set that is not the clean reference is a bug)",
+        ["architecture", "recorded epochs (kept by the filter)", "score std over scored rows",
+         "mean score: clean probes", "mean score: clean originals"],
+        rows,
+    )  # fmt: skip
+    return [auc, context, checks]
 
-        def pct(key: str, d: dict = d) -> str:
-            return f"{100 * statistics.fmean(d[key]):.1f}" if d.get(key) else "-"
 
-        def loss(g: str, d: dict = d) -> str:
-            a, b = d.get(f"loss0/{g}"), d.get(f"loss1/{g}")
-            return f"{statistics.fmean(a):.2f} -> {statistics.fmean(b):.2f}" if a and b else "-"
+def claim_report(records: list[Any], spec: ClaimSpec, out_dir: Path) -> HookResult:
+    """The pre-registered verdicts and the three tables (see the module docstring).
 
-        lines.append(
-            f"| {arch} | {pct('test/acc')} | "
-            + " | ".join(pct(f"test/asr_{a}") for a in attacks)
-            + f" | {loss('clean')} | "
-            + " | ".join(loss(a) for a in attacks)
-            + " |"
-        )
-    lines += [
-        "",
-        "## Checks of the score (a near-constant score or a probe set that is not the clean reference is a bug)",
-        "",
-        "| architecture | recorded epochs (kept by the filter) | score std over scored rows | mean score: clean probes "
-        "| mean score: clean originals |",
-        "|---|---|---|---|---|",
-    ]
-    for arch in archs:
-        d = data[arch]
-        lines.append(
-            f"| {arch} | {statistics.fmean(d['epochs']):.0f} ({_ms(d['kept_epochs'], 1)}) | {_ms(d['score_std'])} | "
-            f"{_ms(d['probe_score'])} | {_ms(d['clean_score'])} |"
-        )
-    lines += [
-        "",
-        "## Verdicts (pre-registered in `reports/badloss_vit.py`)",
-        "",
-        rep.verdict_table(verdicts(data, converged)),
-    ]
-    return "\n".join(lines)
+    Args:
+        records: the study's ``suite.compare.RunRecord``s (entries ``cnn`` and ``vit``).
+        spec: the claim spec (its convergence rule judges both entries).
+        out_dir: folder of the results page (unused).
+    """
+    data = collect(records)
+    archs = [a for a in ("cnn", "vit") if data.get(a, {}).get("detect/auc")]
+    if not archs:
+        return HookResult(notes=[f"No run with `loss_dynamics.pt` or `{CACHE}` found: no detection to judge."])
+    return HookResult(verdicts=verdicts(data, spec.convergence(records)), tables=tables(data, archs))

@@ -1,6 +1,6 @@
-"""The badloss_vit study: its report hook on synthetic loss matrices (the BaDLoss detector scores them, the verdicts
-follow the AUCs), the shared detector functions the BaDLoss module calls, LossDynamics' ``save_attrs`` and the spec's
-entries composing."""
+"""The badloss_vit study: its report hook on synthetic loss matrices (the BaDLoss detector scores them, the verdict
+objects follow the AUCs, the numbers are kept for a rebuild from data), the shared detector functions the BaDLoss
+module calls, LossDynamics' ``save_attrs`` and the spec's entries composing."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from hydra import compose, initialize_config_dir
 from lightning_modules.badloss import scoring
 from reports import badloss_vit as bv
 from suite import report as rep
-from suite.claim import load_spec
+from suite.claim import judge_page, load_spec
+from suite.claims import ClaimSpec
 from suite.compare import RunRecord
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +44,13 @@ def _matrix(seed: int, sep: dict[str, float], n: int = 400, probes: int = 60, e:
     }  # fmt: skip
 
 
-def _records(root: Path, cnn: dict[str, float], vit: dict[str, float], acc: float = 0.85) -> list[RunRecord]:
+CONVERGED = [(0, 2.0), (5, 0.5), (10, 0.5)]  # best-so-far val/loss flat over the last 20%
+RISING = [(0, 2.0), (5, 1.0), (10, 0.5)]  # still improving
+
+
+def _records(
+    root: Path, cnn: dict[str, float], vit: dict[str, float], acc: float = 0.85, vit_curve: list | None = None
+) -> list[RunRecord]:
     out = []
     for name, sep in (("cnn", cnn), ("vit", vit)):
         for s in range(3):
@@ -51,33 +58,63 @@ def _records(root: Path, cnn: dict[str, float], vit: dict[str, float], acc: floa
             path.mkdir(parents=True)
             torch.save(_matrix(s + (10 if name == "vit" else 0), sep), path / "loss_dynamics.pt")
             metrics = {"test/acc": acc, "test/asr_patch": 0.9, "test/asr_blend_r": 0.8}
-            out.append(RunRecord(path=path, name=name, seed=s, metrics=metrics))
+            curves = {"val/loss": vit_curve if name == "vit" and vit_curve else CONVERGED}
+            out.append(RunRecord(path, name, s, metrics, curves, config={"data": {"seed": s}}))
     return out
 
 
-def _words(records: list[RunRecord], converged: dict[str, bool] | None = None) -> dict[str, str]:
-    return {v.claim: v.verdict for v in bv.verdicts(bv.collect(records), converged)}
+def _judge(records: list[RunRecord], tmp_path: Path) -> dict:
+    spec = ClaimSpec.from_dict("badloss_vit", load_spec("badloss_vit"))
+    verdicts, _, _, hook_md, _, _ = judge_page(spec, records, tmp_path)
+    assert not hook_md  # the hook returns data, and did not fail
+    return {v.id: v for v in verdicts}
+
+
+def _words(records: list[RunRecord], tmp_path: Path) -> dict[str, str]:
+    return {k: v.verdict for k, v in _judge(records, tmp_path).items()}
 
 
 def test_verdicts_follow_the_aucs(tmp_path: Path) -> None:
     strong = {"patch": 3.0, "blend_r": 3.0}
     # both architectures separate both attacks: the CNN detects them and the detection carries over
-    words = _words(_records(tmp_path / "a", cnn=strong, vit=strong))
-    assert list(words.values()) == [rep.REPRODUCED] * 5, words
+    by_id = _judge(_records(tmp_path / "a", cnn=strong, vit=strong), tmp_path)
+    assert list(by_id) == ["cnn_detects_patch", "cnn_detects_blend_r", "carry_patch", "carry_blend_r", "carry_all"]
+    assert {v.verdict for v in by_id.values()} == {rep.REPRODUCED}, by_id
+    pooled = by_id["carry_all"]
+    assert pooled.primary and pooled.paired and pooled.kind == "non_inferior" and pooled.delta == bv.MARGIN
+    assert pooled.entries == ("vit", "cnn") and set(pooled.values["vit"]) == {"0", "1", "2"}
+    assert not by_id["carry_patch"].primary and by_id["cnn_detects_patch"].lo > 0  # above the bar on every seed
     # the ViT's patch poisons look like clean ones (AUC ~0.5): that carry-over fails, blend_r's holds
-    words = _words(_records(tmp_path / "b", cnn=strong, vit={"patch": 0.0, "blend_r": 3.0}))
-    carry = [w for c, w in words.items() if "carries over" in c]
-    assert carry[:2] == [rep.NOT_REPRODUCED, rep.REPRODUCED], words
+    by_id = _judge(_records(tmp_path / "b", cnn=strong, vit={"patch": 0.0, "blend_r": 3.0}), tmp_path)
+    assert by_id["carry_patch"].verdict == rep.NOT_REPRODUCED and by_id["carry_patch"].hi < -bv.MARGIN
+    assert by_id["carry_blend_r"].verdict == rep.REPRODUCED
     # the CNN does not detect blend_r: nothing to carry over (phenomenon absent), and its reference is not reproduced
-    words = _words(_records(tmp_path / "c", cnn={"patch": 3.0, "blend_r": 0.0}, vit=strong))
-    assert [w for c, w in words.items() if "blend_r" in c] == [rep.NOT_REPRODUCED, rep.ABSENT], words
-    # an entry that has not plateaued, or a near-chance classifier: the verdicts that read it are underfit
-    recs = _records(tmp_path / "d", cnn=strong, vit=strong)
-    assert list(_words(recs, {"cnn": True, "vit": False}).values()) == [rep.REPRODUCED] * 2 + [rep.UNDERFIT] * 3
-    assert set(_words(recs, {"cnn": False, "vit": True}).values()) == {rep.UNDERFIT}
-    assert set(_words(_records(tmp_path / "e", cnn=strong, vit=strong, acc=0.2)).values()) == {rep.UNDERFIT}
-    page = bv.claim_report(recs, tmp_path)
-    assert "| cnn | 3 | 1.000 ± 0.000 |" in page and "Verdicts" in page and "0.85" not in page
+    words = _words(_records(tmp_path / "c", cnn={"patch": 3.0, "blend_r": 0.0}, vit=strong), tmp_path)
+    assert (words["cnn_detects_blend_r"], words["carry_blend_r"]) == (rep.NOT_REPRODUCED, rep.ABSENT), words
+
+
+def test_underfit_entries_and_the_page_tables(tmp_path: Path) -> None:
+    strong = {"patch": 3.0, "blend_r": 3.0}
+    # an entry still improving, or a near-chance classifier: the verdicts that read it are underfit
+    words = _words(_records(tmp_path / "d", cnn=strong, vit=strong, vit_curve=RISING), tmp_path)
+    assert [words[f"cnn_detects_{a}"] for a in ATTACKS] == [rep.REPRODUCED] * 2
+    assert {words[c] for c in ("carry_patch", "carry_blend_r", "carry_all")} == {rep.UNDERFIT}
+    assert set(_words(_records(tmp_path / "e", cnn=strong, vit=strong, acc=0.2), tmp_path).values()) == {rep.UNDERFIT}
+    recs = _records(tmp_path / "f", cnn=strong, vit=strong)
+    spec = ClaimSpec.from_dict("badloss_vit", load_spec("badloss_vit"))
+    result = bv.claim_report(recs, spec, tmp_path)
+    auc, context, checks = result.tables
+    assert auc.rows[0][:3] == ["cnn", 3, "1 ± 0 (n=3)"] and context.rows[0][1] == "85.0"
+    assert [r[0] for r in checks.rows] == ["cnn", "vit"]
+    # the detection numbers are kept beside each run: a page rebuilt without the binary matrix reads them
+    for r in recs:
+        (Path(r.path) / "loss_dynamics.pt").unlink()
+        assert (Path(r.path) / bv.CACHE).is_file()
+    again = bv.claim_report(recs, spec, tmp_path)
+    assert again.tables[0].rows == auc.rows and [v.verdict for v in again.verdicts] == [rep.REPRODUCED] * 5
+    for r in recs:
+        (Path(r.path) / bv.CACHE).unlink()
+    assert bv.claim_report(recs, spec, tmp_path).verdicts == []
 
 
 def test_detect_run_is_the_module_detector(tmp_path: Path) -> None:

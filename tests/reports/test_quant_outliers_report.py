@@ -1,6 +1,6 @@
-"""The quant_outliers study: its report hook on synthetic runs, the census of a ViT's blocks and a CNN's feature maps
-(a planted massive activation is found), the classifier-quantization prefix and the per-entry experiment of a claim
-spec."""
+"""The quant_outliers study: its report hook's verdict objects on synthetic runs, the census of a ViT's blocks and a
+CNN's feature maps (a planted massive activation is found), the classifier-quantization prefix and the per-entry
+experiment of a claim spec."""
 
 from __future__ import annotations
 
@@ -14,12 +14,17 @@ from torch import nn
 
 from callbacks.outlier_census import run_census, summarize
 from reports import quant_outliers as qo
-from suite import report as rep
-from suite.claim import entry_command
+from suite import stats
+from suite.claim import entry_command, judge_page, load_spec
+from suite.claims import ClaimResult, ClaimSpec
 from suite.compare import RunRecord
 
+FLAT = [(50, 1.0), (100, 0.8), (150, 0.7), (200, 0.7)]  # converged by the best-so-far rule
+FALLING = [(50, 1.0), (100, 0.9), (150, 0.8), (200, 0.6)]  # still improving at the end
 
-def _run(root: Path, name: str, seed: int, ratio: float, fp: float, drops: dict[str, float], w8: float) -> RunRecord:
+
+def _run(root: Path, name: str, seed: int, ratio: float, fp: float, drops: dict[str, float], w8: float,
+         curve=FLAT) -> RunRecord:  # fmt: skip
     path = root / name / str(seed)
     path.mkdir(parents=True)
     res = {m: {"acc": fp - d, "acc_drop": d, "kl": 0.0} for m, d in {"fp": 0.0, **drops}.items()}
@@ -30,45 +35,82 @@ def _run(root: Path, name: str, seed: int, ratio: float, fp: float, drops: dict[
         w = csv.DictWriter(f, fieldnames=["step", "kind", "name", "metric", "value"])
         w.writeheader()
         w.writerow({"step": 10, "kind": "act", "name": "net.blocks.0", "metric": "ratio", "value": ratio})
-    return RunRecord(path=path, name=name, seed=seed)
+    return RunRecord(path, name, seed, curves={"val/loss": curve}, config={"data": {"seed": seed}})
 
 
-def _records(root: Path, vit_rtn: float, cnn_rtn: float, fp: float = 0.85) -> list[RunRecord]:
+def _records(root: Path, vit_rtn: float, cnn_rtn: float, fp: float = 0.85, w8: float = 0.001, jitter: float = 0.002,
+             vit_curve=FLAT) -> list[RunRecord]:  # fmt: skip
+    """Three seeds of each architecture; the seeds' RTN drops move in opposite directions on the two (so the
+    difference has a spread of its own)."""
     out = []
-    for s, jitter in enumerate((-0.002, 0.0, 0.002)):
-        vit = {"rtn": vit_rtn + jitter, "smoothquant": 0.01, "quarot": 0.005 + jitter, "ostquant": 0.004}
-        cnn = {"rtn": cnn_rtn + jitter, "smoothquant": 0.01, "quarot": 0.01 + jitter, "ostquant": 0.01}
-        out.append(_run(root, "vit", s, 50.0 + s, fp, vit, 0.001))
-        out.append(_run(root, "cnn", s, 8.0 + s, fp, cnn, 0.002))
+    for s, j in enumerate((-jitter, 0.0, jitter)):
+        vit = {"rtn": vit_rtn + j, "smoothquant": 0.01, "quarot": 0.005 + j / 2, "ostquant": 0.004}
+        cnn = {"rtn": cnn_rtn - j, "smoothquant": 0.01, "quarot": 0.01 - j / 2, "ostquant": 0.01}
+        out.append(_run(root, "vit", s, 50.0 + s, fp, vit, w8, vit_curve))
+        out.append(_run(root, "cnn", s, 8.0 + s, fp, cnn, 2 * w8))
     return out
 
 
-def _words(records: list[RunRecord]) -> list[str]:
-    return [v.verdict for v in qo.verdicts(qo.collect(records))]
+def _verdicts(records: list[RunRecord], out: Path) -> dict[str, ClaimResult]:
+    spec = ClaimSpec.from_dict("quant_outliers", load_spec("quant_outliers"))
+    verdicts, _, result, hook_md, _, _ = judge_page(spec, records, out)
+    assert not hook_md, hook_md  # the hook returns data, and did not fail
+    assert result.tables[0].rows[0][0] == "vit"
+    return {v.id: v for v in verdicts}
+
+
+def _words(records: list[RunRecord], out: Path) -> list[str]:
+    by_id = _verdicts(records, out)
+    return [by_id[k].verdict for k in ("larger_outliers_lose_more", "aware_recover_more", "w8a8_control_vit")]
 
 
 def test_verdicts_follow_the_numbers(tmp_path: Path) -> None:
-    # the high-outlier ViT loses more to RTN and the aware methods recover more there: both reproduced
-    assert _words(_records(tmp_path / "a", vit_rtn=0.10, cnn_rtn=0.02)) == [rep.REPRODUCED] * 3
+    # the high-outlier ViT loses more to RTN and the aware methods recover more there: both reproduced, paired
+    recs = _records(tmp_path / "a", vit_rtn=0.10, cnn_rtn=0.02)
+    assert qo.table(qo.collect(recs)).rows[0][:3] == ["vit", "51 ± 1 (n=3)", "85 ± 0 (n=3) (0 ± 0 (n=3))"]
+    by_id = _verdicts(recs, tmp_path)
+    lose = by_id["larger_outliers_lose_more"]
+    assert lose.verdict == stats.REPRODUCED and lose.paired and lose.entries == ("vit", "cnn") and lose.primary
+    assert lose.diff == pytest.approx(0.08) and lose.lo > 0
+    assert by_id["aware_recover_more"].verdict == stats.REPRODUCED
+    assert by_id["w8a8_control_vit"].verdict == by_id["w8a8_control_cnn"].verdict == stats.REPRODUCED
     # flipped: the CNN (smaller outliers) loses more; its recovery is larger too
-    assert _words(_records(tmp_path / "b", vit_rtn=0.02, cnn_rtn=0.10))[:2] == [rep.NOT_REPRODUCED] * 2
-    # equal drops: within noise
-    assert _words(_records(tmp_path / "c", vit_rtn=0.05, cnn_rtn=0.05))[0] == rep.NOISE
-    # near-chance classifiers: underfit
-    assert _words(_records(tmp_path / "d", vit_rtn=0.10, cnn_rtn=0.02, fp=0.3))[:2] == [rep.UNDERFIT] * 2
-    # an entry that has not plateaued (the sizing rule): underfit, the control is unaffected
-    data = qo.collect(_records(tmp_path / "f", vit_rtn=0.10, cnn_rtn=0.02))
-    words = [v.verdict for v in qo.verdicts(data, {"vit": False, "cnn": True})]
-    assert words == [rep.UNDERFIT, rep.UNDERFIT, rep.REPRODUCED]
-    page = qo.claim_report(_records(tmp_path / "e", vit_rtn=0.10, cnn_rtn=0.02), tmp_path)
-    assert "| vit | 51.0 ± 1.0 |" in page and "RTN W4A4" in page
+    assert _words(_records(tmp_path / "b", vit_rtn=0.02, cnn_rtn=0.10), tmp_path)[:2] == [stats.NOT_REPRODUCED] * 2
+    # equal drops, seeds 3 points apart in opposite directions: within noise
+    equal = _records(tmp_path / "c", vit_rtn=0.05, cnn_rtn=0.05, jitter=0.03)
+    assert _words(equal, tmp_path)[0] == stats.NOISE
+    # near-chance classifiers: underfit; the W8A8 control (a quantizer check) is unaffected
+    assert _words(_records(tmp_path / "d", vit_rtn=0.10, cnn_rtn=0.02, fp=0.3), tmp_path) == [stats.UNDERFIT] * 2 + [
+        stats.REPRODUCED
+    ]
+    # an entry still improving at the end (the convergence rule): underfit, the control is unaffected
+    falling = _records(tmp_path / "f", vit_rtn=0.10, cnn_rtn=0.02, vit_curve=FALLING)
+    assert _words(falling, tmp_path) == [stats.UNDERFIT, stats.UNDERFIT, stats.REPRODUCED]
+    # W8A8 costing 3 points: the control fails (non-inferiority margin one point)
+    assert _words(_records(tmp_path / "g", vit_rtn=0.10, cnn_rtn=0.02, w8=0.03), tmp_path)[2] == stats.NOT_REPRODUCED
+
+
+def test_pairing_by_seed_decides(tmp_path: Path) -> None:
+    """Drops that move with the seed on both architectures (the seed's data) but differ by 2 points on every seed:
+    paired by seed the difference is decided, which a Welch interval over the seed-to-seed spread would not."""
+    recs = []
+    for s in range(3):
+        recs.append(_run(tmp_path, "vit", s, 50.0 + s, 0.85, {"rtn": 0.10 + 0.05 * s + 0.001 * s, "quarot": 0.01}, 0.0))
+        recs.append(_run(tmp_path, "cnn", s, 8.0 + s, 0.85, {"rtn": 0.08 + 0.05 * s, "quarot": 0.01}, 0.0))
+    lose = _verdicts(recs, tmp_path)["larger_outliers_lose_more"]
+    assert lose.paired and lose.verdict == stats.REPRODUCED
+    welch = qo.judge_values(qo.Claim("x", "x", "m", ("vit", "cnn"), True, delta=qo.DELTA), *lose.values.values(),
+                            paired=False)  # fmt: skip
+    assert welch.verdict == stats.NOISE
 
 
 def test_overlapping_census_is_phenomenon_absent(tmp_path: Path) -> None:
     recs = _records(tmp_path, vit_rtn=0.10, cnn_rtn=0.02)
     for r in recs:  # the same census ratio for both architectures
-        (Path(r.path) / "outlier_census.csv").write_text("step,kind,name,metric,value\n10,act,net.blocks.0,ratio,9.0\n")
-    assert _words(recs)[:2] == [rep.ABSENT] * 2
+        (Path(r.path) / "outlier_census.csv").write_text("step,kind,name,metric,value\n10,act,net.blocks.0,ratio,51\n")
+    by_id = _verdicts(recs, tmp_path)
+    assert by_id["larger_outliers_lose_more"].verdict == by_id["aware_recover_more"].verdict == stats.ABSENT
+    assert "overlap" in by_id["larger_outliers_lose_more"].why
 
 
 def _plant(o: torch.Tensor, where: tuple[int, ...]) -> torch.Tensor:

@@ -888,6 +888,7 @@ def main(argv: list[str] | None = None) -> None:
                                       spec, status)  # fmt: skip
             extra = [*args.overrides, "num_threads=1"] if args.jobs > 1 else args.overrides
             failures = run_pairs(args.slug, pairs, spec, out, extra, status_file, jobs=args.jobs)
+            status = load_status(status_file)
         if args.no_page:
             if failures:
                 fail(f"claim runs failed: {', '.join(failures)} (no page written: --no-page)")

@@ -154,7 +154,9 @@ def test_claim_report_verdicts(tmp_path: Path):
     gine = by_id["grass_vs_gine"]
     assert gine.verdict == stats.REPRODUCED and gine.primary and not gine.paired  # declared: Welch
     assert gine.diff == pytest.approx(0.10) and 0 < gine.lo < gine.diff < gine.hi  # lower MAE = positive
-    assert by_id["grass_vs_gps"].verdict == stats.NOISE and by_id["grass_vs_gps"].published == pytest.approx(-0.023)
+    assert by_id["grass_vs_gps"].verdict == stats.NOISE and by_id["grass_vs_gps"].published == pytest.approx(
+        0.023
+    )  # lower MAE: positive
     assert by_id["rewiring_helps"].verdict == stats.REPRODUCED and not by_id["rewiring_helps"].primary
     assert by_id["rrwp_helps"].verdict == stats.NOT_REPRODUCED and by_id["rrwp_helps"].hi < 0  # the opposite holds
     # a GRASS still improving at the stop: every comparison with it is underfit, the interval still shown

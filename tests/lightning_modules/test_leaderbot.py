@@ -298,101 +298,118 @@ def test_bad_config_fails_at_construction():
         lk.Layout("davidson", 129, 200, 1)
 
 
-def test_claim_report_verdict():
-    from types import SimpleNamespace
+def _leaderbot_page(records: list, tmp_path: Path):
+    """The leaderbot page's verdicts by id, the hook's result and the convergence per entry."""
+    from suite.claim import judge_page, load_spec
+    from suite.claims import ClaimSpec
 
-    from reports.leaderbot import PUBLISHED, claim_report
-
-    recs = [SimpleNamespace(name=n, metrics={"val/nll": p["nll"], "val/mae_tie": 35.6}) for n, p in PUBLISHED.items()]
-    assert "reproduced to 4 decimals: 9/9" in claim_report(recs, Path("."))
-    recs[-1].metrics["val/nll"] = PUBLISHED["dv_0_1"]["nll"] - 2e-4
-    recs[0].metrics["val/nll"] = PUBLISHED["bt_none"]["nll"] + 1e-3
-    page = claim_report(recs[:-2] + recs[-1:], Path("."))
-    assert "6/9" in page and "Lower than published: dv_0_1" in page
-    assert "**Not reproduced** (higher NLL): bt_none" in page
-    assert "Not run: dv_0_0" in page
+    spec = ClaimSpec.from_dict("leaderbot", load_spec("leaderbot"))
+    verdicts, _, result, _, conv, _ = judge_page(spec, records, tmp_path)
+    return {v.id: v for v in verdicts}, result, conv
 
 
-def test_claim_report_kld_and_generalisation_verdicts():
-    """KLD% is judged on the package's tie split where a run reports it; the held-out ordering is judged on paired
-    differences over splits (hand-made numbers: 3 splits with differences -0.010, -0.012, -0.011 -> mean -0.011,
-    s.e. 0.00058: reproduced; +1, -1, +0.5 -> within noise; +2, +2.2, +1.8 -> not reproduced)."""
-    from types import SimpleNamespace
+def _full_fits(grad: dict | None = None, **changed) -> list:
+    """One full-data run per published model at its published NLL and KLD%, stationary unless ``grad`` says
+    otherwise (entry -> gradient, ``None`` for none logged); ``changed``: entry -> metrics to update."""
+    from reports.leaderbot import PUBLISHED
+    from suite.compare import RunRecord
 
-    from reports.leaderbot import (
-        NOISE,
-        NOT_REPRODUCED,
-        PUBLISHED,
-        REPRODUCED,
-        claim_report,
-        paired_verdict,
+    out = []
+    for n, p in PUBLISHED.items():
+        m = {"val/nll": p["nll"], "val/kld": p["kld_pct"] / 100, "val/mae_tie": 35.6 if n == "dv_0_1" else 49.0}
+        g = (grad or {}).get(n, 1e-12)
+        m |= {} if g is None else {"train/grad_max": g}
+        out.append(RunRecord(Path(n), n, 0, m | changed.get(n, {})))
+    return out
+
+
+def _held_out(nll0: tuple, nll1: tuple, tie0=(30.0,) * 3, tie1=(30.0,) * 3, grad0: float = 1e-12) -> list:
+    from suite.compare import RunRecord
+
+    out = []
+    for seed in range(3):
+        for name, nll, tie, g in (("gen_dv_none_0", nll0, tie0, grad0), ("gen_dv_0_1", nll1, tie1, 1e-12)):
+            m = {"test/nll": nll[seed], "test/mae_tie": tie[seed], "train/grad_max": g}
+            out.append(RunRecord(Path(f"{name}{seed}"), name, seed, m))
+    return out
+
+
+def test_claim_report_published_nll(tmp_path: Path):
+    from reports.leaderbot import PUBLISHED
+    from suite import stats
+
+    by_id, _, _ = _leaderbot_page(_full_fits(), tmp_path)
+    assert (
+        by_id["published_nll"].verdict == stats.REPRODUCED and "9/9 equal to 4 decimals" in by_id["published_nll"].why
+    )
+    recs = _full_fits(dv_0_1={"val/nll": PUBLISHED["dv_0_1"]["nll"] - 2e-4},
+                      bt_none={"val/nll": PUBLISHED["bt_none"]["nll"] + 1e-3})  # fmt: skip
+    nll = _leaderbot_page(recs, tmp_path)[0]["published_nll"]
+    assert nll.verdict == stats.NOT_REPRODUCED and nll.why.startswith("7/9")
+    assert "lower (a better fit of the same objective, counted as matched): dv_0_1" in nll.why
+    assert "higher: bt_none" in nll.why
+    nll = _leaderbot_page([r for r in recs if r.name != "dv_0_0"], tmp_path)[0]["published_nll"]
+    assert nll.verdict == stats.UNDERFIT and "not run: dv_0_0" in nll.why and "dv_0_0: not run" in nll.why
+    recs = _full_fits(dv_0_1={"val/nll": PUBLISHED["dv_0_1"]["nll"] - 2e-4})
+    assert _leaderbot_page(recs, tmp_path)[0]["published_nll"].verdict == stats.REPRODUCED  # lower counts
+
+
+def test_claim_report_kld_tie_mae_and_generalisation_verdicts(tmp_path: Path):
+    """KLD% is judged on the package's tie split where a run reports it; the tie MAE is an exact comparison of
+    deterministic fits; the held-out ordering is a paired t interval over the seeds' splits (hand-made numbers:
+    NLL differences -0.0008, -0.0009, -0.0007 -> reproduced; tie MAE +3, +2, +4 -> the opposite holds)."""
+    from reports.leaderbot import PUBLISHED
+    from suite import stats
+
+    bt = {n: {"val/kld": p["kld_pct"] / 100 - 0.0012, "val/kld_pkg": p["kld_pct"] / 100}
+          for n, p in PUBLISHED.items() if n.startswith("bt_")}  # fmt: skip
+    recs = _full_fits(**bt) + _held_out((1.0134, 1.0140, 1.0129), (1.0126, 1.0131, 1.0122), (28.5, 29.0, 28.0),
+                                        (31.5, 31.0, 32.0))  # fmt: skip
+    by_id, result, _ = _leaderbot_page(recs, tmp_path)
+    assert by_id["published_kld"].verdict == stats.REPRODUCED and by_id["published_kld"].why.startswith("9/9")
+    tie = by_id["tie_mae_full"]
+    assert tie.verdict == stats.REPRODUCED and tie.lo == tie.hi == pytest.approx(49.0 - 35.6) and tie.published == 13.3
+    nll = by_id["gen_nll"]
+    assert nll.verdict == stats.REPRODUCED and nll.paired and nll.diff == pytest.approx(0.0008)
+    assert 0 < nll.lo < nll.hi < 0.0011  # paired: the splits' shared difficulty (0.0011 apart) cancels
+    assert by_id["gen_mae_tie"].verdict == stats.NOT_REPRODUCED and by_id["gen_mae_tie"].hi < 0
+    gen = {row[0]: row for row in result.tables[1].rows}
+    assert gen["gen_dv_0_1"][1] == 3 and gen["gen_dv_0_1"][2].startswith("1.013 ± 0.00045")
+    assert gen["gen_bt_none"][1] == "not run"
+    recs = _full_fits(**bt)
+    recs[0].metrics.pop("val/kld_pkg")  # bt_none judged on the exact split: 0.12 points off
+    kld = _leaderbot_page(recs, tmp_path)[0]["published_kld"]
+    assert (
+        kld.verdict == stats.NOT_REPRODUCED
+        and "8/9" in kld.why
+        and "off at the same NLL: bt_none 1.37 vs 1.49" in kld.why
     )
 
-    assert paired_verdict([0.990, 0.988, 0.989], [1.0, 1.0, 1.0])[0] == REPRODUCED
-    assert paired_verdict([31.0, 29.0, 30.5], [30.0, 30.0, 30.0])[0] == NOISE
-    assert paired_verdict([32.0, 32.2, 31.8], [30.0, 30.0, 30.0])[0] == NOT_REPRODUCED
-    assert paired_verdict([0.9], [1.0])[0] == NOISE  # one split: no spread to judge by
 
-    recs = []
-    for n, p in PUBLISHED.items():
-        m = {"val/nll": p["nll"], "val/kld": p["kld_pct"] / 100, "val/mae_tie": 35.6 if n == "dv_0_1" else 49.0,
-             "train/grad_max": 1e-12}  # fmt: skip
-        if n.startswith("bt_"):  # exact split 0.12 points below, the package's split on the published value
-            m.update({"val/kld": p["kld_pct"] / 100 - 0.0012, "val/kld_pkg": p["kld_pct"] / 100})
-        recs.append(SimpleNamespace(name=n, seed=0, metrics=m))
-    for seed, (nll0, nll1, tie0, tie1) in enumerate([(1.0134, 1.0126, 28.5, 31.5), (1.0140, 1.0131, 29.0, 31.0),
-                                                       (1.0129, 1.0122, 28.0, 32.0)]):  # fmt: skip
-        g = {"train/grad_max": 3e-11}
-        for name, nll, tie in (("gen_dv_none_0", nll0, tie0), ("gen_dv_0_1", nll1, tie1)):
-            recs.append(SimpleNamespace(name=name, seed=seed, metrics={"test/nll": nll, "test/mae_tie": tie, **g}))
-    page = claim_report(recs, Path("."))
-    assert f"| The published KLD% of the 9 models (goodness-of-fit table) | {REPRODUCED} | 9/9" in page
-    assert f"| Held out: Davidson(0, 1) has a lower NLL than Davidson(None, 0) | {REPRODUCED} |" in page
-    assert f"| Held out: Davidson(0, 1) has a lower MAE tie than Davidson(None, 0) | {NOT_REPRODUCED} |" in page
-    assert "| gen_dv_0_1 | 3 | 1.0126 ± 0.0005 |" in page and "not available |" in page
-    recs[0].metrics.pop("val/kld_pkg")  # bt_none judged on the exact split: 0.12 points off
-    page = claim_report(recs, Path("."))
-    assert "| The published KLD% of the 9 models (goodness-of-fit table) | not reproduced | 8/9" in page
-    assert "off at the same NLL: bt_none 1.37 vs 1.49" in page
-
-
-def test_claim_report_gates_every_verdict_on_stationary_fits():
+def test_claim_report_gates_every_verdict_on_stationary_fits(tmp_path: Path):
     """A verdict resting on a fit whose last gradient exceeds the tolerance (or was not logged) is underfit, and the
     page's convergence table says which fit."""
-    from types import SimpleNamespace
+    from reports.leaderbot import GRAD_TOL, PUBLISHED, solver_check
+    from suite import stats
 
-    from reports.leaderbot import GRAD_TOL, PUBLISHED, REPRODUCED, UNDERFIT, claim_report, solver_check
-
-    def recs(grad_dv0: float | None, grad_gen: float) -> list:
-        out = []
-        for n, p in PUBLISHED.items():
-            m = {"val/nll": p["nll"], "val/kld": p["kld_pct"] / 100, "val/mae_tie": 35.6 if n == "dv_0_1" else 49.0}
-            g = grad_dv0 if n == "dv_none_0" else 1e-12
-            out.append(SimpleNamespace(name=n, seed=0, metrics=m | ({} if g is None else {"train/grad_max": g})))
-        for seed in range(3):
-            out += [SimpleNamespace(name=n, seed=seed, metrics={"test/nll": v + 0.001 * seed, "train/grad_max": gr})
-                    for n, v, gr in (("gen_dv_none_0", 1.0134, grad_gen), ("gen_dv_0_1", 1.0126, 1e-12))]  # fmt: skip
-        return out
-
-    page = claim_report(recs(1e-12, 1e-12), Path("."))
-    assert f"| The published NLLs of the 9 models (model-selection table) | {REPRODUCED} |" in page
-    assert f"| Held out: Davidson(0, 1) has a lower NLL than Davidson(None, 0) | {REPRODUCED} |" in page
-    assert "| dv_none_0 | yes | stationary, largest abs gradient 1e-12 over 1 seed(s) (tolerance 1e-05) |" in page
-    page = claim_report(recs(2 * GRAD_TOL, 1e-12), Path("."))
+    held = _held_out((1.0134, 1.0144, 1.0154), (1.0116, 1.0125, 1.0137))
+    by_id, result, conv = _leaderbot_page(_full_fits() + held, tmp_path)
+    assert by_id["published_nll"].verdict == stats.REPRODUCED and by_id["gen_nll"].verdict == stats.REPRODUCED
+    stationarity = {row[0]: row for row in result.tables[2].rows}
+    assert stationarity["dv_none_0"][1:] == ["yes", "stationary, largest abs gradient 1e-12 over 1 seed(s) "
+                                            "(tolerance 1e-05)"]  # fmt: skip
+    by_id, _, conv = _leaderbot_page(_full_fits({"dv_none_0": 2 * GRAD_TOL}) + held, tmp_path)
     # an NLL equal to the published one stands (more minimisation could only lower it); the other rows are underfit
-    assert f"| The published NLLs of the 9 models (model-selection table) | {REPRODUCED} |" in page
-    assert f"| The published KLD% of the 9 models (goodness-of-fit table) | {UNDERFIT} |" in page
-    assert f"| The factored tie model lowers Davidson's tie MAE (full data) | {UNDERFIT} |" in page
-    assert "dv_none_0: not stationary, largest abs gradient 2e-05" in page
-    assert "Not shown stationary: dv_none_0;" in page
-    higher = recs(2 * GRAD_TOL, 1e-12)
-    next(r for r in higher if r.name == "dv_none_0").metrics["val/nll"] += (
-        1e-3  # dv_none_0 above the published NLL, on a fit that is not stationary
+    assert by_id["published_nll"].verdict == stats.REPRODUCED
+    assert (
+        by_id["published_kld"].verdict == stats.UNDERFIT and "dv_none_0: not stationary" in by_id["published_kld"].why
     )
-    row = "| The published NLLs of the 9 models (model-selection table) |"
-    assert f"{row} {UNDERFIT} |" in claim_report(higher, Path("."))
-    assert f"| Held out: Davidson(0, 1) has a lower NLL than Davidson(None, 0) | {REPRODUCED} |" in page
-    page = claim_report(recs(None, 0.1), Path("."))  # no gradient logged; one held-out seed far from stationary
-    assert "dv_none_0: no finite final gradient logged" in page
-    assert f"| Held out: Davidson(0, 1) has a lower NLL than Davidson(None, 0) | {UNDERFIT} |" in page
+    assert by_id["tie_mae_full"].verdict == stats.UNDERFIT and "largest abs gradient 2e-05" in by_id["tie_mae_full"].why
+    assert not conv["dv_none_0"][0] and by_id["gen_nll"].verdict == stats.REPRODUCED
+    higher = _full_fits({"dv_none_0": 2 * GRAD_TOL}, dv_none_0={"val/nll": PUBLISHED["dv_none_0"]["nll"] + 1e-3})
+    assert _leaderbot_page(higher + held, tmp_path)[0]["published_nll"].verdict == stats.UNDERFIT
+    far = _held_out((1.0134, 1.0144, 1.0154), (1.0116, 1.0125, 1.0137), grad0=0.1)  # a held-out fit far from stationary
+    by_id, _, _ = _leaderbot_page(_full_fits({"dv_none_0": None}) + far, tmp_path)  # no gradient logged
+    assert "dv_none_0: no finite final gradient logged" in by_id["published_kld"].why
+    assert by_id["gen_nll"].verdict == stats.UNDERFIT and "gen_dv_none_0: not stationary" in by_id["gen_nll"].why
     assert solver_check({}, "bt_0") == (False, "bt_0: not run")

@@ -446,7 +446,7 @@ def judge_page(
     own = {v.id: v for v in result.verdicts}
     verdicts = [own.pop(v.id, v) for v in verdicts] + list(own.values())
     verdicts, weak_notes = apply_weak_baselines(verdicts, weak)
-    verdicts = apply_holm(verdicts)
+    verdicts = apply_holm(sorted(verdicts, key=lambda v: not v.primary))  # the paper's headline claims first
     return verdicts, weak_notes, result, hook_md, convergence, weak_lines
 
 
@@ -917,8 +917,15 @@ def main(argv: list[str] | None = None) -> None:
         else:
             data = results_data.build(args.slug, spec, [], status, profile=args.profile, root=ROOT, out=out)
         with tempfile.TemporaryDirectory(prefix="claim-data-") as tmp:
-            records = results_data.records_from(data, Path(tmp), paths={(r.name, str(r.seed)): r.path for r in disk})
+            paths = {(r.name, str(r.seed)): r.path for r in disk}
+            records = results_data.records_from(data, Path(tmp), paths=paths)
             page = write_page(args.slug, spec, records, status, out, args.overrides, page_path, data=data)
+            if disk and spec.get("data_files"):  # a hook may have written its data files beside the runs just now
+                again = results_data.build(args.slug, spec, disk, status, profile=args.profile, root=ROOT, out=out)
+                if [r.get("files") for r in again["runs"]] != [r.get("files") for r in data["runs"]]:
+                    data = again
+                    records = results_data.records_from(data, Path(tmp) / "again", paths=paths)
+                    page = write_page(args.slug, spec, records, status, out, args.overrides, page_path, data=data)
             if paper:
                 finish_paper_page(page, args.slug, spec, records, args.overrides)
             elif args.profile != "cpu":

@@ -13,7 +13,8 @@ A claim spec (``conf/claim/<slug>.yaml``) declares its claims before the runs::
         delta: 0.5                                 # smallest effect of interest (the margin for the other kinds)
         delta_why: "a tenth of the paper's gap"    # where delta comes from
         primary: true                              # the paper's headline: Holm's correction across the primaries
-        published: -3.2                            # the paper's own difference (same sign convention), or absent
+        published: -3.2                            # the paper's own difference, method minus compared-with (the page
+                                                   # shows it signed like ours: positive = the claimed direction)
         paired: true                               # optional: default, paired when both entries ran the same seeds
                                                    # and their data depend on the seed (`data.seed` = the run seed)
         converge: [stickbreaking, softmax_rope]    # optional: entries whose convergence the verdict needs [entries]
@@ -144,7 +145,8 @@ class ClaimResult:
     """What the runs say about one claim: the verdict row of the page, and the data behind it.
 
     Attributes:
-        id, text, metric, kind, entries, primary, delta, published: from the :class:`Claim`.
+        id, text, metric, kind, entries, primary, delta: from the :class:`Claim`.
+        published: the paper's difference, signed like ``diff`` (positive = the claimed direction).
         verdict: one of :data:`suite.stats.VERDICTS`.
         diff, lo, hi: the difference (positive = the claimed direction) and its 95% interval; ``None`` without one.
         n: seeds on each side; paired: paired by seed (else Welch); p: the decision's p-value; p_holm: Holm-adjusted
@@ -307,7 +309,7 @@ def judge_values(
         primary=claim.primary,
         delta=claim.delta,
         delta_why=claim.delta_why,
-        published=claim.published,
+        published=None if claim.published is None else claim.sign * claim.published,
         values={claim.entries[0]: dict(a), claim.entries[1]: dict(b)},
         paired=paired,
     )
@@ -385,10 +387,12 @@ def judge_claims(
 
 
 def apply_holm(results: list[ClaimResult], alpha: float = stats.ALPHA) -> list[ClaimResult]:
-    """Holm's correction across the primary claims that have a p-value: each gets ``p_holm``; a decided primary
+    """Holm's correction across the primary claims that were tested (an interval decided them or left them within
+    noise; absent and underfit claims tested nothing): each gets ``p_holm``; a decided primary
     (``reproduced`` / ``not reproduced``) whose adjusted p is not below ``alpha`` reads ``within noise`` and says so.
     Exploratory claims are left as they are."""
-    idx = [i for i, r in enumerate(results) if r.primary and r.p is not None]
+    tested = (stats.REPRODUCED, stats.NOT_REPRODUCED, stats.NOISE)  # an absent or underfit claim tested nothing
+    idx = [i for i, r in enumerate(results) if r.primary and r.p is not None and r.verdict in tested]
     if not idx:
         return results
     adjusted = stats.holm([results[i].p for i in idx])

@@ -238,3 +238,39 @@ def records_from(
 
 def status_from(data: Mapping[str, Any]) -> dict[str, tuple]:
     return {str(k): (v[0], v[1]) for k, v in (data.get("status") or {}).items() if isinstance(v, list) and len(v) == 2}
+
+
+def verdict_counts(folder: Path) -> dict[str, dict[str, int]]:
+    """Per data file in ``folder`` (``docs/results/data``): how many claims read each verdict word."""
+    from suite.claims import ClaimResult, counts
+
+    out = {}
+    for f in sorted(Path(folder).glob("*.json")):
+        try:
+            data = load(f)
+        except DataFileError:
+            continue
+        out[f.stem] = counts([ClaimResult.from_dict(c) for c in data.get("claims") or []])
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m suite.results_data [folder]``: the verdict counts of every page rebuilt from data (the README's
+    counts come from here)."""
+    import argparse
+
+    from suite import stats
+
+    parser = argparse.ArgumentParser(description="verdict counts per claim page, from docs/results/data/*.json")
+    parser.add_argument("folder", nargs="?", default=str(Path(__file__).resolve().parents[1] / "docs/results/data"))
+    args = parser.parse_args(argv)
+    table = verdict_counts(Path(args.folder))
+    short = {v: v.replace("inconclusive: ", "") for v in stats.VERDICTS}
+    print("| page | " + " | ".join(short[v] for v in stats.VERDICTS) + " |")
+    print("|---|" + "---|" * len(stats.VERDICTS))
+    for slug, c in table.items():
+        print(f"| [{slug}]({slug}.md) | " + " | ".join(str(c[v]) for v in stats.VERDICTS) + " |")
+
+
+if __name__ == "__main__":
+    main()

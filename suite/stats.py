@@ -219,8 +219,8 @@ def decide(iv: Interval, *, kind: str = "superiority", delta: float = 0.0) -> tu
             return REPRODUCED, p, f"smaller than delta {delta:g}" if small else ""
         if iv.hi < 0:
             return NOT_REPRODUCED, p, "the opposite holds"
-        if delta > 0 and iv.hi < delta:
-            return NOT_REPRODUCED, p, f"no effect as large as delta {delta:g}"
+        if delta > 0 and iv.hi < delta:  # the test of "the effect is at least delta": its p, not the one against 0
+            return NOT_REPRODUCED, iv.p_value(delta), f"no effect as large as delta {delta:g}"
         return NOISE, p, ""
     if kind == "non_inferior":
         p = iv.p_value(-delta) if iv.diff > -delta else 1.0

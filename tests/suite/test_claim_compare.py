@@ -26,13 +26,26 @@ def run_fixture_claim(tmp_path, page, *args, timeout=600):
 @pytest.mark.slow
 def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     page = tmp_path / "page.md"
-    run_fixture_claim(tmp_path, page, "trainer.max_epochs=1", timeout=900)
+    # --jobs 2: the (entry, seed) pairs as two one-thread processes at once, each into its full-run folder
+    run_fixture_claim(tmp_path, page, "trainer.max_epochs=1", "--jobs", "2", timeout=900)
     text = page.read_text()
     assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok |" in text
     assert "(n=2)" in text  # two seeds aggregated
     assert (tmp_path / "spine_fixture.png").stat().st_size > 1000
-    assert "| steps | 2 epochs | 1 epoch |" in text and "## Sizing: has every entry plateaued?" in text
-    assert "| sgd_lr005 | " in text.split("## Sizing")[1]  # one plateau line per entry
+    assert "| steps | 2 epochs | 1 epoch |" in text and "## Convergence: has every entry converged?" in text
+    assert "| sgd_lr005 | " in text.split("## Convergence")[1]  # one convergence line per entry
+    # the declared claim leads the page, with the per-seed values it read (one common seed: no interval)
+    assert text.index("## Verdicts") < text.index("## Runs")
+    assert "| the higher learning rate fits better at an equal budget (`lr005_vs_lr001`, primary) |" in text
+    assert "| `lr005_vs_lr001` | sgd_lr001 | test/mse | 1: " in text
+    data = json.loads((tmp_path / "data" / "page.json").read_text())
+    assert {(r["entry"], r["seed"]) for r in data["runs"]} == {("sgd_lr005", 0), ("sgd_lr005", 1), ("sgd_lr001", 1)}
+    assert all(0 < len(r["curves"]["val/loss"]) <= 200 for r in data["runs"])
+    assert data["claims"][0]["id"] == "lr005_vs_lr001" and data["status"]["sgd_lr005@seed=1"][0] == 0
+    assert all("num_threads=1" in p.read_text() for p in (tmp_path / "runs").rglob("overrides.yaml"))
+    # --plan: the seeds the claim needs, from the runs on disk; runs nothing
+    plan = run_fixture_claim(tmp_path, page, "--plan").stdout
+    assert "lr005_vs_lr001" in plan and "seeds needed" in plan
     runs = find_runs([tmp_path / "runs"])
     assert len(runs) == 3  # sgd_lr001 sets its own seeds: [1]
     records = [read_run(r) for r in runs]
@@ -57,7 +70,11 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok |" in rebuilt
     assert "reused" not in rebuilt and "(n=2)" in rebuilt
     assert rebuilt.rstrip().endswith("Verdict: a higher learning rate wins.")
-    import json
+    # on a clean clone the runs are gone: the page rebuilds from its data file alone, the same page
+    (tmp_path / "runs").rename(tmp_path / "away")
+    run_fixture_claim(tmp_path, page, "--report-only")
+    assert page.read_text() == rebuilt
+    (tmp_path / "away").rename(tmp_path / "runs")
 
     status_file = tmp_path / "runs" / "claim_status.json"
     after = json.loads(status_file.read_text())
@@ -78,14 +95,14 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     assert read_run(seed1.parent).seed == 1 and read_run(own.parent).seed == 1
     assert len(find_runs([tmp_path / "runs"])) == 3  # no extra folder
     split = json.loads(status_file.read_text())
-    # the earlier whole-entry status is kept beside the one-seed run's, and the entry's is their sum
-    assert split["sgd_lr005@seed=*"] == after["sgd_lr005"] and split["sgd_lr005@seed=1"][0] == 0
-    assert split["sgd_lr005"][1] == split["sgd_lr005@seed=*"][1] + split["sgd_lr005@seed=1"][1]
+    # the other seed's status is kept beside the rerun one's, and the entry's is their sum
+    assert split["sgd_lr005@seed=0"] == after["sgd_lr005@seed=0"] and split["sgd_lr005@seed=1"][0] == 0
+    assert split["sgd_lr005"][1] == split["sgd_lr005@seed=0"][1] + split["sgd_lr005@seed=1"][1]
     # sgd_lr001 runs only seed 1: rerun alone, nothing of the earlier run is left
     assert "sgd_lr001@seed=*" not in split and split["sgd_lr001"] == split["sgd_lr001@seed=1"]
     assert "ok | " + f"{split['sgd_lr001'][1]:.0f} s (sum of one-seed runs of seed 1)" in page.read_text()
     assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok | " in page.read_text()
-    assert "(sum of an earlier run of all seeds and one-seed runs of seed 1)" in page.read_text()
+    assert "(sum of one-seed runs of seeds 0, 1)" in page.read_text()
     # `--only` reruns one entry and keeps the other entries' status (how a claim is split over processes); a
     # whole-entry run replaces the per-seed statuses
     run_fixture_claim(tmp_path, page, "--only", "sgd_lr001", "trainer.max_epochs=1")

@@ -86,6 +86,8 @@ def test_decide(lo, hi, delta, kind, verdict):
         assert p < 0.05
     if kind == "superiority" and verdict == stats.REPRODUCED and delta:
         assert "smaller than delta" in why
+    if "as large as delta" in why:  # decided against the effect of interest: its own test, at delta
+        assert p < 0.05 and p == pytest.approx(iv.p_value(delta))
 
 
 def test_decide_p_matches_the_interval_at_the_boundary():

@@ -185,3 +185,24 @@ def test_evaluate_best_tests_the_best_validation_checkpoint():
     assert claim_mod.evaluate_overrides(spec["runs"][0], spec | {"sizing_metric": "train/nll"}) == []
     cmd = claim_mod.entry_command("x", spec["runs"][0], spec, claim_mod.ROOT / "out", ["test_weights=final"])
     assert "test_weights=final" in cmd and "test_weights=best" not in cmd  # the user's override wins
+
+
+def _all_specs():
+    root = claim_mod.ROOT / "conf" / "claim"
+    for profile, folder in (("cpu", root), ("gpu", root / "gpu"), ("paper", root / "paper")):
+        for f in sorted(folder.glob("*.yaml")):
+            yield profile, f.stem
+
+
+@pytest.mark.parametrize(("profile", "slug"), list(_all_specs()))
+def test_every_spec_declares_valid_claims_and_a_data_hook(profile, slug):
+    import inspect
+
+    spec = claim_mod.load_spec(slug, profile=profile)  # parses claims, converge, evaluate: one line on a bad key
+    cspec = ClaimSpec.from_dict(slug, spec)
+    names = {e["name"] for e in spec["runs"]}
+    assert all(set(c.entries) <= names for c in cspec.claims)
+    if spec.get("report"):
+        mod, fn = spec["report"].split(":")
+        params = list(inspect.signature(getattr(__import__(mod, fromlist=[fn]), fn)).parameters)
+        assert params[:3] == ["records", "spec", "out_dir"], f"{spec['report']}: hook(records, spec, out_dir)"

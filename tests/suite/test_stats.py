@@ -166,3 +166,10 @@ def test_convergence_is_not_the_seed_spread():
     a = _steps([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
     b = _steps([y - 0.3 for _, y in a])
     assert not stats.converged([a, b], higher_is_better=True).ok
+
+
+def test_a_new_best_in_the_window_is_still_improving_even_if_the_end_fell_back():
+    # the signed end-to-end gain over the window is 0 (0.6 -> 0.6); the best-so-far gained 0.2 there: not converged
+    acc = _steps([0.2, 0.4, 0.5, 0.55, 0.58, 0.6, 0.6, 0.6, 0.6, 0.8, 0.6])
+    c = stats.converged([acc], higher_is_better=True)
+    assert not c.ok and c.gains == pytest.approx((0.2,)) and c.best_steps == (900.0,)

@@ -1,85 +1,204 @@
-"""Claim-check report for BaDLoss: per-attack ASR table and loss-trajectory plots (clean vs each attack).
+"""Results-page hook of the BaDLoss claim (``report: reports.badloss:claim_report``), after "BaDLoss: Backdoor
+Detection via Loss Dynamics" (Alex et al., ICLR 2025).
 
-Called by ``suite/claim.py`` as ``claim_report(records, out_dir)``; reads each run's ``metrics.json`` (via the
-records) and the ``badloss_detection.npz`` that :class:`BadlossLitModule` writes at detection time. The hand-written
-set-up notes and verdict live in ``docs/results/badloss_notes.md``, which ``suite/claim.py`` appends to every page it
-builds, so that ``python -m suite.claim badloss --report-only`` rebuilds the whole page.
+The clean-accuracy cost (BaDLoss vs no defence, non-inferiority) is a declared claim of ``conf/claim/badloss.yaml``.
+This hook builds the two claims on mean attack success rate (ASR) that the spec cannot declare, both paired by seed
+(seed ``s`` of every entry trains on the same poisoned set, ``data.seed = seed``):
+
+* ``asr_vs_average_defence`` (primary; the abstract's comparison, 7.98% against 63.44% on CIFAR-10): BaDLoss's mean
+  ASR against the per-seed average of the other defences' mean ASR;
+* ``asr_vs_best_defence``: against the other defence with the lowest mean ASR on these runs.
+
+Both read ``inconclusive: phenomenon absent`` when no attack is implanted in the undefended model (``none``: mean
+ASR below :data:`IMPLANTED` on every attack). Convergence (:func:`convergence`) is judged on the retraining phase of
+each defended run, and a ``<entry>_long`` 4x run settles or overrides it. The page also gets the per-defence tables
+(ASR, clean-accuracy cost, detection AUC per attack) and the loss trajectories of BaDLoss's detection phase when the
+run folder holds ``badloss_detection.npz`` (binary, not kept in the results data file).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import statistics
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from suite import report as rep
+from suite import stats
+from suite.claims import Claim, ClaimResult, ClaimSpec, Figure, HookResult, Table, judge_values, seed_values
+from suite.report import apply_longer_checks, longer_checks, main_runs, mean_sd, series
+
+IMPLANTED = 0.5  # an attack is implanted when the undefended model's mean ASR on it is at least 50%
+DELTA = 0.05  # smallest ASR difference of interest: about a tenth of the paper's 55-point gap (7.98% vs 63.44%)
+PAPER_GAP = 0.0798 - 0.6344  # abstract, CIFAR-10: BaDLoss minus the average other defence
+NPZ = "badloss_detection.npz"
 
 
-def _mean_std(values: list[float]) -> str:
-    """``mean ± std`` in %, the sample standard deviation over seeds (n - 1), as the page's other tables use."""
-    v = np.asarray([x for x in values if np.isfinite(x)], dtype=float)
-    if len(v) == 0:
-        return "—"
-    return f"{100 * v.mean():.2f} ± {100 * (v.std(ddof=1) if len(v) > 1 else 0.0):.2f}"
+def _pct(values: Any) -> str:
+    return mean_sd([100 * v for v in values])
 
 
-def asr_table(records: list[Any]) -> str:
-    """Markdown table: clean accuracy, mean ASR, per-attack ASR and detection AUC (in %, mean ± std over seeds)."""
-    by_name: dict[str, list[dict[str, float]]] = defaultdict(list)
-    for r in records:
-        by_name[r.name].append(r.metrics)
-    attacks = sorted(
-        {k[len("test/asr_") :] for r in records for k in r.metrics if k.startswith("test/asr_")} - {"mean"}
+def attacks_of(records: list[Any], prefix: str = "test/asr_") -> list[str]:
+    """Attack names found in the records' ``<prefix><attack>`` metrics (``mean`` excluded), sorted."""
+    return sorted({k[len(prefix) :] for r in records for k in r.metrics if k.startswith(prefix)} - {"mean"})
+
+
+def retrain_curve(record: Any, metric: str) -> list[tuple[float, float]]:
+    """The run's ``metric`` curve over its retraining phase: a defended run validates its detection model for the
+    first ``detect_epochs`` epochs, then a fresh model, so the best-so-far rule on the whole curve would read the
+    detection model's best; ``none`` (and a record without its config) keeps the whole curve."""
+    points = sorted(series(record, metric))
+    cfg = getattr(record, "config", None) or {}
+    model = cfg.get("model") or {}
+    if model.get("defence", "none") == "none" or "detect_epochs" not in model:
+        return points
+    every = int((cfg.get("trainer") or {}).get("check_val_every_n_epoch") or 1)
+    return points[int(model["detect_epochs"]) // every :]
+
+
+def convergence(records: list[Any], spec: ClaimSpec) -> tuple[dict[str, tuple[bool, str]], dict]:
+    """``(entry -> (converged, reading), the 4x checks)``.
+
+    The spec's rule (best-so-far ``val/loss``, its tolerance) on each entry's retraining phase (:func:`retrain_curve`),
+    then the 4x check of every entry with a ``<entry>_long`` run (``none_long``: 4x the epochs; ``abl_long``: the
+    same isolation, then 4x the retraining), paired by seed on clean test accuracy and, for a defence, two-sided on
+    mean ASR (a longer retraining can implant the poisons a defence kept, or let the clean data win); both must
+    pass. The clean validation loss moves by about +-0.03 between epochs at this constant learning rate, so a passed
+    check settles an entry the rule read as still improving (:func:`suite.report.apply_longer_checks` with
+    ``passed_settles``) and a failed one makes it unconverged."""
+    metric = spec.sizing_metric or "val/loss"
+    judged = {}
+    for name in dict.fromkeys(r.name for r in records):
+        curves = [c for c in (retrain_curve(r, metric) for r in records if r.name == name) if c]
+        c = stats.converged(curves, higher_is_better=spec.higher_is_better, frac=spec.frac, tol=spec.tol, rel=spec.rel)
+        judged[name] = (c.ok, c.reading)
+    checks = longer_checks(records, "test/acc", higher_is_better=True)
+    asr = longer_checks(records, "test/asr_mean", higher_is_better=False, two_sided=True)
+    for name, (ok, why) in asr.items():
+        if name == "none":  # no claim reads the undefended model's ASR beyond the phenomenon check
+            continue
+        acc_ok, acc_why = checks.get(name, (True, "no paired accuracy"))
+        checks[name] = (acc_ok and ok, f"clean accuracy: {acc_why}; mean ASR: {why}")
+    return apply_longer_checks(judged, checks, passed_settles=True), checks
+
+
+def implanted(records: list[Any]) -> list[str] | None:
+    """Attacks whose mean ASR over the seeds of ``none`` is at least :data:`IMPLANTED`; ``None`` without ``none``."""
+    if not any(r.name == "none" for r in records):
+        return None
+    out = []
+    for a in attacks_of(records):
+        v = seed_values(records, "none", f"test/asr_{a}")
+        if v and statistics.fmean(v.values()) >= IMPLANTED:
+            out.append(a)
+    return out
+
+
+def verdicts(records: list[Any], judged: dict[str, tuple[bool, str]]) -> list[ClaimResult]:
+    """The two ASR claims (module docstring) on the main runs; ``judged``: :func:`convergence`."""
+    records = main_runs(records)
+    metric = "test/asr_mean"
+    others = [n for n in dict.fromkeys(r.name for r in records) if n not in ("none", "badloss")]
+    per = {n: seed_values(records, n, metric) for n in ("badloss", *others)}
+    others = [n for n in others if per[n]]
+    if not others:
+        return []
+    hit = implanted(records)
+    absent = None
+    if hit is not None and not hit:
+        absent = f"no attack implanted in `none` (mean ASR >= {IMPLANTED:.0%} on none of {attacks_of(records)})"
+    context = (
+        ""
+        if hit is None
+        else (
+            f"{len(hit)} of {len(attacks_of(records))} attacks implanted in `none` (mean ASR >= {IMPLANTED:.0%}): "
+            + (", ".join(hit) or "none")
+        )
     )
-    cols = ["test/acc", "test/asr_mean", *[f"test/asr_{a}" for a in attacks], "detect/auc"]
-    head = ["defence", "clean acc", "mean ASR", *[f"ASR {a}" for a in attacks], "detection AUC"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, ms in by_name.items():
-        cells = [_mean_std([m.get(c, float("nan")) for m in ms]) for c in cols]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
+    def unfit(*names: str) -> dict[str, str]:
+        return {n: judged.get(n, (False, "no validation curve"))[1] for n in names
+                if not judged.get(n, (False,))[0]}  # fmt: skip
 
-def summary_table(records: list[Any], reference: str = "none") -> str:
-    """Markdown: mean ASR and clean-accuracy cost (vs ``reference``, paired by seed) per defence, in points."""
-    by_name: dict[str, dict[Any, dict[str, float]]] = defaultdict(dict)
-    for r in records:
-        by_name[r.name][r.seed] = r.metrics
-    ref = by_name.get(reference, {})
-    head = ["defence", "seeds", "mean ASR (%)", "clean acc (%)", f"clean-acc cost vs {reference} (points)",
-            "poisons removed (%)", "clean removed (%)"]  # fmt: skip
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, runs in by_name.items():
-        cost = [ref[s]["test/acc"] - m["test/acc"] for s, m in runs.items() if s in ref and "test/acc" in m]
-        cells = [
-            str(len(runs)),
-            _mean_std([m.get("test/asr_mean", float("nan")) for m in runs.values()]),
-            _mean_std([m.get("test/acc", float("nan")) for m in runs.values()]),
-            _mean_std(cost) if name != reference else "0",
-            _mean_std([m.get("detect/poison_removed", float("nan")) for m in runs.values()]),
-            _mean_std([m.get("detect/clean_removed", float("nan")) for m in runs.values()]),
-        ]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def detection_table(records: list[Any]) -> str:
-    """Markdown: detection AUC per attack (scores of that attack's poisons vs the clean examples), mean ± std."""
-    by_name: dict[str, list[dict[str, float]]] = defaultdict(list)
-    for r in records:
-        if any(k.startswith("detect/auc") for k in r.metrics):
-            by_name[r.name].append(r.metrics)
-    attacks = sorted(
-        {k[len("detect/auc_") :] for ms in by_name.values() for m in ms for k in m if k.startswith("detect/auc_")}
+    bad = per["badloss"]
+    common = [s for s in bad if all(s in per[n] for n in others)]
+    average = {s: statistics.fmean(per[n][s] for n in others) for s in common}
+    avg_claim = Claim(
+        "asr_vs_average_defence",
+        "With simultaneous attacks, BaDLoss leaves a lower mean ASR than the average other defence (the abstract's "
+        "comparison)",
+        metric,
+        ("badloss", f"average of {', '.join(others)}"),
+        False,
+        delta=DELTA,
+        delta_why="about a tenth of the paper's gap (7.98% vs 63.44% mean ASR, CIFAR-10)",
+        primary=True,
+        published=PAPER_GAP,
+        paired=True,
     )
-    head = ["defence", "AUC (all)", *[f"AUC {a}" for a in attacks]]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, ms in by_name.items():
-        cols = ["detect/auc", *[f"detect/auc_{a}" for a in attacks]]
-        lines.append(f"| {name} | " + " | ".join(_mean_std([m.get(c, float("nan")) for m in ms]) for c in cols) + " |")
-    return "\n".join(lines)
+    avg = judge_values(avg_claim, {s: bad[s] for s in common}, average, paired=True,
+                       unconverged=unfit("badloss", *others), absent=absent)  # fmt: skip
+    avg.against, avg.evidence = tuple(others), context
+    # the strictest single comparison: the other defence with the lowest mean ASR on these runs
+    best = min(others, key=lambda n: statistics.fmean(per[n].values()))
+    best_claim = Claim(
+        "asr_vs_best_defence",
+        "With simultaneous attacks, BaDLoss leaves a lower mean ASR than every other defence (read against the one "
+        "with the lowest mean ASR)",
+        metric,
+        ("badloss", best),
+        False,
+        delta=DELTA,
+        delta_why="as asr_vs_average_defence (the paper's per-defence numbers were not retrieved)",
+        paired=True,
+    )
+    one = judge_values(best_claim, bad, per[best], paired=True, unconverged=unfit("badloss", best), absent=absent)
+    one.evidence = context
+    return [avg, one]
+
+
+def summary_table(records: list[Any], reference: str = "none") -> Table:
+    """Mean ASR, clean accuracy, clean-accuracy cost against ``reference`` (paired by seed) and what each defence
+    removed, in %, mean ± sd over seeds; the 4x runs are sizing checks."""
+    ref = seed_values(records, reference, "test/acc")
+    rows = []
+    for name in dict.fromkeys(r.name for r in records):
+        acc = seed_values(records, name, "test/acc")
+        cost = [ref[s] - acc[s] for s in acc if s in ref]
+        rows.append([
+            name,
+            sum(r.name == name for r in records),
+            _pct(seed_values(records, name, "test/asr_mean").values()),
+            _pct(acc.values()),
+            "0" if name == reference else _pct(cost),
+            _pct(seed_values(records, name, "detect/poison_removed").values()),
+            _pct(seed_values(records, name, "detect/clean_removed").values()),
+        ])  # fmt: skip
+    columns = ["defence", "seeds", "mean ASR %", "clean acc %", f"clean-acc cost vs {reference} (points, paired)",
+               "poisons removed %", "clean removed %"]  # fmt: skip
+    return Table("Mean ASR and clean-accuracy cost (mean ± sd over seeds; `_long`: 4x sizing checks)", columns, rows)
+
+
+def asr_table(records: list[Any]) -> Table:
+    """Clean accuracy, mean and per-attack ASR, detection AUC, in %, mean ± sd over seeds."""
+    attacks = attacks_of(records)
+    keys = ["test/acc", "test/asr_mean", *(f"test/asr_{a}" for a in attacks), "detect/auc"]
+    rows = [[name, *(_pct(seed_values(records, name, k).values()) for k in keys)]
+            for name in dict.fromkeys(r.name for r in records)]  # fmt: skip
+    columns = ["defence", "clean acc", "mean ASR", *(f"ASR {a}" for a in attacks), "detection AUC"]
+    return Table("Attack success rate per attack (%, mean ± sd over seeds)", columns, rows,
+                 "ASR: accuracy towards the attack's target on its triggered non-target test images.")  # fmt: skip
+
+
+def detection_table(records: list[Any]) -> Table:
+    """Detection AUC, all poisons and per attack (that attack's poisons vs the clean examples), in %."""
+    attacks = attacks_of(records, "detect/auc_")
+    keys = ["detect/auc", *(f"detect/auc_{a}" for a in attacks)]
+    names = [n for n in dict.fromkeys(r.name for r in records) if seed_values(records, n, "detect/auc")]
+    rows = [[n, *(_pct(seed_values(records, n, k).values()) for k in keys)] for n in names]
+    return Table("Detection AUC per attack (%, mean ± sd over seeds; poisons of that attack vs clean examples)",
+                 ["defence", "AUC (all)", *(f"AUC {a}" for a in attacks)], rows,
+                 "" if rows else "No run logged `detect/auc`.")  # fmt: skip
 
 
 def plot_trajectories(npz: Path, out_png: Path, max_per_group: int = 40) -> Path:
@@ -112,152 +231,35 @@ def plot_trajectories(npz: Path, out_png: Path, max_per_group: int = 40) -> Path
     return out_png
 
 
-IMPLANTED = 0.5  # an attack is implanted when the undefended model's ASR on it is at least 50%
-MODEST = 0.05  # "a modest clean-accuracy cost": at most 5 points below the undefended model
+def claim_report(records: list[Any], spec: ClaimSpec, out_dir: Path) -> HookResult:
+    """The ASR claims, the retraining-phase convergence with the 4x checks, the tables and the trajectory plot.
 
-
-def convergence(records: list[Any], spec: dict | None = None) -> tuple[dict[str, tuple[bool, str]], dict]:
-    """Per-entry convergence: the plateau rule on the sizing metric (main runs), settled or overridden by the 4x
-    check of an entry that has a ``<entry>_long`` run (``none_long``: the undefended model trained 4x the epochs;
-    ``abl_long``: ABL's same detection, then 4x the retraining), on clean test accuracy paired by seed (allowed:
-    the seed spread of the entry's test accuracy) and, for a defence, on its mean ASR too. These runs keep a
-    constant learning rate, and the clean validation loss moves by about +-0.03 from one epoch to the next, more
-    than the seed spread of its final value, so the endpoint rule can read a flat curve as still improving; the 4x
-    run measures what more training does to the test metric the claim compares
-    (:func:`suite.report.apply_longer_checks` with ``passed_settles``). Returns ``(judged, checks)``."""
-    metric, hib = rep.sizing_spec(spec or "badloss")
-    plateaued = rep.sizing(rep.main_runs(records), metric or "val/loss", higher_is_better=hib)
-    checks = rep.longer_checks(records, "test/acc", higher_is_better=True)
-    # a defence's verdicts compare its mean ASR, which a longer retraining can move either way (the poisons it kept
-    # get more epochs to implant; or the clean data wins): its 4x run must also leave the mean ASR within the seed
-    # spread, in both directions; both checks must pass
-    asr = rep.longer_checks(records, "test/asr_mean", higher_is_better=False, two_sided=True)
-    for name, (ok, why) in asr.items():
-        if name == "none":
-            continue
-        acc_ok, acc_why = checks.get(name, (True, "no paired accuracy"))
-        checks[name] = (acc_ok and ok, f"clean accuracy: {acc_why}; mean ASR: {why}")
-    return rep.apply_longer_checks(plateaued, checks, passed_settles=True), checks
-
-
-def verdicts(records: list[Any], spec: dict | None = None) -> list[rep.Verdict]:
-    """BaDLoss's claims as verdicts. ``inconclusive: phenomenon absent`` when no attack is implanted in the
-    undefended model; ``inconclusive: underfit`` unless the compared entries converged (:func:`convergence`)."""
+    Args:
+        records: the claim's ``suite.compare.RunRecord``s (4x runs included: they enter only the checks).
+        spec: the claim spec (its convergence rule and tolerance).
+        out_dir: folder of the results page (the trajectory plot goes there).
+    """
     judged, _ = convergence(records, spec)
-    records = rep.main_runs(records)
-    names = list(dict.fromkeys(r.name for r in records))
-    attacks = sorted(
-        {k[len("test/asr_") :] for r in records for k in r.metrics if k.startswith("test/asr_")} - {"mean"}
-    )
-    none = {a: rep.values(records, "none", f"test/asr_{a}") for a in attacks}
-    implanted = [a for a, v in none.items() if v and sum(v) / len(v) >= IMPLANTED]
-    out: list[rep.Verdict] = []
-    bad = rep.values(records, "badloss", "test/asr_mean")
-    others = {n: rep.values(records, n, "test/asr_mean") for n in names if n not in ("none", "badloss")}
-    others = {n: v for n, v in others.items() if v}
-    if bad and others:
-        best = min(others, key=lambda n: sum(others[n]) / len(others[n]))
-        ok = [judged.get(n, (False, ""))[0] for n in ("badloss", best)]
-        word = rep.compare(bad, others[best], higher_is_better=False, converged=all(ok))
-        if not implanted:
-            word = rep.ABSENT
-        ev = (
-            f"mean ASR BaDLoss {rep.mean_sd(bad)} vs best other defence {best} {rep.mean_sd(others[best])}; "
-            f"{len(implanted)} of {len(attacks)} attacks implanted in `none` (ASR >= {IMPLANTED:.0%}: "
-            f"{', '.join(implanted) or 'none'}); " + ("plateaued" if all(ok) else "not plateaued (see sizing)")
-        )
-        out.append(rep.Verdict("With simultaneous attacks, BaDLoss leaves a lower mean ASR than every other defence",
-                               word, ev))  # fmt: skip
-        # the abstract's own comparison: BaDLoss vs the average of the other defences (per seed, over the defences
-        # that ran it), which needs every averaged defence converged
-        per = {n: {r.seed: r.metrics["test/asr_mean"] for r in records if r.name == n and "test/asr_mean" in r.metrics}
-               for n in ("badloss", *others)}  # fmt: skip
-        paired = sorted(s for s in per["badloss"] if all(s in per[n] for n in others))
-        if paired:
-            mine = [per["badloss"][s] for s in paired]
-            avg = [sum(per[n][s] for n in others) / len(others) for s in paired]
-            unfit = [n for n in ("badloss", *others) if not judged.get(n, (False, ""))[0]]
-            word = rep.compare(mine, avg, higher_is_better=False, converged=not unfit)
-            if not implanted:
-                word = rep.ABSENT
-            ev = (
-                f"mean ASR BaDLoss {rep.mean_sd(mine)} vs the average of {', '.join(others)} {rep.mean_sd(avg)} "
-                f"(per seed, {len(paired)} seeds); "
-                + (f"not converged: {', '.join(unfit)} (see sizing)" if unfit else "every averaged entry converged")
-            )
-            out.append(rep.Verdict("BaDLoss leaves a lower mean ASR than the average other defence (the abstract's "
-                                   "comparison)", word, ev))  # fmt: skip
-    clean = {r.seed: r.metrics["test/acc"] for r in records if r.name == "none" and "test/acc" in r.metrics}
-    cost = [clean[r.seed] - r.metrics["test/acc"] for r in records
-            if r.name == "badloss" and r.seed in clean and "test/acc" in r.metrics]  # fmt: skip
-    if cost:
-        m = sum(cost) / len(cost)
-        se = (sum((c - m) ** 2 for c in cost) / (len(cost) - 1) / len(cost)) ** 0.5 if len(cost) > 1 else 0.0
-        ok = all(judged.get(n, (False, ""))[0] for n in ("badloss", "none"))
-        if not ok:
-            word = rep.UNDERFIT
-        else:
-            word = rep.REPRODUCED if m + 2 * se < MODEST else rep.NOT_REPRODUCED if m - 2 * se > MODEST else rep.NOISE
-        unfit = [n for n in ("none", "badloss") if not judged.get(n, (False, ""))[0]]
-        ev = f"cost {100 * m:+.2f} ± {100 * se:.2f} points (s.e., {len(cost)} seeds)"
-        ev += f"; not converged: {', '.join(unfit)} (see sizing)" if unfit else "; none and badloss converged"
-        out.append(rep.Verdict(
-            f"BaDLoss's clean-accuracy cost is modest (< {100 * MODEST:.0f} points vs no defence, paired by seed)",
-            word, ev))  # fmt: skip
-    if not bad:  # the method's entry has not run: the claims are untested, never "not reproduced"
-        missing = "the `badloss` entry has no finished run"
-        unfit = [n for n in names if not judged.get(n, (False, ""))[0]]
-        ev = missing + (f"; finished entries not plateaued: {', '.join(unfit)}" if unfit else "")
-        cost_claim = (
-            f"BaDLoss's clean-accuracy cost is modest (< {100 * MODEST:.0f} points vs no defence, paired by seed)"
-        )
-        for claim in (
-            "With simultaneous attacks, BaDLoss leaves a lower mean ASR than every other defence",
-            cost_claim,
-        ):
-            out.append(rep.Verdict(claim, rep.UNDERFIT, ev))
-    return out
-
-
-def claim_report(records: list[Any], out_dir: Path, spec: dict | None = None) -> str:
-    """Markdown appended to ``docs/results/badloss.md``."""
-    out_dir = Path(out_dir)
-    judged, _ = convergence(records, spec)
-    conv = [f"* {n}: {'converged' if judged[n][0] else 'not converged'}: {judged[n][1]}" for n in judged]
-    lines = [
-        "## Verdicts (computed)",
-        "",
-        rep.verdict_table(verdicts(records, spec)),
-        "",
-        "Convergence of each entry as the verdicts use it (the plateau rule on `val/loss`; an entry with a 4x run, "
-        "`<entry>_long`, is settled or overridden by that run's clean test accuracy, paired by seed, allowed: the "
-        "seed spread of the entry's test accuracy; for a defence, its mean ASR as well, allowed its seed spread):",
-        "",
-        *conv,
-        "",
-        "## Summary: average ASR and clean-accuracy cost (%, mean ± std over seeds; 4x runs are sizing checks)",
-        "",
-        summary_table(records),
-        "",
-        "## Attack success rate per attack (%, mean ± std over seeds)",
-        "",
-        asr_table(records),
-        "",
-        "## Detection AUC per attack (%, mean ± std over seeds; poisons of that attack vs clean examples)",
-        "",
-        detection_table(records),
-        "",
+    main = main_runs(records)
+    notes = [
+        "Convergence is judged on each defended run's retraining phase (the first `detect_epochs` validations are "
+        "the detection model's); an entry with a 4x run (`<entry>_long`) is settled or overridden by it: paired by "
+        "seed on clean test accuracy and, for a defence, two-sided on mean ASR."
     ]
+    figures = []
     npzs = sorted(
-        (r for r in records if r.name == "badloss" and (Path(r.path) / "badloss_detection.npz").exists()),
-        key=lambda r: r.seed if r.seed is not None else 0,
+        (r for r in main if r.name == "badloss" and (Path(r.path) / NPZ).is_file()), key=lambda r: str(r.seed)
     )
     if npzs:
-        png = plot_trajectories(Path(npzs[0].path) / "badloss_detection.npz", out_dir / "badloss_trajectories.png")
-        lines += [
-            "## Loss trajectories (BaDLoss detection phase, seed " + str(npzs[0].seed) + ")",
-            "",
-            f"![trajectories]({png.name})",
-            "",
-        ]
-    return "\n".join(lines)
+        png = plot_trajectories(Path(npzs[0].path) / NPZ, Path(out_dir) / "badloss_trajectories.png")
+        figures.append(Figure(f"Loss trajectories (BaDLoss detection phase, seed {npzs[0].seed})", png))
+    else:
+        notes.append(f"No `{NPZ}` in the BaDLoss run folders (binary, not kept in the results data file): the "
+                     "trajectory plot is left out.")  # fmt: skip
+    return HookResult(
+        verdicts=verdicts(records, judged),
+        tables=[summary_table(records), asr_table(main), detection_table(main)],
+        figures=figures,
+        notes=notes,
+        convergence=judged,
+    )

@@ -128,140 +128,181 @@ def test_abl_isolation_and_lga():
     assert float(baselines.abl_lga_loss(torch.tensor(0.9), 0.5)) == pytest.approx(0.9)
 
 
-def test_claim_report_pairs_the_clean_accuracy_cost_by_seed():
-    from types import SimpleNamespace
+FLAT = [(0, 1.0), (5, 0.6), (10, 0.5), (15, 0.5), (20, 0.5)]  # best-so-far val/loss flat over the last 20%
+NOISY = [(0, 1.0), (10, 0.30), (16, 0.33), (18, 0.29), (20, 0.28)]  # a new best in the last 20%: still improving
 
-    from reports.badloss import detection_table, summary_table
 
-    def rec(name, seed, **m):
-        return SimpleNamespace(name=name, seed=seed, metrics={k.replace("__", "/"): v for k, v in m.items()})
+def _rec(name, seed, acc, asr, patch=None, curve=FLAT, **extra):
+    """A run record of the claim: ``test/asr_patch`` (``patch``, default ``asr``) and ``test/asr_sinusoid`` (0) are
+    its attacks; the data follow the seed (the default pairing)."""
+    from suite.compare import RunRecord
+
+    metrics = {"test/acc": acc, "test/asr_mean": asr, "test/asr_patch": asr if patch is None else patch,
+               "test/asr_sinusoid": 0.0, **{k.replace("__", "/"): v for k, v in extra.items()}}  # fmt: skip
+    defence = name.removesuffix("_long")
+    config = {"data": {"seed": seed}, "model": {"defence": defence, "detect_epochs": 0 if defence == "none" else 2}}
+    return RunRecord(Path("."), name, seed, metrics, {"val/loss": curve}, config)
+
+
+def _judge(records, tmp_path):
+    from suite.claim import judge_page, load_spec
+    from suite.claims import ClaimSpec
+
+    verdicts, _, result, hook_md, conv, _ = judge_page(ClaimSpec.from_dict("badloss", load_spec("badloss")), records,
+                                                       tmp_path)  # fmt: skip
+    assert not hook_md  # the hook returns data, and did not fail
+    return {v.id: v for v in verdicts}, result, conv
+
+
+def _base():
+    records = [_rec("none", s, 0.90 + 0.001 * s, 0.45, patch=0.9) for s in range(3)]
+    records += [_rec("badloss", s, 0.88 - 0.002 * s, 0.02 + 0.001 * s, patch=0.03) for s in range(3)]
+    records += [_rec("spectral", s, 0.88, 0.30 + 0.01 * s, patch=0.6) for s in range(3)]
+    return records
+
+
+def test_claim_tables_pair_the_clean_accuracy_cost_by_seed():
+    from reports.badloss import asr_table, detection_table, summary_table
 
     records = [
-        rec("none", 0, test__acc=0.90, test__asr_mean=0.5),
-        rec("none", 1, test__acc=0.80, test__asr_mean=0.3),
-        rec("badloss", 1, test__acc=0.70, test__asr_mean=0.1, detect__auc=0.9, detect__auc_patch=1.0),
-        rec("badloss", 0, test__acc=0.85, test__asr_mean=0.1, detect__auc=0.8, detect__auc_patch=0.9),
+        _rec("none", 0, 0.90, 0.5),
+        _rec("none", 1, 0.80, 0.3),
+        _rec("badloss", 1, 0.70, 0.1, detect__auc=0.9, detect__auc_patch=1.0),
+        _rec("badloss", 0, 0.85, 0.1, detect__auc=0.8, detect__auc_patch=0.9),
     ]
-    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in summary_table(records).splitlines()[2:]}
-    assert rows["none"][2] == "40.00 ± 14.14"  # mean ASR, sample std over seeds (as the final-metrics table)
-    assert rows["badloss"][4] == "7.50 ± 3.54"  # costs 0.90 - 0.85 and 0.80 - 0.70, paired by seed
-    det = detection_table(records).splitlines()
-    assert len(det) == 3 and det[2].startswith("| badloss | 85.00 ± 7.07 | 95.00 ± 7.07")
+    t = summary_table(records)
+    rows = {r[0]: r for r in t.rows}
+    assert rows["none"][2] == "40 ± 14 (n=2)"  # mean ASR in %, sample sd over seeds
+    assert rows["badloss"][4] == "7.5 ± 3.5 (n=2)"  # costs 0.90 - 0.85 and 0.80 - 0.70, paired by seed
+    assert rows["none"][4] == "0" and rows["none"][5] == "—"
+    det = detection_table(records)
+    assert det.columns == ["defence", "AUC (all)", "AUC patch"]
+    assert det.rows == [["badloss", "85 ± 7.1 (n=2)", "95 ± 7.1 (n=2)"]]  # `none` has no detection
+    assert asr_table(records).columns[3:5] == ["ASR patch", "ASR sinusoid"]
 
 
-def test_claim_verdicts_need_implanted_attacks_and_a_plateau():
-    from types import SimpleNamespace
-
-    from reports.badloss import verdicts
-
-    flat = {"val/loss": [(0, 1.0), (10, 0.5), (20, 0.5)]}
-
-    def rec(name, seed, acc, asr, patch, curves=flat):
-        m = {"test/acc": acc, "test/asr_mean": asr, "test/asr_patch": patch, "test/asr_sinusoid": 0.0}
-        return SimpleNamespace(name=name, seed=seed, metrics=m, curves=curves)
-
-    records = [rec("none", s, 0.90, 0.45, 0.9) for s in range(3)]
-    records += [rec("badloss", s, 0.89 - 0.001 * s, 0.02 + 0.001 * s, 0.03) for s in range(3)]
-    records += [rec("spectral", s, 0.88, 0.30 + 0.01 * s, 0.6) for s in range(3)]
-    v = verdicts(records, {"sizing_metric": "val/loss"})
-    assert [x.verdict for x in v] == ["reproduced", "reproduced", "reproduced"]
-    assert "1 of 2 attacks implanted in `none` (ASR >= 50%: patch)" in v[0].evidence
-    assert "average other defence" in v[1].claim and "vs the average of spectral" in v[1].evidence
-    # a weak, still-learning defence in the average makes that row untested; the best-defence row does not use it
-    falling = {"val/loss": [(0, 1.0), (10, 0.8), (20, 0.6)]}
-    with_abl = records + [rec("abl", s, 0.88, 0.80 + 0.01 * s, 0.9, falling) for s in range(3)]
-    v = verdicts(with_abl, {"sizing_metric": "val/loss"})
-    assert [x.verdict for x in v] == ["reproduced", "inconclusive: underfit", "reproduced"]
-    assert "vs the average of spectral, abl 0.56" in v[1].evidence and "not converged: abl" in v[1].evidence
-    no_attack = [rec(r.name, r.seed, r.metrics["test/acc"], 0.01, 0.02) for r in records]
-    assert verdicts(no_attack, {"sizing_metric": "val/loss"})[0].verdict == "inconclusive: phenomenon absent"
-    one_point = [rec(r.name, r.seed, r.metrics["test/acc"], r.metrics["test/asr_mean"], 0.9, {"val/loss": [(20, 0.5)]})
-                 for r in records]  # fmt: skip
-    assert {x.verdict for x in verdicts(one_point, {"sizing_metric": "val/loss"})} == {"inconclusive: underfit"}
-
-
-def test_claim_4x_check_of_none_settles_or_fails_the_clean_cost():
-    """``none_long`` (the undefended model trained 4x the epochs) settles ``none`` when the plateau rule reads its
-    noisy constant-LR curve as still improving and the 4x run gains less clean test accuracy than the seed spread;
-    a larger gain makes the clean-cost row underfit. The 4x runs never enter a claim as a defence."""
-    from types import SimpleNamespace
-
-    from reports.badloss import claim_report, convergence, verdicts
-
-    flat = {"val/loss": [(0, 1.0), (10, 0.5), (20, 0.5)]}
-    noisy = {"val/loss": [(0, 1.0), (10, 0.30), (16, 0.33), (20, 0.30)]}  # last 20%: -0.03, more than the spread
-
-    def rec(name, seed, acc, asr=0.9, curves=flat):
-        m = {"test/acc": acc, "test/asr_mean": asr, "test/asr_patch": asr}
-        return SimpleNamespace(name=name, seed=seed, metrics=m, curves=curves, path=".")
-
-    accs = [0.890, 0.880, 0.885]  # seed spread (std) 0.005
-    records = [rec("none", s, a, curves=noisy) for s, a in enumerate(accs)]
-    records += [rec("badloss", s, a - 0.02, asr=0.05) for s, a in enumerate(accs)]
-    records += [rec("spectral", s, a - 0.01, asr=0.20) for s, a in enumerate(accs)]
-    spec = {"sizing_metric": "val/loss"}
-    judged, checks = convergence(records, spec)
-    assert not judged["none"][0] and judged["none"][1].startswith("still improving") and checks == {}
-    assert verdicts(records, spec)[2].verdict == "inconclusive: underfit"
-    assert "not converged: none (see sizing)" in verdicts(records, spec)[2].evidence
-    settled = records + [
-        rec("none_long", s, a + d, asr=0.99) for s, a, d in zip(range(3), accs, (0.002, -0.003, 0.001))
-    ]
-    judged, checks = convergence(settled, spec)
-    assert checks["none"][0] and judged["none"][0] and "which settles it" in judged["none"][1]
-    v = verdicts(settled, spec)
-    assert [x.verdict for x in v] == ["reproduced"] * 3  # BaDLoss ASR below spectral; cost 2 points < 5
-    assert "best other defence spectral" in v[0].evidence and "none_long" not in v[0].evidence + v[1].evidence
-    assert "none and badloss converged" in v[2].evidence
-    page = claim_report(settled, Path("."), spec)
-    assert "* none: converged: still improving" in page and "| none_long | 3 |" in page
-    gains = records + [rec("none_long", s, a + 0.02) for s, a in enumerate(accs)]
-    judged, _ = convergence(gains, spec)
-    assert not judged["none"][0] and "improves test/acc by 0.02" in judged["none"][1]
-    assert verdicts(gains, spec)[2].verdict == "inconclusive: underfit"
+def test_claim_asr_verdicts_need_implanted_attacks_and_converged_entries(tmp_path):
+    by_id, result, conv = _judge(_base(), tmp_path)
+    avg, best, cost = by_id["asr_vs_average_defence"], by_id["asr_vs_best_defence"], by_id["clean_cost_modest"]
+    assert [v.id for v in by_id.values()][0] == "asr_vs_average_defence" and avg.primary and not best.primary
+    assert avg.verdict == best.verdict == "reproduced" and avg.paired and best.paired and avg.n == (3, 3)
+    assert avg.diff == pytest.approx(0.289) and avg.lo > 0
+    assert avg.published == pytest.approx(0.6344 - 0.0798)  # the paper's gap, signed like diff (lower ASR: +)
+    assert avg.against == ("spectral",) and best.entries == ("badloss", "spectral")
+    assert avg.evidence == best.evidence == "1 of 2 attacks implanted in `none` (mean ASR >= 50%): patch"
+    # clean cost 2-2.6 points, paired by seed: inside the 5-point non-inferiority margin
+    assert cost.verdict == "reproduced" and cost.kind == "non_inferior" and cost.paired
+    assert cost.diff == pytest.approx(-0.023) and cost.lo > -0.05
+    # a still-improving ABL in the average makes that claim underfit; the best-defence claim does not read ABL
+    rising = [(0, 1.0), (5, 0.9), (10, 0.8), (15, 0.7), (20, 0.6)]
+    by_id, _, _ = _judge(_base() + [_rec("abl", s, 0.88, 0.80 + 0.01 * s, patch=0.9, curve=rising) for s in range(3)],
+                         tmp_path)  # fmt: skip
+    assert by_id["asr_vs_average_defence"].verdict == "inconclusive: underfit"
+    assert "abl: still improving" in by_id["asr_vs_average_defence"].why
+    assert by_id["asr_vs_average_defence"].against == ("spectral", "abl")
+    assert by_id["asr_vs_best_defence"].verdict == "reproduced"
+    # no attack implanted in `none`: nothing for a defence to remove
+    absent = [_rec(r.name, r.seed, r.metrics["test/acc"], 0.01, patch=0.02) for r in _base()]
+    by_id, _, _ = _judge(absent, tmp_path)
+    assert (
+        by_id["asr_vs_average_defence"].verdict
+        == by_id["asr_vs_best_defence"].verdict
+        == ("inconclusive: phenomenon absent")
+    )
+    assert by_id["clean_cost_modest"].verdict == "reproduced"  # the cost needs no attack
 
 
-def test_claim_4x_check_of_a_defence_also_pairs_its_mean_asr():
-    """``abl_long`` (ABL's detection, then 4x the retraining) settles ``abl`` only when neither its clean accuracy
-    nor its mean ASR moves (either way) by more than the seed spread: the verdicts compare that ASR. ``none``'s
-    ASR is not checked (its verdicts use only its clean accuracy)."""
-    from types import SimpleNamespace
+def test_claim_convergence_reads_the_retraining_phase(tmp_path):
+    """A defended run validates its detection model first: its best val/loss there must not hide a retraining
+    that is still improving (detect_epochs = 2 validation points here)."""
+    detect_best = [(0, 0.2), (1, 0.1), (2, 1.0), (10, 0.8), (20, 0.6)]  # best-so-far of the whole curve: flat
+    records = [r for r in _base() if r.name != "spectral"]
+    records += [_rec("spectral", s, 0.88, 0.30 + 0.01 * s, curve=detect_best) for s in range(3)]
+    by_id, _, conv = _judge(records, tmp_path)
+    assert not conv["spectral"][0] and conv["spectral"][1].startswith("still improving")
+    assert conv["none"][0] and conv["badloss"][0]
+    assert by_id["asr_vs_best_defence"].verdict == "inconclusive: underfit"
 
-    from reports.badloss import claim_report, convergence, verdicts
 
-    flat = {"val/loss": [(0, 1.0), (10, 0.5), (20, 0.5)]}
-    noisy = {"val/loss": [(0, 1.0), (10, 0.30), (16, 0.33), (20, 0.30)]}
+def test_claim_4x_check_of_none_settles_or_fails_the_clean_cost(tmp_path):
+    """``none_long`` (4x the epochs) settles ``none`` when the rule reads its noisy constant-LR curve as still
+    improving and the 4x run moves clean test accuracy by at most 1%; a larger gain leaves the clean cost underfit.
+    The 4x runs never enter a claim as a defence."""
+    accs = [0.890, 0.880, 0.885]
+    records = [_rec("none", s, a, 0.9, curve=NOISY) for s, a in enumerate(accs)]
+    records += [_rec("badloss", s, a - 0.02 - 0.001 * s, 0.05) for s, a in enumerate(accs)]
+    records += [_rec("spectral", s, a - 0.01, 0.20 + 0.01 * s) for s, a in enumerate(accs)]
+    by_id, _, conv = _judge(records, tmp_path)
+    assert not conv["none"][0] and conv["none"][1].startswith("still improving")
+    assert (
+        by_id["clean_cost_modest"].verdict == "inconclusive: underfit"
+        and "none: still" in by_id["clean_cost_modest"].why
+    )
+    steady = [_rec("none_long", s, a + d, 0.99) for s, a, d in zip(range(3), accs, (0.002, -0.003, 0.001))]
+    by_id, _, conv = _judge(records + steady, tmp_path)
+    assert conv["none"][0] and "which settles it" in conv["none"][1]
+    assert by_id["clean_cost_modest"].verdict == "reproduced"
+    assert by_id["asr_vs_best_defence"].entries == ("badloss", "spectral")  # not none_long
+    assert by_id["asr_vs_average_defence"].against == ("spectral",)
+    gains = [_rec("none_long", s, a + 0.02, 0.9) for s, a in enumerate(accs)]
+    by_id, _, conv = _judge(records + gains, tmp_path)
+    assert not conv["none"][0] and "improves test/acc by 0.02" in conv["none"][1]
+    assert by_id["clean_cost_modest"].verdict == "inconclusive: underfit"
 
-    def rec(name, seed, acc, asr, curves=flat):
-        m = {"test/acc": acc, "test/asr_mean": asr, "test/asr_patch": asr}
-        return SimpleNamespace(name=name, seed=seed, metrics=m, curves=curves, path=".")
 
-    records = [rec("none", s, 0.88 + 0.005 * s, 0.9) for s in range(3)]
-    records += [rec("none_long", s, 0.88 + 0.005 * s, 0.2) for s in range(3)]  # none's ASR falls: not checked
-    records += [rec("badloss", s, 0.86, 0.05 + 0.01 * s) for s in range(3)]
-    records += [rec("spectral", s, 0.87, 0.20 + 0.01 * s) for s in range(3)]
-    abl = [rec("abl", s, 0.87 + 0.005 * s, 0.60 + 0.05 * s, noisy) for s in range(3)]  # ASR spread ~0.041
-    spec = {"sizing_metric": "val/loss"}
+def test_claim_4x_check_of_a_defence_also_pairs_its_mean_asr(tmp_path):
+    """``abl_long`` (ABL's isolation, then 4x the retraining) settles ``abl`` only when neither its clean accuracy
+    nor its mean ASR moves (either way) by more than 1% of its value: the verdicts compare that ASR. ``none``'s ASR
+    is not checked (its claims use only its clean accuracy)."""
+    from reports.badloss import convergence
+    from suite.claim import load_spec
+    from suite.claims import ClaimSpec
+
+    spec = ClaimSpec.from_dict("badloss", load_spec("badloss"))
+    records = [_rec("none", s, 0.88 + 0.005 * s, 0.9) for s in range(3)]
+    records += [_rec("none_long", s, 0.88 + 0.005 * s, 0.2) for s in range(3)]  # none's ASR falls: not checked
+    records += [_rec("badloss", s, 0.86, 0.05 + 0.01 * s) for s in range(3)]
+    records += [_rec("spectral", s, 0.87, 0.20 + 0.01 * s) for s in range(3)]
+    abl = [_rec("abl", s, 0.87 + 0.005 * s, 0.60 + 0.05 * s, curve=NOISY) for s in range(3)]
     judged, checks = convergence(records + abl, spec)
     assert judged["none"][0] and "mean ASR" not in checks["none"][1]
     assert not judged["abl"][0] and "abl" not in checks  # no 4x run: the noisy curve reads as still improving
-    # same accuracy, ASR 0.01 lower at 4x: both within the spread, so the 4x run settles ABL
-    steady = [rec("abl_long", s, 0.87 + 0.005 * s, 0.59 + 0.05 * s) for s in range(3)]
+    steady = [_rec("abl_long", s, 0.87 + 0.005 * s, 0.597 + 0.05 * s) for s in range(3)]  # ASR -0.003: within 1%
     judged, checks = convergence(records + abl + steady, spec)
     assert checks["abl"][0] and judged["abl"][0] and "which settles it" in judged["abl"][1]
     assert "clean accuracy: " in checks["abl"][1] and "; mean ASR: " in checks["abl"][1]
-    v = verdicts(records + abl + steady, spec)
-    assert v[1].verdict == "reproduced" and "every averaged entry converged" in v[1].evidence
-    assert "clean accuracy: " in claim_report(records + abl + steady, Path("."), spec)
-    # same accuracy, but 4x the retraining lowers ABL's ASR by 0.2 (spread ~0.041): not converged, row untested
-    falls = [rec("abl_long", s, 0.87 + 0.005 * s, 0.40 + 0.05 * s) for s in range(3)]
+    by_id, _, _ = _judge(records + abl + steady, tmp_path)
+    assert by_id["asr_vs_average_defence"].verdict == "reproduced"
+    falls = [_rec("abl_long", s, 0.87 + 0.005 * s, 0.40 + 0.05 * s) for s in range(3)]
     judged, checks = convergence(records + abl + falls, spec)
     assert not checks["abl"][0] and not judged["abl"][0] and "mean ASR: " in judged["abl"][1]
-    assert verdicts(records + abl + falls, spec)[1].verdict == "inconclusive: underfit"
-    # a rising ASR at 4x (the kept poisons implant with more epochs) is no convergence either: two-sided
-    rises = [rec("abl_long", s, 0.87 + 0.005 * s, 0.80 + 0.05 * s) for s in range(3)]
+    by_id, _, _ = _judge(records + abl + falls, tmp_path)
+    assert by_id["asr_vs_average_defence"].verdict == "inconclusive: underfit"
+    rises = [_rec("abl_long", s, 0.87 + 0.005 * s, 0.80 + 0.05 * s) for s in range(3)]  # kept poisons implant
     judged, checks = convergence(records + abl + rises, spec)
     assert not judged["abl"][0] and "worsens test/asr_mean by 0.2" in checks["abl"][1]
+
+
+def test_claim_trajectory_plot_needs_its_npz(tmp_path):
+    """The plot reads ``badloss_detection.npz`` (binary, not kept as data): without it, a note and no figure."""
+    from reports.badloss import claim_report
+    from suite.claim import load_spec
+    from suite.claims import ClaimSpec
+    from suite.compare import RunRecord
+
+    spec = ClaimSpec.from_dict("badloss", load_spec("badloss"))
+    result = claim_report(_base(), spec, tmp_path)
+    assert not result.figures and any("badloss_detection.npz" in n for n in result.notes)
+    run = tmp_path / "run"
+    run.mkdir()
+    g = np.random.default_rng(0)
+    np.savez(run / "badloss_detection.npz", trajectories=g.random((12, 5)), poison_attack=np.r_[[-1] * 8, 0, 0, 1, 1],
+             probe_kind=np.r_[[0] * 6, 1, 1, [0] * 4], attack_names=np.array(["patch", "blend_r"]))  # fmt: skip
+    records = [r for r in _base() if not (r.name == "badloss" and r.seed == 0)]
+    records.append(RunRecord(run, "badloss", 0, {"test/acc": 0.88, "test/asr_mean": 0.02}))
+    result = claim_report(records, spec, tmp_path)
+    assert [f.path.name for f in result.figures] == ["badloss_trajectories.png"] and result.figures[0].path.exists()
+    assert not any("badloss_detection.npz" in n for n in result.notes)
 
 
 def test_knn_distances_are_float64_whatever_the_input():

@@ -156,6 +156,18 @@ def welch_interval(a: Sequence[float], b: Sequence[float], level: float = LEVEL)
     return _interval(statistics.fmean(xa) - statistics.fmean(xb), se, df, (len(xa), len(xb)), False, level)
 
 
+def welch_from_summary(
+    mean_a: float, sd_a: float, n_a: int, mean_b: float, sd_b: float, n_b: int, level: float = LEVEL
+) -> Interval:
+    """The Welch interval from each side's mean, standard deviation and count: what a page that kept only
+    ``mean ± sd (n)`` still allows (a paired interval needs the per-seed values)."""
+    if n_a < 2 or n_b < 2:
+        raise ValueError(f"a Welch interval needs at least 2 seeds a side, got {n_a} and {n_b}")
+    va, vb = sd_a * sd_a, sd_b * sd_b
+    se = math.sqrt(va / n_a + vb / n_b)
+    return _interval(mean_a - mean_b, se, welch_df(va, n_a, vb, n_b), (n_a, n_b), False, level)
+
+
 def exact_interval(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Interval:
     """A zero-width "interval" for deterministic entries (an exact solve, a closed form): one value a side, no noise
     to estimate. Only a claim that declares its entries deterministic may use it."""

@@ -173,3 +173,12 @@ def test_a_new_best_in_the_window_is_still_improving_even_if_the_end_fell_back()
     acc = _steps([0.2, 0.4, 0.5, 0.55, 0.58, 0.6, 0.6, 0.6, 0.6, 0.8, 0.6])
     c = stats.converged([acc], higher_is_better=True)
     assert not c.ok and c.gains == pytest.approx((0.2,)) and c.best_steps == (900.0,)
+
+
+def test_welch_from_summary_matches_scipy():
+    iv = stats.welch_from_summary(0.9921, 0.0044, 3, 0.7354, 0.21, 3)
+    ref = ss.ttest_ind_from_stats(0.9921, 0.0044, 3, 0.7354, 0.21, 3, equal_var=False)
+    assert iv.p_value() == pytest.approx(ref.pvalue, rel=1e-9)
+    full = stats.welch_interval(A, C)
+    again = stats.welch_from_summary(sum(A) / 5, ss.tstd(A), 5, sum(C) / 3, ss.tstd(C), 3)
+    assert (again.lo, again.hi) == pytest.approx((full.lo, full.hi), rel=1e-9)

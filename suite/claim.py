@@ -9,12 +9,17 @@
     overrides: "trainer.max_epochs=20"      # applied to every run
     metrics: [test/loss, test/acc]          # table columns
     logger: csv                             # logger group for the runs (csv keeps claims fast; wandb works too)
-    report: reports.<slug>:claim_report     # hook(records, out_dir[, spec]) -> markdown (verdict table)
+    claims: [...]                           # the claims, declared before the runs (suite.claims)
+    report: reports.<slug>:claim_report     # hook(records, spec, out_dir) -> suite.claims.HookResult (data)
     budget: {paper: {model: ..., steps: ..., data: ...}, here: {...}}   # the budget table on the page
-    sizing_metric: val/loss                 # the sizing curve: every entry's validation curve, plateau judged
+    sizing_metric: val/loss                 # the validation curve convergence is judged on (suite.stats.converged)
     sizing_higher_is_better: false
-    sizing_patience: 12                     # optional, runs ended by early stopping: plateaued = no new best in the
-                                            # last 12 validations (suite.report.patience_plateau), not the endpoint rule
+    converge: {rel: 0.01}                   # or {tol: <absolute>}: the convergence tolerance over the last 20%
+    evaluate: best                          # test the best-validation checkpoint (default) or `last`, with
+                                            # `evaluate_why:` (the paper's protocol)
+    data_files: [quant_calibration.json]    # small files a hook reads from the run folders, kept in the data file
+    sizing_patience: 12                     # optional, runs ended by early stopping: converged = no new best in the
+                                            # last 12 validations (suite.report.patience_plateau)
     sizing_untrained: {exact: "exact score, nothing trained"}   # optional: entries with nothing to converge
                                             # (their sizing row reads n/a, with the reason)
     headline:                               # optional: the weak-baseline rule's settings (defaults in brackets)
@@ -27,14 +32,19 @@
 The weak-baseline rule (:mod:`suite.report`): every entry runs with ``eval_at_start=true``, so its runs record the
 headline validation metric of the untrained model (``val/acc@start`` in ``metrics.json``, :mod:`suite.start_metrics`)
 beside its final value. The page lists each baseline's start, end and reference reading; a baseline that ends no
-better than its start or than the reference (mean gain over seeds within two standard errors, or under 1%) is weak,
-and any ``reproduced`` verdict that the hook reads against it (its ``Verdict.against``, else the entry names in its
-claim or evidence) becomes ``inconclusive: weak baseline``, with a line under the verdict table saying so. Runs from
-before the rule read "start not recorded" and change no verdict.
+better than its start or than the reference (the 95% t interval on its mean gain reaches 0, or the gain is under 1%)
+is weak, and any ``reproduced`` verdict read against it (a claim's entries after the first, or a hook verdict's
+``against``) becomes ``inconclusive: weak baseline`` (:func:`suite.claims.apply_weak_baselines`), with a line under
+the verdict table saying so. Runs from before the rule read "start not recorded" and change no verdict.
+
+The page is built from the results data file (:mod:`suite.results_data`, ``docs/results/data/<slug>.json``) written
+right after the runs; ``--report-only`` rebuilds it from the runs on disk or, without them, from that file alone.
+``--jobs N`` runs the (entry, seed) pairs as N one-thread processes at once; ``--plan`` prints the seeds each
+declared claim needs (:func:`plan`).
 
 Each entry becomes ``python -m train -m experiment=<slug> <overrides> seed=0,1,2`` (``experiment=<its experiment:>``
 where an entry, or the spec, names one: a cross-paper study); a failing entry is reported on
-the page, not hidden. ``--report-only`` rebuilds the page from the runs already on disk. A hand-written reading of
+the page, not hidden. A hand-written reading of
 the results lives in ``docs/results/<slug>_notes.md`` and is appended to the page on every (re)build.
 ``--only a,b`` (re)runs just those entries, in that order, and reuses the others (e.g. to split a claim over
 parallel processes). ``--seeds 1,2`` (re)runs just those seeds of the selected entries, one process per seed,
@@ -85,7 +95,7 @@ from suite.compare import RunRecord, aggregate, find_runs, markdown_table, plot_
 from suite.errors import ConfigError, SuiteError
 from suite.page import hook_sections, per_seed_section, verdict_section
 from suite.preflight import compose_run, preflight
-from suite.report import baseline_section, budget_table, entry_curves, headline_spec, mean_curve, weak_baseline_rule
+from suite.report import baseline_section, budget_table, entry_curves, headline_spec, mean_curve
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ("cpu", "paper", "gpu")
@@ -411,25 +421,24 @@ def collect(spec: dict, out: Path) -> list[RunRecord]:
 
 
 def _call_hook(hook: str, records: list[RunRecord], spec: ClaimSpec, folder: Path) -> tuple[HookResult, str]:
-    """Run the spec's report hook, always as ``hook(records, spec, out_dir)``: ``(its HookResult, its markdown)``
-    (a hook still written in the former style returns markdown, kept as it is). A failing hook is reported on the
-    page, never lost."""
+    """Run the spec's report hook, always as ``hook(records, spec, out_dir)``: ``(its HookResult, a failure line or
+    "")``. A failing hook, or one that returns anything but data, is reported on the page; the declared claims'
+    verdicts are never lost to it."""
     mod, fn = hook.split(":")
     try:
-        func = getattr(importlib.import_module(mod), fn)
-        out = func(records, spec, folder)
+        out = getattr(importlib.import_module(mod), fn)(records, spec, folder)
     except Exception as err:  # noqa: BLE001 - a broken report hook must not lose the verdicts of the declared claims
         return HookResult(), f"Report hook `{hook}` failed: {type(err).__name__}: {err}"
-    if isinstance(out, HookResult):
-        return out, ""
-    return HookResult(), str(out)
+    if not isinstance(out, HookResult):
+        return HookResult(), f"Report hook `{hook}` returned {type(out).__name__}, not a HookResult: nothing shown"
+    return out, ""
 
 
 def judge_page(
     spec: ClaimSpec, records: list[RunRecord], folder: Path
 ) -> tuple[list[ClaimResult], list[str], HookResult, str, dict, list[str]]:
-    """Everything a page states, as data: ``(verdicts, weak-baseline notes, the hook's result, the hook's markdown
-    when it still returns markdown, the convergence per entry, the baseline section's lines)``.
+    """Everything a page states, as data: ``(verdicts, weak-baseline notes, the hook's result, the hook's failure
+    line or "", the convergence per entry, the baseline section's lines)``.
 
     The order: the convergence rule on every entry; the hook (which may replace an entry's convergence reading with
     stronger evidence, mark a claim's phenomenon absent, and add verdicts); the declared claims judged with that;
@@ -439,8 +448,7 @@ def judge_page(
     hook_md = ""
     result = HookResult()
     if spec.get("report"):
-        with weak_baseline_rule(weak):  # a hook that still renders its own verdict table applies the rule there
-            result, hook_md = _call_hook(spec["report"], records, spec, folder)
+        result, hook_md = _call_hook(spec["report"], records, spec, folder)
     convergence = {**convergence, **result.convergence}
     verdicts = judge_claims(spec.claims, records, convergence, result.absent)
     own = {v.id: v for v in result.verdicts}

@@ -25,14 +25,10 @@ the start (reference). A ``reproduced`` verdict read against a weak baseline rea
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
-import re
 import statistics
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from suite import stats as _stats
@@ -50,91 +46,8 @@ REL_TOL = 0.01  # one seed: a relative change below 1% counts as no change (plat
 Curve = Sequence[float] | Sequence[tuple[float, float]]
 
 
-@dataclass
-class Verdict:
-    """One claim of the paper and what the runs say about it.
-
-    Attributes:
-        claim: the paper's claim in one sentence.
-        verdict: one of :data:`VERDICTS`.
-        evidence: the numbers behind the verdict, one line.
-        against: the entries the verdict is read against (the weak-baseline rule checks these); ``None``: the entry
-            names that the claim or evidence text mentions.
-    """
-
-    claim: str
-    verdict: str
-    evidence: str
-    against: tuple[str, ...] | None = None
-
-    def __post_init__(self) -> None:
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict {self.verdict!r} is not one of {', '.join(map(repr, VERDICTS))}")
-
-
 def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
-
-
-def verdict_table(verdicts: list[Verdict], weak: dict[str, str] | None = None) -> str:
-    """Markdown table ``| claim | verdict | evidence |``, one row per :class:`Verdict` (verdict in bold).
-
-    ``weak`` (default: the weak baselines of the claim page being built, :func:`weak_baseline_rule`) maps entry names
-    to why they are weak; a ``reproduced`` read against one becomes ``inconclusive: weak baseline``
-    (:func:`guard_verdict`) and a line under the table says so."""
-    weak = _WEAK_BASELINES.get() if weak is None else weak
-    guarded = [guard_verdict(v, weak) for v in verdicts]
-    lines = ["| claim | verdict | evidence |", "|---|---|---|"]
-    lines += [f"| {_cell(v.claim)} | **{v.verdict}** | {_cell(v.evidence)} |" for v, _ in guarded]
-    notes = [note for _, note in guarded if note]
-    return "\n".join([*lines, *(["", *notes] if notes else [])])
-
-
-# --- the weak-baseline rule ------------------------------------------------------------------------------------------
-
-_WEAK_BASELINES: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("weak_baselines", default={})  # noqa: B039 - never mutated
-
-
-@contextlib.contextmanager
-def weak_baseline_rule(weak: dict[str, str]) -> Iterator[None]:
-    """While a claim page is built (``suite.claim.write_page`` wraps its hook in it), :func:`verdict_table` applies
-    :func:`guard_verdict` with ``weak`` (entry name -> why it is weak): every hook gets the rule unchanged."""
-    token = _WEAK_BASELINES.set(dict(weak))
-    try:
-        yield
-    finally:
-        _WEAK_BASELINES.reset(token)
-
-
-def names_in(text: str, names: Sequence[str]) -> list[str]:
-    """The entry ``names`` that ``text`` mentions as whole names (``pb_s`` is not in ``pb_s_exact`` nor ``Long-CLIP``
-    in ``clip``: letters, digits, ``_`` and ``-`` continue a name; case counts)."""
-    return [n for n in names if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text)]
-
-
-def guard_verdict(verdict: Verdict, weak: dict[str, str]) -> tuple[Verdict, str | None]:
-    """A ``reproduced`` read against a weak baseline becomes ``inconclusive: weak baseline``.
-
-    Args:
-        verdict: the hook's verdict; the entries it is read against are its ``against``, or else those of ``weak``
-            that its claim or evidence names (:func:`names_in`).
-        weak: entry name -> why it is a weak baseline (:func:`weak_baselines`).
-
-    Returns:
-        ``(verdict, note)``: the verdict unchanged and ``None``, or the flipped verdict (its evidence says what it
-        read before) and one markdown line for the page saying why."""
-    if verdict.verdict != REPRODUCED or not weak:
-        return verdict, None
-    named = verdict.against if verdict.against is not None else names_in(f"{verdict.claim} {verdict.evidence}", weak)
-    hit = [n for n in named if n in weak]
-    if not hit:
-        return verdict, None
-    which = ", ".join(f"`{n}`" for n in hit)
-    flipped = replace(verdict, verdict=WEAK, evidence=f"{verdict.evidence}; read `{REPRODUCED}` against {which}")
-    why = "; ".join(f"`{n}` {weak[n]}" for n in hit)
-    note = (f"- **Weak baseline.** \"{_cell(verdict.claim)}\" read `{REPRODUCED}` against {which}, which is a weak "
-            f"baseline ({_cell(why)}), so its verdict reads `{WEAK}`.")  # fmt: skip
-    return flipped, note
 
 
 @dataclass
@@ -156,11 +69,11 @@ class BaselineCheck:
 HEADLINE_KEYS = ("start", "metric", "higher_is_better", "baselines", "reference")
 
 
-def headline_spec(spec_or_slug: dict | str | None) -> dict[str, Any]:
+def headline_spec(spec: Any) -> dict[str, Any]:
     """The claim spec's ``headline:`` with its defaults (module docstring): ``start``, ``metric``,
     ``higher_is_better``, ``baselines`` and ``reference`` (``None`` or a dict with one of ``value`` / ``entry`` /
     ``metric``, and ``what``). A malformed ``headline:`` is a ConfigError naming the key."""
-    spec = _spec(spec_or_slug)
+    spec = _spec(spec)
     raw = spec.get("headline") or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"headline={raw!r} must be a mapping with keys {list(HEADLINE_KEYS)}")
@@ -402,14 +315,6 @@ def _points(curve: Curve) -> list[tuple[float, float]]:
         if y is not None and math.isfinite(float(y)):
             pts.append((float(x), float(y)))
     return pts
-
-
-def _window_start(pts: list[tuple[float, float]], frac: float) -> tuple[float, float]:
-    """The last point at or before ``(1 - frac)`` of the training span (so the window covers >= ``frac``)."""
-    x0, x1 = pts[0][0], pts[-1][0]
-    cut = x1 - frac * (x1 - x0)
-    before = [p for p in pts[:-1] if p[0] <= cut + 1e-9]
-    return before[-1] if before else pts[0]
 
 
 def plateau(
@@ -679,42 +584,16 @@ def std_error(vals: Sequence[float]) -> float:
     return statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) > 1 else 0.0
 
 
-def curve_table(
-    curves: dict[str, list[dict[int, float]]], names: Sequence[str], points: Sequence[int], digits: int = 3
-) -> list[str]:
-    """Markdown rows (header, rule, one row per entry) of ``mean ± s.e.`` over seeds at each of ``points``;
-    ``curves[name]`` holds one ``{point: value}`` dict per seed."""
-    lines = ["| entry | " + " | ".join(str(p) for p in points) + " |", "|---|" + "---|" * len(points)]
-    for n in names:
-        cells = []
-        for p in points:
-            vals = [c[p] for c in curves[n]]
-            cells.append(f"{statistics.fmean(vals):.{digits}f} ± {std_error(vals):.{digits}f}")
-        lines.append(f"| {n} | " + " | ".join(cells) + " |")
-    return lines
+def _spec(spec: Any) -> Any:
+    """The claim spec a hook was given (a dict or a :class:`suite.claims.ClaimSpec`); never read from disk here."""
+    return spec if spec is not None else {}
 
 
-def _spec(spec_or_slug: dict | str | None) -> dict:
-    """A claim spec: the dict itself, or ``conf/claim/<slug>.yaml`` read for a slug (``{}`` when absent)."""
-    if isinstance(spec_or_slug, str):
-        from omegaconf import OmegaConf
-
-        path = Path(__file__).resolve().parents[1] / "conf" / "claim" / f"{spec_or_slug}.yaml"
-        return OmegaConf.to_container(OmegaConf.load(path), resolve=False) if path.exists() else {}
-    return spec_or_slug or {}
-
-
-def sizing_spec(spec_or_slug: dict | str | None) -> tuple[str | None, bool]:
-    """``(sizing_metric, sizing_higher_is_better)`` of a claim spec (a dict, or a slug read from ``conf/claim``)."""
-    spec = _spec(spec_or_slug)
-    return spec.get("sizing_metric"), bool(spec.get("sizing_higher_is_better", False))
-
-
-def sizing_untrained(spec_or_slug: dict | str | None) -> dict[str, str]:
+def sizing_untrained(spec: Any) -> dict[str, str]:
     """The spec's ``sizing_untrained``: entries that train nothing (an exact score, a closed-form solve), by name,
     with the reason; their sizing row reads ``n/a`` instead of a plateau judgement. A name that is no run is a
     ConfigError."""
-    spec = _spec(spec_or_slug)
+    spec = _spec(spec)
     value = spec.get("sizing_untrained") or {}
     if not isinstance(value, dict) or not all(isinstance(v, str) and v.strip() for v in value.values()):
         raise ConfigError(f"sizing_untrained={value!r} must map entry names to the reason they train nothing")
@@ -724,10 +603,10 @@ def sizing_untrained(spec_or_slug: dict | str | None) -> dict[str, str]:
     return {str(k): str(v).strip() for k, v in value.items()}
 
 
-def sizing_patience(spec_or_slug: dict | str | None) -> int | None:
+def sizing_patience(spec: Any) -> int | None:
     """The spec's ``sizing_patience`` (validations without a new best that count as a plateau: runs that early
     stopping ends, judged by :func:`patience_plateau`), or ``None`` for the endpoint rule of :func:`plateau`."""
-    value = _spec(spec_or_slug).get("sizing_patience")
+    value = _spec(spec).get("sizing_patience")
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

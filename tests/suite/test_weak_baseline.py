@@ -12,22 +12,16 @@ import numpy as np
 import pytest
 import torch
 
+from suite.claims import Claim, ClaimResult, apply_weak_baselines, judge
 from suite.compare import RunRecord
 from suite.errors import ConfigError
 from suite.report import (
     NOT_REPRODUCED,
     REPRODUCED,
     WEAK,
-    Verdict,
     baseline_checks,
     baseline_section,
-    compare,
-    guard_verdict,
     headline_spec,
-    names_in,
-    values,
-    verdict_table,
-    weak_baseline_rule,
     weak_baselines,
 )
 from suite.start_metrics import START_FILE, preserved_rng
@@ -51,11 +45,11 @@ def _runs(name: str, start: float | None, end: float, test: float, seeds: int = 
     return out
 
 
-def _hook(records, out_dir=None):
-    """A hook as the suite's hooks write them: compare() against the baseline, name it in the evidence."""
-    ours, base = values(records, "ours", "test/acc"), values(records, "base", "test/acc")
-    verdict = compare(ours, base, higher_is_better=True)
-    return verdict_table([Verdict("ours beats the baseline", verdict, f"ours {ours[0]:.2f} vs base {base[0]:.2f}")])
+def _verdict(records, weak=None):
+    """The verdict of "ours beats the baseline" on ``records``, with the weak-baseline rule applied for ``weak``."""
+    claim = Claim("ours_vs_base", "ours beats the baseline", "test/acc", ("ours", "base"), True)
+    results, notes = apply_weak_baselines([judge(claim, records)], weak or {})
+    return results[0], notes
 
 
 def test_a_baseline_that_ends_below_its_start_flips_reproduced_to_weak_baseline():
@@ -63,21 +57,18 @@ def test_a_baseline_that_ends_below_its_start_flips_reproduced_to_weak_baseline(
     checks = baseline_checks(records, SPEC)
     assert checks["base"].weak is True and "ends no better than its start" in checks["base"].reading
     assert "`val/acc` 0.51 at step 0 -> 0.31 at the end (gain -0.2, 3 seeds)" in checks["base"].reading
-    assert "reproduced" in _hook(records)  # outside a claim page the hook's verdict is left as it is
-    with weak_baseline_rule(weak_baselines(checks)):
-        table = _hook(records)
-    assert f"| ours beats the baseline | **{WEAK}** |" in table
-    assert "read `reproduced` against `base`" in table
-    assert '- **Weak baseline.** "ours beats the baseline" read `reproduced` against `base`' in table
+    assert _verdict(records)[0].verdict == REPRODUCED  # without the rule the interval reads reproduced
+    result, notes = _verdict(records, weak_baselines(checks))
+    assert result.verdict == WEAK and "read `reproduced` against `base`" in result.why
+    assert notes == ["`ours_vs_base`: `base` " + checks["base"].reading]
 
 
 def test_a_healthy_baseline_leaves_the_verdict():
     records = _runs("ours", 0.1, 0.9, 0.9) + _runs("base", 0.1, 0.5, 0.5)
     checks = baseline_checks(records, SPEC)
     assert checks["base"].weak is False and "improves on its start" in checks["base"].reading
-    with weak_baseline_rule(weak_baselines(checks)):
-        table = _hook(records)
-    assert "| ours beats the baseline | **reproduced** |" in table and "Weak baseline" not in table
+    result, notes = _verdict(records, weak_baselines(checks))
+    assert result.verdict == REPRODUCED and notes == []
     # a gain within the noise of its seeds (or under 1% of the start) is no better than the start
     flat = [RunRecord(None, "base", s, {"val/acc": 0.5 + d, "val/acc@start": 0.5}) for s, d in enumerate((0.02, -0.02))]
     assert baseline_checks(flat, SPEC)["base"].weak is True
@@ -91,8 +82,7 @@ def test_a_baseline_no_better_than_a_trivial_reference_is_weak():
     checks = baseline_checks(records, chance)
     assert checks["base"].weak is True
     assert "`test/acc` 0.25 is no better than chance (1/4) (0.25)" in checks["base"].reading
-    with weak_baseline_rule(weak_baselines(checks)):
-        assert f"**{WEAK}**" in _hook(records)
+    assert _verdict(records, weak_baselines(checks))[0].verdict == WEAK
     # above chance: healthy; the reference may also be another entry (copy-last, the uniform policy) ...
     assert baseline_checks(_runs("base", 0.1, 0.5, 0.6), chance)["base"].weak is False
     spec = {**SPEC, "runs": [*SPEC["runs"], {"name": "uniform"}], "headline": {"reference": {"entry": "uniform"}}}
@@ -114,23 +104,20 @@ def test_runs_without_a_start_say_so_and_change_no_verdict():
     lines, weak = baseline_section(records, SPEC)
     assert weak == {} and "start not recorded, and no verdict is changed by the rule" in "\n".join(lines)
     assert "| base | not judged | start not recorded" in "\n".join(lines)
-    with weak_baseline_rule(weak):
-        assert "**reproduced**" in _hook(records)
+    assert _verdict(records, weak)[0].verdict == REPRODUCED
 
 
 def test_only_reproduced_flips_and_only_against_the_named_baseline():
     weak = {"pb_s": "ends no better than its start"}
-    lost = Verdict("x beats pb_s", NOT_REPRODUCED, "x 0.1 vs pb_s 0.5")
-    assert guard_verdict(lost, weak) == (lost, None)  # losing to a weak baseline is losing all the more
-    other = Verdict("x beats pb_s_exact", REPRODUCED, "x 0.9 vs pb_s_exact 0.5")
-    assert guard_verdict(other, weak) == (other, None)
-    assert names_in("vs pb_s_exact, Long-CLIP, (clip) and pb_s.", ["pb_s", "clip", "CLIP", "pb_s_exact"]) == [
-        "pb_s", "clip", "pb_s_exact"
-    ]  # fmt: skip
-    # `against` names the baselines outright, whatever the text says
-    said = Verdict("x beats the best baseline", REPRODUCED, "x 0.9 vs 0.5", against=("pb_s",))
-    assert guard_verdict(said, weak)[0].verdict == WEAK
-    assert guard_verdict(Verdict("x beats pb_s", REPRODUCED, "e", against=()), weak)[0].verdict == REPRODUCED
+    lost = ClaimResult("x_vs_pb_s", "x beats pb_s", NOT_REPRODUCED, entries=("x", "pb_s"))
+    assert apply_weak_baselines([lost], weak) == ([lost], [])  # losing to a weak baseline is losing all the more
+    other = ClaimResult("x_vs_exact", "x beats pb_s_exact", REPRODUCED, entries=("x", "pb_s_exact"))
+    assert apply_weak_baselines([other], weak) == ([other], [])
+    # `against` names the baselines outright (a claim against the best of several baselines)
+    said = ClaimResult("x_vs_best", "x beats the best baseline", REPRODUCED, entries=("x", "best"), against=("pb_s",))
+    assert apply_weak_baselines([said], weak)[0][0].verdict == WEAK
+    own = ClaimResult("x_vs_pb_s", "x beats pb_s", REPRODUCED, entries=("x", "pb_s"), against=())
+    assert apply_weak_baselines([own], weak)[0][0].verdict == REPRODUCED
 
 
 def test_headline_spec_defaults_and_errors():

@@ -19,7 +19,6 @@ only the objectives are meant to be compared.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
 from pathlib import Path
@@ -34,19 +33,16 @@ import torch  # noqa: E402
 
 from datamodules.tabular import TabularDataModule  # noqa: E402
 from lightning_modules.lice import LiceLitModule  # noqa: E402
-from lightning_modules.lice.mio import LiceMIO, feature_costs, mlp_forward  # noqa: E402
+from lightning_modules.lice.mio import LiceMIO, appsi_highs, feature_costs, mlp_forward  # noqa: E402
 
 
 def solve(mio: LiceMIO, m: pyo.ConcreteModel, warm: bool = False, options: dict | None = None) -> dict:
     """Solve ``m`` like ``LiceMIO.solve_model`` but keep the dual bound; returns a summary dict."""
     from pyomo.contrib.appsi.base import TerminationCondition as TC
-    from pyomo.contrib.appsi.solvers import Highs
 
-    solver = Highs()
+    solver = appsi_highs()
     solver.config.time_limit = float(mio.time_limit)
     solver.config.load_solution = False
-    solver.config.stream_solver = False
-    solver.config.log_level = logging.DEBUG
     solver.config.warmstart = warm
     solver.highs_options = {"mip_feasibility_tolerance": 1e-7, "primal_feasibility_tolerance": 1e-7, **(options or {})}
     start = time.perf_counter()

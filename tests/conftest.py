@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -55,13 +56,36 @@ def run_entry(module: str, args: list[str]) -> int:
     mod = importlib.import_module(module)
     saved = sys.argv
     sys.argv = [f"{module}.py", f"--config-path={ROOT / 'conf'}", *args]  # absolute: imported, not run as main
-    try:
-        run_main(mod.main, resume=module == "train")
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.argv = saved
+    with _logging_restored():
+        try:
+            run_main(mod.main, resume=module == "train")
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            sys.argv = saved
     return 0
+
+
+@contextlib.contextmanager
+def _logging_restored():
+    """Hydra configures logging for each run: a console handler on the ``sys.stdout`` of that moment (a test's
+    captured output, closed when the test ends) and a file handler. Left in place, later tests' log records go to a
+    closed stream, and the handler's error report lands wherever stderr is redirected then (inside pyomo's output
+    capture it fed the tee's own pipe until it hung). Put the root logger back as it was."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        for handler in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(handler)
+            handler.close()
+        for handler in handlers:
+            if handler not in root.handlers:
+                root.addHandler(handler)
+        root.setLevel(level)
 
 
 @pytest.fixture

@@ -45,6 +45,28 @@ SUM_APPROX = ("lower", "upper")
 BACKENDS = ("highspy", "pyomo")
 HIGHS_OPTIONS = {"mip_feasibility_tolerance": 1e-7, "primal_feasibility_tolerance": 1e-7}
 
+# HiGHS's console output, as appsi captures it. appsi runs every call under pyomo's ``capture_output`` (the process's
+# stdout/stderr redirected into pipes that one reader thread drains into a ``LogStream``). Were the records to reach
+# the root logger's handlers, a handler that fails (a stream closed under it: a finished run's console, a test's
+# captured output) would print its ``--- Logging error ---`` traceback into those same pipes from that reader
+# thread: every line read writes a traceback of many lines back, the pipe fills, the reader blocks on its own pipe
+# and the main thread waits on it for ever in ``TeeStream.close``. So the output goes to a logger of its own that
+# never propagates: what HiGHS prints reaches no handler the suite did not put there.
+SOLVER_LOG = logging.getLogger("lightning_modules.lice.highs_output")
+SOLVER_LOG.propagate = False
+SOLVER_LOG.addHandler(logging.NullHandler())
+
+
+def appsi_highs() -> Any:
+    """Pyomo's ``appsi`` HiGHS solver with its output on :data:`SOLVER_LOG` (at DEBUG), not echoed to the console."""
+    from pyomo.contrib.appsi.solvers import Highs
+
+    solver = Highs()
+    solver.config.stream_solver = False
+    solver.config.log_level = logging.DEBUG  # HiGHS's log goes to DEBUG, not the run's INFO log
+    solver.config.solver_output_logger = SOLVER_LOG
+    return solver
+
 
 @dataclass
 class CounterfactualResult:
@@ -393,13 +415,10 @@ class LiceMIO:
         ``warm_start`` hands the current values of ``m``'s variables to HiGHS as a MIP start (see :meth:`generate`).
         """
         from pyomo.contrib.appsi.base import TerminationCondition as TC
-        from pyomo.contrib.appsi.solvers import Highs
 
-        solver = Highs()
+        solver = appsi_highs()
         solver.config.time_limit = float(self.time_limit)
         solver.config.load_solution = False
-        solver.config.stream_solver = False
-        solver.config.log_level = logging.DEBUG  # HiGHS's log goes to DEBUG, not the run's INFO log
         solver.config.warmstart = warm_start
         solver.highs_options = dict(self.highs_options)
         start = time.perf_counter()

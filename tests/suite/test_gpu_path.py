@@ -29,13 +29,65 @@ from tests.conftest import ROOT
 GPU_SPECS = sorted(p.stem for p in (ROOT / "conf" / "claim" / "gpu").glob("*.yaml"))
 
 
+def _pip_setting(name: str) -> str | None:
+    """A pip setting as pip reads it (``PIP_<NAME>`` first, then its config files), or None."""
+    env = os.environ.get("PIP_" + name.upper().replace("-", "_"))
+    if env is not None:
+        return env
+    proc = subprocess.run([sys.executable, "-m", "pip", "config", "get", f"global.{name}"], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def registry_unreachable(timeout: float = 5.0) -> str | None:
+    """Why the package index pip downloads from cannot be reached (one line), or None when it can: a TCP connection
+    to the index's host (or to the HTTPS proxy pip would use), an existing folder for a ``file://`` index."""
+    import socket
+    from urllib.parse import urlparse
+
+    if (_pip_setting("no-index") or "").lower() in ("1", "true", "yes", "on"):
+        return "pip is configured with no-index"
+    url = _pip_setting("index-url") or "https://pypi.org/simple"
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        return None if os.path.isdir(parsed.path) else f"{url} is not a folder"
+    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy") if parsed.scheme == "https" else None
+    target = urlparse(proxy) if proxy else parsed
+    port = target.port or (443 if target.scheme == "https" else 80)
+    try:
+        socket.create_connection((target.hostname, port), timeout=timeout).close()
+    except OSError as err:
+        return f"{'proxy ' if proxy else ''}{target.hostname}:{port} for {url}: {err}"
+    return None
+
+
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory):
     dest = tmp_path_factory.mktemp("gpu") / "whl"
     proc = subprocess.run([sys.executable, "-m", "suite.gpu_wheels", "--dest", str(dest)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    if proc.returncode != 0:
+        why = registry_unreachable()  # pip may still have answered from a local wheel folder, so only now
+        if why:
+            pytest.skip(f"the package registry cannot be reached ({why}); make gpu-wheels downloads from it")
     assert proc.returncode == 0, proc.stderr[-2000:]
     return dest
+
+
+def test_an_unreachable_registry_is_a_skip_with_its_reason(tmp_path):
+    """With no network (here: an index on a closed local port, no local wheel folders, no retries) the tests that
+    need the registry skip, naming it, as the SLURM tests do without a cluster; the others still run."""
+    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+           "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": "", "PIP_RETRIES": "0", "PIP_TIMEOUT": "5",
+           "PIP_NO_CACHE_DIR": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
+    env.pop("HTTPS_PROXY", None), env.pop("https_proxy", None)
+    test = "tests/suite/test_gpu_path.py::test_wheels_are_pure_and_install_offline_into_a_fresh_target"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", test,
+                           "tests/suite/test_gpu_path.py::test_wheel_pins_follow_pyproject"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "1 passed, 1 skipped" in proc.stdout, proc.stdout[-3000:]
+    assert "the package registry cannot be reached (127.0.0.1:9 for http://127.0.0.1:9/simple:" in proc.stdout
 
 
 def test_wheel_pins_follow_pyproject():

@@ -254,6 +254,42 @@ def verdict_counts(folder: Path) -> dict[str, dict[str, int]]:
     return out
 
 
+BANNER = "> **Verdicts by the former rule**"  # the first words of the banner on a page not yet rebuilt from data
+
+
+def overview(results: Path) -> str:
+    """``docs/results/README.md``: every claim page, with its verdict counts where it was rebuilt from its data file
+    under the current rules, or marked as still stating the former rule's verdicts (its page carries the banner)."""
+    from suite import stats
+
+    counts = verdict_counts(results / "data")
+    short = [v.replace("inconclusive: ", "") for v in stats.VERDICTS]
+    lines = [
+        "# Claim pages",
+        "",
+        "Every paper's claim check (`make claim METHOD=<slug>`), with how many of its claims read each verdict "
+        "([what the words mean](verdicts.md)). Counts come from `data/<slug>.json` (`python -m suite.results_data`); "
+        "a page without a data file still states the verdicts of the former rule (two standard errors of an "
+        "unpaired difference, the signed-gain plateau rule) and says so at its top until it is rerun.",
+        "",
+        "| page | " + " | ".join(short) + " | rules |",
+        "|---|" + "---|" * (len(short) + 1),
+    ]
+    pages = sorted(
+        p for p in results.glob("*.md") if not p.stem.endswith("_notes") and p.stem not in ("README", "verdicts")
+    )
+    pages += sorted((results / "gpu").glob("*.md")) if (results / "gpu").is_dir() else []
+    for page in pages:
+        rel = page.relative_to(results)
+        name = str(rel.with_suffix(""))
+        c = counts.get(page.stem) if page.parent == results else None
+        if c is not None:
+            lines.append(f"| [{name}]({rel}) | " + " | ".join(str(c[v]) for v in stats.VERDICTS) + " | current |")
+        else:
+            lines.append(f"| [{name}]({rel}) | " + " | ".join("" for _ in short) + " | former: rerun pending |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m suite.results_data [folder]``: the verdict counts of every page rebuilt from data (the README's
     counts come from here)."""
@@ -263,7 +299,13 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description="verdict counts per claim page, from docs/results/data/*.json")
     parser.add_argument("folder", nargs="?", default=str(Path(__file__).resolve().parents[1] / "docs/results/data"))
+    parser.add_argument("--overview", action="store_true", help="write docs/results/README.md (every page, its counts)")
     args = parser.parse_args(argv)
+    if args.overview:
+        results = Path(args.folder).parent
+        (results / "README.md").write_text(overview(results))
+        print(f"wrote {results / 'README.md'}")
+        return
     table = verdict_counts(Path(args.folder))
     short = {v: v.replace("inconclusive: ", "") for v in stats.VERDICTS}
     print("| page | " + " | ".join(short[v] for v in stats.VERDICTS) + " |")

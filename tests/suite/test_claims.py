@@ -206,3 +206,19 @@ def test_every_spec_declares_valid_claims_and_a_data_hook(profile, slug):
         mod, fn = spec["report"].split(":")
         params = list(inspect.signature(getattr(__import__(mod, fromlist=[fn]), fn)).parameters)
         assert params[:3] == ["records", "spec", "out_dir"], f"{spec['report']}: hook(records, spec, out_dir)"
+
+
+def test_make_claim_jobs_and_plan_as_typed(tmp_path):
+    import subprocess
+
+    def make(*args):
+        return subprocess.run(["make", "-s", "--no-print-directory", *args], cwd=claim_mod.ROOT, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+
+    dry = make("-n", "claim", "METHOD=stickbreaking", "JOBS=2")
+    assert dry.returncode == 0 and "-m suite.claim stickbreaking  --jobs 2" in dry.stdout
+    # --plan reads the committed data file when no runs are on disk (a fresh clone), and runs nothing
+    plan = make("claim", "METHOD=stickbreaking", f"ARGS=--plan --out {tmp_path / 'none'}")
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    assert "sb_vs_rope_8x" in plan.stdout and "seeds needed" in plan.stdout
+    assert not (tmp_path / "none").exists()

@@ -340,13 +340,15 @@ def build(cfg: DictConfig) -> dict[str, Any]:
     if not loggers:  # Lightning refuses an LR monitor without a logger (`logger=none`)
         callbacks = [cb for cb in callbacks if not isinstance(cb, pl.callbacks.LearningRateMonitor)]
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
-    flat = OmegaConf.to_container(cfg, resolve=True)
-    for logger in loggers:  # the composed config, so dashboards can group and filter runs by any setting
-        logger.log_hyperparams({k: v for k, v in flat.items() if k not in ("hydra",)})
     for cb in callbacks:
         if isinstance(cb, ConfigInCheckpoint):
             cb.config_yaml = config_yaml
     trainer = instantiate(cfg.trainer, "trainer", callbacks=callbacks, logger=loggers or False)
+    # after the trainer accepted its settings (`trainer=gpu` on a machine without one is refused there): a logger
+    # writes its first file (csv/hparams.yaml, a wandb run) here, and a refused run must leave no folder behind
+    flat = OmegaConf.to_container(cfg, resolve=True)
+    for logger in loggers:  # the composed config, so dashboards can group and filter runs by any setting
+        logger.log_hyperparams({k: v for k, v in flat.items() if k not in ("hydra",)})
     trainer.suite_smoke = bool(cfg.get("smoke", False))  # suite.debug.smoke_test: debug modes skip heavy analyses
     return {"datamodule": datamodule, "model": model, "trainer": trainer, "config_yaml": config_yaml}
 

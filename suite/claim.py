@@ -711,7 +711,7 @@ def plan(spec: ClaimSpec, records: list[RunRecord], status: dict) -> list[str]:
 
     rows = [["claim", "delta", "test", "n now", "spread", "seeds needed", "CPU time for them"]]
     for c in spec.claims:
-        a, b = (seed_values(records, e, c.metric) for e in c.entries)
+        a, b = (seed_values(records, e, m) for e, m in zip(c.entries, c.metrics, strict=True))
         paired = c.paired if c.paired is not None else default_paired(records, *c.entries)
         test = "paired" if paired else "Welch"
         try:

@@ -8,6 +8,10 @@ A claim spec (``conf/claim/<slug>.yaml``) declares its claims before the runs::
         metric: test/ppl_len1024                   # per-seed final value of each entry (best-validation weights
                                                    # when the runs test them: `evaluate: best`, the default)
         entries: [stickbreaking, softmax_rope]     # the method, then what it is compared with
+        baseline_metric: null                      # optional: the compared side's metric, when it differs (e.g. one
+                                                   # entry whose runs score the method and a baseline beside it:
+                                                   # entries [forecast, forecast], metric test/miou, baseline_metric
+                                                   # test/miou_copy_last; paired by seed by construction)
         higher_is_better: false
         kind: superiority                          # superiority | non_inferior | equivalent
         delta: 0.5                                 # smallest effect of interest (the margin for the other kinds)
@@ -44,6 +48,7 @@ CLAIM_KEYS = (
     "id",
     "text",
     "metric",
+    "baseline_metric",
     "entries",
     "higher_is_better",
     "kind",
@@ -74,6 +79,7 @@ class Claim:
     paired: bool | None = None
     converge: tuple[str, ...] | None = None
     deterministic: bool = False
+    baseline_metric: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in stats.KINDS:
@@ -82,12 +88,28 @@ class Claim:
             raise ConfigError(f"claim {self.id}: delta={self.delta!r} must be a number >= 0")
         if self.kind != "superiority" and self.delta <= 0:
             raise ConfigError(f"claim {self.id}: a {self.kind} claim needs its margin delta > 0")
-        if len(self.entries) != 2 or self.entries[0] == self.entries[1]:
-            raise ConfigError(f"claim {self.id}: entries={list(self.entries)} must name two different runs")
+        if len(self.entries) != 2 or (self.entries[0] == self.entries[1] and self.metrics[0] == self.metrics[1]):
+            raise ConfigError(
+                f"claim {self.id}: entries={list(self.entries)} must name two different runs, or one run with a "
+                "`baseline_metric` (two metrics of the same runs)"
+            )
 
     @property
     def sign(self) -> float:
         return 1.0 if self.higher_is_better else -1.0
+
+    @property
+    def metrics(self) -> tuple[str, str]:
+        """The metric read on each side: ``metric`` for the method, ``baseline_metric`` (default the same) for what it
+        is compared with (e.g. a baseline scored inside the same run: copy-last beside the forecast)."""
+        return self.metric, self.baseline_metric or self.metric
+
+    @property
+    def sides(self) -> tuple[str, str]:
+        """The two sides' names on the page: the entries, or ``entry:metric`` when one entry holds both."""
+        if self.entries[0] != self.entries[1]:
+            return self.entries
+        return f"{self.entries[0]}:{self.metrics[0]}", f"{self.entries[1]}:{self.metrics[1]}"
 
 
 def parse_claims(spec: Mapping[str, Any]) -> list[Claim]:
@@ -135,6 +157,7 @@ def parse_claims(spec: Mapping[str, Any]) -> list[Claim]:
                 paired=c.get("paired"),
                 converge=None if conv is None else tuple(conv),
                 deterministic=bool(c.get("deterministic", False)),
+                baseline_metric=None if c.get("baseline_metric") is None else str(c["baseline_metric"]),
             )
         )
     return out
@@ -270,6 +293,8 @@ def data_follows_seed(record: Any) -> bool:
 def default_paired(records: Sequence[Any], a: str, b: str) -> bool:
     """Paired by default when both entries ran the same seeds and every run's data depend on its seed (so seed ``s``
     of ``a`` and of ``b`` saw the same data, split and evaluation samples)."""
+    if a == b:  # two metrics of the same runs: seed s is the same run on both sides
+        return any(r.name == a for r in records)
     ra = [r for r in records if r.name == a]
     rb = [r for r in records if r.name == b]
     if not ra or not rb or {str(r.seed) for r in ra} != {str(r.seed) for r in rb}:
@@ -303,14 +328,14 @@ def judge_values(
         id=claim.id,
         text=claim.text,
         verdict=stats.NOISE,
-        metric=claim.metric,
+        metric=claim.metric if claim.baseline_metric is None else f"{claim.metric} vs {claim.baseline_metric}",
         kind=claim.kind,
         entries=claim.entries,
         primary=claim.primary,
         delta=claim.delta,
         delta_why=claim.delta_why,
         published=None if claim.published is None else claim.sign * claim.published,
-        values={claim.entries[0]: dict(a), claim.entries[1]: dict(b)},
+        values={claim.sides[0]: dict(a), claim.sides[1]: dict(b)},
         paired=paired,
     )
     if paired:
@@ -358,8 +383,8 @@ def judge(
     unconverged = {n: convergence[n][1] for n in needs if n in convergence and not convergence[n][0]}
     return judge_values(
         claim,
-        seed_values(records, a, claim.metric),
-        seed_values(records, b, claim.metric),
+        seed_values(records, a, claim.metrics[0]),
+        seed_values(records, b, claim.metrics[1]),
         paired=paired,
         unconverged=unconverged,
         absent=absent,

@@ -222,3 +222,20 @@ def test_make_claim_jobs_and_plan_as_typed(tmp_path):
     assert plan.returncode == 0, plan.stderr[-2000:]
     assert "sb_vs_rope_8x" in plan.stdout and "seeds needed" in plan.stdout
     assert not (tmp_path / "none").exists()
+
+
+def test_two_metrics_of_one_entry_pair_by_seed():
+    # a forecast scored beside copy-last inside the same runs: one entry, two metrics, paired by construction
+    recs = [
+        RunRecord(None, "m", s, {"test/miou": 0.40 + d, "test/miou_copy": 0.37 + d}, {}, {"seed": s})
+        for s, d in enumerate((0.0, 0.05, -0.04, 0.02))
+    ]
+    spec = {"runs": [{"name": "m"}], "claims": [
+        {"id": "fc", "text": "forecast beats copy-last", "metric": "test/miou", "baseline_metric": "test/miou_copy",
+         "entries": ["m", "m"], "higher_is_better": True, "delta": 0.01}]}  # fmt: skip
+    (claim,) = parse_claims(spec)
+    res = judge(claim, recs)
+    assert res.paired and res.verdict == stats.REPRODUCED and res.diff == pytest.approx(0.03)
+    assert set(res.values) == {"m:test/miou", "m:test/miou_copy"} and res.metric == "test/miou vs test/miou_copy"
+    with pytest.raises(ConfigError, match="baseline_metric"):
+        parse_claims({**spec, "claims": [{**spec["claims"][0], "baseline_metric": None}]})

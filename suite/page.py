@@ -64,7 +64,7 @@ def verdict_rows(results: Sequence[ClaimResult]) -> list[list[str]]:
     rows = []
     for r in results:
         role = "primary" if r.primary else "exploratory"
-        delta = "—" if not r.delta and r.kind == "superiority" else f"{r.delta:g}"
+        delta = "—" if not r.delta and r.kind == "superiority" else f"{r.delta:.4g}"
         rows.append(
             [
                 f"{r.text} (`{r.id}`, {role})",
@@ -94,8 +94,10 @@ def verdict_section(
     lines += [
         f"Each row: the difference (method minus what it is compared with, signed so that positive is the claimed "
         f"direction) with its 95% Student-t interval, paired by seed where both entries share what a seed determines, "
-        f"Welch otherwise; `delta` is the smallest effect of interest declared before the runs; primary claims carry "
-        f"Holm's correction. Words: [verdict glossary]({GLOSSARY}).",
+        f"Welch otherwise; `delta` is the smallest effect of interest declared before the runs; `p` is the two-sided "
+        f"p of the test behind the reading (against 0; against `delta` for 'no effect as large as delta'; against "
+        f"the margin for non-inferiority), below 0.05 exactly when the interval decides; primary claims carry Holm's "
+        f"correction. Words: [verdict glossary]({GLOSSARY}).",
         "",
         *table_md(VERDICT_COLUMNS, verdict_rows(results)),
     ]

@@ -3,26 +3,22 @@
 Nemecek, Pevny & Marecek, "Generating Likely Counterfactuals Using Sum-Product Networks" (ICLR 2025), Table 2: LiCE
 counterfactuals have a markedly higher SPN log-likelihood than those of the plain MIO and of DiCE, at a small cost in
 distance and sparsity, with validity kept. The entries are datasets; every method explains the same test rows of the
-same classifier inside one run (``test/<method>/<metric>``), so the claims compare two metrics of one run, paired by
-seed, and cannot be declared as two-entry comparisons: this hook builds them (``Claim`` per dataset and baseline) from
-the spec's ``likelihood_claims`` (delta, its reason, the paper's differences) and judges them with
-:func:`suite.claims.judge_values`. A claim needs its dataset's classifier converged on the sizing metric. The hook
-also returns the method x metric table and, per dataset, the classifier and the cost of the likelihood gain.
+same classifier inside one run (``test/<method>/<metric>``). The spec declares the likelihood claims (two metrics of
+each dataset's runs, paired by seed); this hook returns the method x metric table and, per dataset, the classifier
+and the cost of the likelihood gain.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 from pathlib import Path
 
-from suite.claims import Claim, ClaimResult, ClaimSpec, HookResult, Table, judge_values, seed_values
+from suite.claims import ClaimSpec, HookResult, Table, seed_values
 from suite.compare import RunRecord
 from suite.report import mean_sd
 
 METHODS = ("mio", "lice_threshold", "lice_optimize", "dice")
 METHOD = "lice_optimize"  # the paper's LiCE (optimise, alpha 0.1): the variant its Table 2 sets beside the MIO
-BASELINES = {"mio": ("the plain MIO", True), "dice": ("DiCE", False)}  # baseline -> (label, primary)
 COLUMNS = (
     ("valid", "valid %", 100.0),
     ("spn_ll", "SPN LL ↑", 1.0),
@@ -35,38 +31,6 @@ COLUMNS = (
 )
 
 
-def likelihood_claims(records: list[RunRecord], spec: ClaimSpec) -> list[ClaimResult]:
-    """Per dataset and baseline: LiCE (optimise) counterfactuals have a higher SPN log-likelihood than the
-    baseline's, paired by seed (the same classifier and test rows); ``inconclusive: underfit`` when the dataset's
-    classifier had not converged on the sizing metric."""
-    cfg = spec.get("likelihood_claims") or {}
-    published = cfg.get("published") or {}
-    convergence = spec.convergence(records)
-    out = []
-    for name in dict.fromkeys(r.name for r in records):
-        ours = seed_values(records, name, f"test/{METHOD}/spn_ll")
-        for base, (label, primary) in BASELINES.items():
-            other = seed_values(records, name, f"test/{base}/spn_ll")
-            if not (ours and other):
-                continue
-            claim = Claim(
-                id=f"{name}_lice_vs_{base}",
-                text=f"{name}: LiCE counterfactuals are more likely (SPN LL) than {label}'s",
-                metric="test/<method>/spn_ll",
-                entries=(METHOD, base),
-                higher_is_better=True,
-                delta=float(cfg.get("delta", 0.0)),
-                delta_why=str(cfg.get("delta_why", "")),
-                primary=primary,
-                published=(published.get(name) or {}).get(base),
-            )
-            ok, reading = convergence.get(name, (False, "no validation curve logged"))
-            unconverged = None if ok else {f"the {name} classifier": reading}
-            # the methods are no entries of the claim: the weak-baseline rule has nothing to read them against
-            out.append(replace(judge_values(claim, ours, other, paired=True, unconverged=unconverged), against=()))
-    return out
-
-
 def _diff(records: list[RunRecord], name: str, method: str, key: str) -> str:
     a, b = seed_values(records, name, f"test/{method}/{key}"), seed_values(records, name, f"test/mio/{key}")
     seeds = sorted(set(a) & set(b))
@@ -74,7 +38,7 @@ def _diff(records: list[RunRecord], name: str, method: str, key: str) -> str:
 
 
 def claim_report(records: list[RunRecord], spec: ClaimSpec, out_dir: Path) -> HookResult:
-    """The likelihood claims, the method x metric table (mean ± sd over seeds) and the per-dataset costs."""
+    """The method x metric table (mean ± sd over seeds) and the per-dataset costs."""
     names = list(dict.fromkeys(r.name for r in records))
     present = [c for c in COLUMNS if any(f"test/{m}/{c[0]}" in r.metrics for r in records for m in METHODS)]
     rows = []
@@ -113,4 +77,4 @@ def claim_report(records: list[RunRecord], spec: ClaimSpec, out_dir: Path) -> Ho
             "Δ: the LiCE variant minus the plain MIO on the same test rows, mean over seeds (nats; inverse-MAD units).",
         ),
     ]
-    return HookResult(verdicts=likelihood_claims(records, spec), tables=tables if rows else [])
+    return HookResult(tables=tables if rows else [])

@@ -1,4 +1,5 @@
-"""LiCE hook: per-dataset likelihood claims (two metrics of one run, paired by seed) as verdict objects, and tables."""
+"""LiCE: the declared per-dataset likelihood claims (two metrics of one run, paired by seed) as verdict objects, and
+the hook's tables."""
 
 from __future__ import annotations
 
@@ -35,8 +36,12 @@ def test_lice_likelihood_claims_per_dataset(tmp_path):
     mio, dice = by_id["adult_lice_vs_mio"], by_id["adult_lice_vs_dice"]
     assert mio.verdict == REPRODUCED and mio.paired and mio.primary and mio.lo > 0.5 and mio.published == -0.35
     assert dice.verdict == REPRODUCED and not dice.primary and dice.published == 2.87 and dice.p_holm is None
-    assert mio.values == {"lice_optimize": {"0": -3.0, "1": -2.7, "2": -2.4}, "mio": {"0": -7.0, "1": -7.0, "2": -7.0}}
-    assert by_id["german_lice_vs_mio"].verdict == UNDERFIT and "german classifier" in by_id["german_lice_vs_mio"].why
+    assert mio.values == {
+        "adult:test/lice_optimize/spn_ll": {"0": -3.0, "1": -2.7, "2": -2.4},
+        "adult:test/mio/spn_ll": {"0": -7.0, "1": -7.0, "2": -7.0},
+    }
+    # the dataset's classifier still learning: its claims read underfit, the converged dataset's are untouched
+    assert by_id["german_lice_vs_mio"].verdict == UNDERFIT and "german:" in by_id["german_lice_vs_mio"].why
     # no gain, with an interval tightly below delta (0.5 nats): no effect of the paper's size
     small = [_rec("adult", s, (-7.0, -4.0, -7.2 + (0.01, -0.01, 0.02)[s] - 0.3 * s, -7.2)) for s in range(3)]
     v = _judge(small, tmp_path)[0]["adult_lice_vs_dice"]
@@ -47,3 +52,11 @@ def test_lice_likelihood_claims_per_dataset(tmp_path):
     ]
     cost = result.tables[1].rows[0]
     assert cost[0] == "adult" and cost[3] == "+3.00" and cost[5] == "+4.30" and cost[6] == "+0.10"
+
+
+def test_paper_profile_declares_the_papers_datasets():
+    spec = ClaimSpec.from_dict("lice", load_spec("lice", profile="paper"))
+    claims = {c.id: c for c in spec.claims}
+    assert sorted(claims) == sorted(f"{d}_lice_vs_{b}" for d in ("gmsc", "adult", "credit") for b in ("mio", "dice"))
+    assert claims["gmsc_lice_vs_mio"].primary and claims["gmsc_lice_vs_mio"].published == 2.25
+    assert claims["credit_lice_vs_dice"].metrics == ("test/lice_optimize/spn_ll", "test/dice/spn_ll")

@@ -5,21 +5,23 @@ Distribution Fitting" (ICLR 2025): learned orthogonal and scaling transforms wit
 W4A4KV4 gap to full precision than RTN, SmoothQuant, GPTQ, QuaRot and SpinQuant.
 
 Each run trains one subject LM of the suite (softmax attention, the context-aware-scaling variant of the outliers
-paper, stick-breaking, Gated DeltaNet) and :class:`callbacks.quant_calibration.QuantCalibration` writes
-``quant_calibration.json`` (per method: validation loss, perplexity and its gap to full precision, KL to full
-precision, mean log-QSUR); an outlier census of the subject runs alongside (``outlier_census.csv``). Both files are
-``data_files`` of the spec. The hook judges:
+paper, stick-breaking, Gated DeltaNet) and :class:`callbacks.quant_calibration.QuantCalibration` logs
+``quant/<method>_<key>`` and writes ``quant_calibration.json`` (per method: validation loss, perplexity and its gap to
+full precision, KL to full precision, mean log-QSUR); an outlier census of the subject runs alongside
+(``outlier_census.csv``). Both files are ``data_files`` of the spec.
 
-* the spec's ``method_claims`` (OSTQuant against each baseline and the loss ablation) on the ``quant_subject``: two
-  methods evaluated on the same trained model and the same held-out batches per seed, so paired by seed; each needs
-  the subject converged, and reads ``inconclusive: phenomenon absent`` where the two methods are the same function
-  (KL-Top and full KL when ``k`` covers the vocabulary);
-* the spec's ``subject_claims`` (cross-paper: the outlier-free ``ca_scale`` subject loses less to RTN W4A4 than
-  softmax), ``inconclusive: phenomenon absent`` unless the softmax subject has massive activations by the census's
-  criterion (:data:`reports.systematic_outliers.MASSIVE`);
+The spec declares OSTQuant against each baseline and the loss ablation as two metrics of the softmax runs (paired by
+seed by construction). The hook adds what the spec cannot say:
 
-and adds the perplexity table per subject and method, the KL / log-QSUR table, the loss ablation, the cross-paper
-table and the computed rankings.
+* a method claim reads ``inconclusive: phenomenon absent`` where the two methods gave identical results on every
+  seed (:func:`same_function`: KL-Top and full KL when ``k`` covers the vocabulary);
+* the cross-paper claim (the outlier-free ``ca_scale`` subject loses less to RTN W4A4 than softmax) is read on the
+  RTN damage, a quantity derived per seed from two logged metrics (:func:`rtn_damage`), ``inconclusive: phenomenon
+  absent`` unless the softmax subject has massive activations by the census's criterion
+  (:data:`reports.systematic_outliers.MASSIVE`);
+
+and the perplexity table per subject and method, the KL / log-QSUR table, the loss ablation, the cross-paper table
+and the computed rankings.
 """
 
 from __future__ import annotations
@@ -29,13 +31,12 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from reports.systematic_outliers import MASSIVE, census_summary, read_census
 from suite import report as rep
-from suite.claims import Claim, ClaimResult, ClaimSpec, HookResult, Table, default_paired, judge_values
+from suite.claims import Claim, ClaimResult, ClaimSpec, HookResult, Table, default_paired, judge_values, seed_values
 
 LABELS = {
     "fp": "FP",
@@ -49,6 +50,7 @@ LABELS = {
     "ostquant_ce": "OSTQuant (CE)",
 }
 ABLATIONS = ("ostquant_kl", "ostquant_ce")
+CROSS_PAPER = "ca_scale_quantizes_better"  # the declared claim read on the derived RTN damage
 
 Results = dict[str, dict[str, dict[str, dict[str, float]]]]  # subject -> method -> key -> {seed: value}
 
@@ -78,37 +80,20 @@ def collect(records: list[Any]) -> tuple[Results, dict[str, dict[str, dict[str, 
     return table, census, bits
 
 
-def declared(spec: ClaimSpec, key: str) -> list[Claim]:
-    """The claims a hook-owned spec key lists, in the ``claims:`` schema (their entries name methods or derived
-    quantities, which the engine's ``claims:`` cannot, so the hook judges them)."""
-    out = []
-    for c in spec.get(key) or []:
-        c = dict(c)
-        c["entries"] = tuple(c["entries"])
-        out.append(Claim(**c))
-    return out
-
-
-def judge_methods(
-    claims: list[Claim], res: Mapping[str, Mapping[str, Mapping[str, float]]], subject: str, convergence: tuple
-) -> list[ClaimResult]:
-    """Method-vs-method claims on one subject's results: paired by seed unless a claim says otherwise (both methods
-    quantize the same trained model and are scored on the same batches); ``inconclusive: underfit`` when the subject
-    had not converged; ``phenomenon absent`` when the two methods gave identical results on every seed (the same
-    function, e.g. KL-Top with ``k`` at least the vocabulary and full KL). Read against the subject for the
-    weak-baseline rule."""
-    out = []
-    for claim in claims:
-        a, b = (dict(res.get(m, {}).get(claim.metric, {})) for m in claim.entries)
-        if not a or not b:
+def same_function(records: list[Any], spec: ClaimSpec) -> dict[str, str]:
+    """Claim id -> why its phenomenon is absent, for every declared claim on two metrics of one entry that were
+    identical on every seed: the two methods are the same function there (e.g. a top-k that covers the whole vocabulary
+    is the full KL), so neither can beat the other."""
+    out = {}
+    for c in spec.claims:
+        if c.entries[0] != c.entries[1] or c.metrics[0] == c.metrics[1]:
             continue
-        same = a == b
-        absent = f"{LABELS.get(claim.entries[0])} and {LABELS.get(claim.entries[1])} gave identical results on every "
-        absent += "seed: the same function here (a top-k that covers the whole vocabulary is the full KL)"
-        unconverged = {} if convergence[0] else {subject: convergence[1]}
-        v = judge_values(claim, a, b, paired=claim.paired is not False, unconverged=unconverged,
-                         absent=absent if same else None)  # fmt: skip
-        out.append(replace(v, against=(subject,)))
+        a, b = (seed_values(records, c.entries[0], m) for m in c.metrics)
+        if a and a == b:
+            out[c.id] = (
+                f"`{c.metrics[0]}` and `{c.metrics[1]}` were identical on every seed: the same function here (a top-k "
+                "that covers the whole vocabulary is the full KL)"
+            )
     return out
 
 
@@ -118,26 +103,21 @@ def rtn_damage(res: Mapping[str, Mapping[str, Mapping[str, float]]]) -> dict[str
     return {s: q[s] / f[s] - 1 for s in q if s in f}
 
 
-def judge_subjects(
-    claims: list[Claim], records: list[Any], table: Results, census: dict, conv: dict, base: str = "softmax"
-) -> list[ClaimResult]:
-    """Subject-vs-subject claims on the RTN damage (metric ``rtn_damage``), phenomenon absent unless the ``base``
-    subject has massive activations (mean over seeds of the census's largest top1/median)."""
-    out = []
+def cross_paper(claim: Claim, records: list[Any], table: Results, census: dict, conv: dict) -> ClaimResult | None:
+    """The subject-vs-subject ``claim`` on the RTN damage per seed (:func:`rtn_damage`; paired as the spec says, else
+    by default), phenomenon absent unless the compared-with subject (softmax) has massive activations (mean over seeds
+    of the census's largest top1/median); ``None`` without results on both subjects."""
+    a, b = (rtn_damage(table.get(s, {})) for s in claim.entries)
+    if not a or not b:
+        return None
+    base = claim.entries[1]
     ratio = _mean([c["ratio_max"] for c in census.get(base, {}).values()])
-    for claim in claims:
-        a, b = (rtn_damage(table.get(s, {})) for s in claim.entries)
-        if not a or not b:
-            continue
-        absent = None
-        if not ratio >= MASSIVE:
-            absent = (
-                f"the {base} subject has no massive activations (top1/median {ratio:.1f}, criterion >= {MASSIVE:g})"
-            )
-        unconverged = {n: conv[n][1] for n in claim.entries if n in conv and not conv[n][0]}
-        paired = claim.paired if claim.paired is not None else default_paired(records, *claim.entries)
-        out.append(judge_values(claim, a, b, paired=paired, unconverged=unconverged, absent=absent))
-    return out
+    absent = None
+    if not ratio >= MASSIVE:
+        absent = f"the {base} subject has no massive activations (top1/median {ratio:.1f}, criterion >= {MASSIVE:g})"
+    unconverged = {n: conv[n][1] for n in claim.entries if n in conv and not conv[n][0]}
+    paired = claim.paired if claim.paired is not None else default_paired(records, *claim.entries)
+    return judge_values(claim, a, b, paired=paired, unconverged=unconverged, absent=absent)
 
 
 def tables(table: Results, census: dict, bits: dict) -> list[Table]:
@@ -216,13 +196,18 @@ def rankings(table: Results) -> list[str]:
 
 
 def claim_report(records: list[Any], spec: ClaimSpec, out_dir: Path) -> HookResult:
-    """The method and cross-paper verdicts, tables and rankings (module docstring)."""
+    """The absent method claims, the cross-paper verdict, tables and rankings (module docstring)."""
+    absent = same_function(records, spec)
     table, census, bits = collect(records)
     if not table:
-        return HookResult(notes=["No `quant_calibration.json` found in the runs: no verdict."])
-    subject = spec.get("quant_subject", "softmax")
-    conv = spec.convergence(records)
-    verdicts = judge_methods(declared(spec, "method_claims"), table.get(subject, {}), subject,
-                             conv.get(subject, (False, "no validation curve")))  # fmt: skip
-    verdicts += judge_subjects(declared(spec, "subject_claims"), records, table, census, conv, base=subject)
-    return HookResult(verdicts=verdicts, tables=tables(table, census, bits), notes=rankings(table))
+        return HookResult(absent=absent, notes=["No `quant_calibration.json` found in the runs: no table."])
+    declared = {c.id: c for c in spec.claims}
+    cross = None
+    if CROSS_PAPER in declared:
+        cross = cross_paper(declared[CROSS_PAPER], records, table, census, spec.convergence(records))
+    return HookResult(
+        verdicts=[cross] if cross else [],
+        absent=absent,
+        tables=tables(table, census, bits),
+        notes=rankings(table),
+    )

@@ -1,29 +1,25 @@
 """Results-page hook of the ostquant_minilm claim (``report: reports.ostquant_minilm:claim_report``): OSTQuant
-(ICLR 2025) at W4A4KV4 on the pretrained all-MiniLM-L6-v2, by masked-LM loss, from the runs' ``quant_calibration.json``
-(a ``data_files`` entry of the spec).
+(ICLR 2025) at W4A4KV4 on the pretrained all-MiniLM-L6-v2, by masked-LM loss.
 
-The spec's ``method_claims`` (OSTQuant against each baseline, KL-Top against full KL) are judged on the ``minilm``
-entry by :func:`reports.ostquant.judge_methods`: paired by seed (the same fitted head, masks and calibration batches
-per seed). They need the MLM head fit converged: by the convergence rule on its validation loss and by the 4x check
-(:func:`head_check`, the ``minilm_long`` entry), which replaces the entry's convergence reading on the page."""
+The spec declares the method claims (OSTQuant against each baseline, KL-Top against full KL) as two metrics of the
+``minilm`` runs (``quant/<method>_loss``), paired by seed. They need the MLM head fit converged: by the convergence
+rule on its validation loss and by the 4x check (:func:`head_check`, the ``minilm_long`` entry); this hook replaces
+the entry's convergence reading with both, sets the same comparison with the 4x head beside each verdict as evidence,
+marks a claim absent where the two methods were the same function (:func:`reports.ostquant.same_function`), and
+tabulates the runs' ``quant_calibration.json`` (a ``data_files`` entry of the spec)."""
 
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from reports.ostquant import LABELS, collect, declared, judge_methods
+from reports.ostquant import LABELS, collect, same_function
 from suite import report as rep
-from suite.claims import ClaimSpec, HookResult, Table, interval_text, judge_values
+from suite.claims import Claim, ClaimResult, ClaimSpec, HookResult, Table, interval_text, judge
 
 HEAD_KEY = "quant/fp_loss"
-
-
-def subjects(records: list[Any], table: dict) -> list[str]:
-    """The subjects that get verdicts: the entries of :func:`suite.report.main_runs` (not ``<x>_long``) with a table."""
-    names = {r.name for r in rep.main_runs(records)}
-    return [n for n in table if n in names]
 
 
 def head_check(records: list[Any], subject: str, spec: ClaimSpec) -> tuple[bool, str] | None:
@@ -85,25 +81,31 @@ def readings(res: dict) -> list[str]:
     return out
 
 
+def with_longer_head(claim: Claim, records: list[Any], convergence: dict, absent: str | None) -> ClaimResult | None:
+    """The declared ``claim`` as the engine judges it, with the same comparison on the 4x head fit
+    (``<entry>_long``) as evidence, not a claim; ``None`` when either has no interval (nothing to add)."""
+    longer = f"{claim.entries[0]}_long"
+    w = judge(replace(claim, entries=(longer, longer)), records)
+    v = judge(claim, records, convergence, absent=absent)
+    if w.diff is None or v.diff is None:
+        return None
+    return replace(v, evidence=f"with the 4x head: {interval_text(w)} (would read: {w.verdict})")
+
+
 def claim_report(records: list[Any], spec: ClaimSpec, out_dir: Path) -> HookResult:
-    """The method verdicts on each main subject (module docstring), their tables, and the 4x head fit's table."""
+    """The head fit's convergence per main entry, the 4x evidence beside the declared verdicts, the method tables and
+    readings (module docstring)."""
+    mains = list(dict.fromkeys(r.name for r in rep.main_runs(records)))
+    result = HookResult(absent=same_function(records, spec))
+    result.convergence = {subject: fit_convergence(records, subject, spec) for subject in mains}
+    convergence = {**spec.convergence(records), **result.convergence}
+    for claim in spec.claims:
+        v = with_longer_head(claim, records, convergence, result.absent.get(claim.id))
+        if v is not None:
+            result.verdicts.append(v)
     table, _, bits = collect(records)
     if not table:
-        return HookResult(notes=["No `quant_calibration.json` found in the runs: no verdict."])
-    result = HookResult()
-    claims = declared(spec, "method_claims")
-    mains = subjects(records, table)
-    for subject in mains:
-        conv = fit_convergence(records, subject, spec)
-        result.convergence[subject] = conv
-        longer = table.get(f"{subject}_long", {})
-        for v in judge_methods(claims, table[subject], subject, conv):
-            c = next(c for c in claims if c.id == v.id)
-            a, b = (longer.get(m, {}).get(c.metric) for m in c.entries)
-            if a and b:  # the same comparison with the 4x head: evidence, not a claim
-                w = judge_values(c, a, b, paired=True)
-                v.evidence = f"with the 4x head: {interval_text(w)} (would read: {w.verdict})"
-            result.verdicts.append(v)
+        result.notes.append("No `quant_calibration.json` found in the runs: no table.")
     for subject, res in table.items():
         result.tables.append(method_table(subject, res, bits, sizing_only=subject not in mains))
         result.notes += [f"{subject}: {line}" for line in readings(res)]

@@ -126,7 +126,8 @@ def test_outlier_absent_phenomenon_noise_and_underfit(tmp_path, no_minilm):
 
 def _quant_runs(root: Path, subject: str, gaps: dict[str, list[float]], fp: float = 10.0, ratio: float = 400.0,
                 curve=FLAT) -> list[RunRecord]:  # fmt: skip
-    """One run per seed of ``subject``: ``method -> ppl gap per seed`` in ``quant_calibration.json`` and a census."""
+    """One run per seed of ``subject``: ``method -> ppl gap per seed`` logged (``quant/<method>_<key>``, what the
+    declared claims read) and in ``quant_calibration.json`` (the tables), and a census."""
     recs = []
     for seed in range(len(next(iter(gaps.values())))):
         folder = root / f"{subject}{seed}"
@@ -135,7 +136,8 @@ def _quant_runs(root: Path, subject: str, gaps: dict[str, list[float]], fp: floa
                 for m, g in gaps.items()}  # fmt: skip
         _census(folder / "csv", ratio, 0.3)
         (folder / "quant_calibration.json").write_text(json.dumps({"bits": {"w_bits": 4}, "results": res}))
-        recs.append(RunRecord(folder, subject, seed, {"test/loss": 2.0}, {"val/loss": curve},
+        logged = {f"quant/{m}_{k}": v for m, r in res.items() for k, v in r.items()}  # what the callback logs
+        recs.append(RunRecord(folder, subject, seed, {"test/loss": 2.0, **logged}, {"val/loss": curve},
                               {"data": {"seed": seed}}))  # fmt: skip
     return recs
 
@@ -150,9 +152,12 @@ def test_ostquant_method_verdicts_are_paired_and_need_the_subject_converged(tmp_
     by_id, result = _judge("ostquant", recs, tmp_path)
     quarot = by_id["ost_vs_quarot"]
     assert quarot.verdict == "reproduced" and quarot.paired and quarot.primary and quarot.n == (3, 3)
-    assert quarot.diff == pytest.approx(0.1) and quarot.published == -0.20 and quarot.p_holm is not None
+    # published: the paper's -0.20 ppl, shown signed like ours (positive = the claimed direction, lower)
+    assert quarot.diff == pytest.approx(0.1) and quarot.published == 0.20 and quarot.p_holm is not None
+    assert set(quarot.values) == {"softmax:quant/ostquant_ppl_gap", "softmax:quant/quarot_ppl_gap"}
     assert by_id["klt_vs_full_kl"].verdict == "inconclusive: phenomenon absent"
-    assert "ost_vs_gptq" not in by_id  # no GPTQ results
+    gptq = by_id["ost_vs_gptq"]  # no GPTQ results: no interval, the row says why
+    assert gptq.verdict == "inconclusive: within noise" and gptq.diff is None and "no finished runs" in gptq.why
     # softmax's census ratio is 400 (massive): the cross-paper claim is judged (ca_scale loses 4-4.5 points less)
     assert by_id["ca_scale_quantizes_better"].verdict == "reproduced"
     ppl = result.tables[0]
@@ -162,7 +167,7 @@ def test_ostquant_method_verdicts_are_paired_and_need_the_subject_converged(tmp_
     assert any("RTN damage (relative perplexity increase), smallest first: ca_scale" in n for n in result.notes)
     # unpaired, the same numbers are within noise: the pairing decides
     spec = load_spec("ostquant")
-    for c in spec["method_claims"]:
+    for c in spec["claims"]:
         c["paired"] = False
     verdicts, *_ = judge_page(ClaimSpec.from_dict("ostquant", spec), recs, tmp_path)
     assert {v.id: v for v in verdicts}["ost_vs_quarot"].verdict == "inconclusive: within noise"
@@ -191,7 +196,8 @@ def _minilm_runs(
         res = {m: {"loss": v, "ppl": v, "kl": v - f} for m, v in losses.items()}
         (folder / "quant_calibration.json").write_text(json.dumps({"bits": {"w_bits": 4}, "results": res}))
         curve = [(s, f + o) for s, o in (MINILM_FALLING if falling else MINILM_FLAT)]
-        recs.append(RunRecord(folder, name, seed, metrics={"quant/fp_loss": f}, curves={"val/loss": curve},
+        logged = {f"quant/{m}_{k}": v for m, r in res.items() for k, v in r.items()}  # what the callback logs
+        recs.append(RunRecord(folder, name, seed, metrics=logged, curves={"val/loss": curve},
                               config={"data": {"seed": seed}}))  # fmt: skip
     return recs
 
@@ -254,8 +260,9 @@ def test_minilm_head_check_missing_or_broken_longer_runs(tmp_path):
     longer[1].metrics["quant/fp_loss"] = float("nan")
     ok, reading = ostquant_minilm.head_check(main + longer, "minilm", spec)
     assert not ok and "not finite" in reading
-    for rec in main:
+    for rec in main:  # the main entry's results gone: the 4x runs alone get no verdict
         (Path(rec.path) / "quant_calibration.json").unlink()
+        rec.metrics = {"quant/fp_loss": rec.metrics["quant/fp_loss"]}
     assert ostquant_minilm.claim_report(main + longer, spec, tmp_path).verdicts == []
     # a falling main curve is underfit by the convergence rule, and the row says why
     (tmp_path / "f").mkdir()

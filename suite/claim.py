@@ -453,8 +453,8 @@ def judge_page(
     verdicts = judge_claims(spec.claims, records, convergence, result.absent)
     own = {v.id: v for v in result.verdicts}
     verdicts = [own.pop(v.id, v) for v in verdicts] + list(own.values())
-    verdicts, weak_notes = apply_weak_baselines(verdicts, weak)
     verdicts = apply_holm(sorted(verdicts, key=lambda v: not v.primary))  # the paper's headline claims first
+    verdicts, weak_notes = apply_weak_baselines(verdicts, weak)  # after Holm: a flip never shrinks the family
     return verdicts, weak_notes, result, hook_md, convergence, weak_lines
 
 

@@ -199,6 +199,7 @@ class ClaimResult:
     paired: bool | None = None
     p: float | None = None
     p_holm: float | None = None
+    p_against: str = "0"
     values: dict[str, dict[str, float]] = field(default_factory=dict)
     seeds_needed: int | None = None
     why: str = ""
@@ -351,18 +352,31 @@ def judge_values(
                 iv = stats.exact_interval([claim.sign * v for v in a.values()], [claim.sign * v for v in b.values()])
             else:
                 iv = stats.interval(a, b, paired=paired, sign=claim.sign)
+                if iv.se == 0:  # seeds that agree exactly: no noise estimated, and no claim that there is none
+                    raise ValueError(
+                        "no spread between seeds (every seed gave the same difference); an exact comparison must be "
+                        "declared `deterministic: true`"
+                    )
         except ValueError as err:
             res = replace(base, why=f"no interval: {err}")
         else:
             verdict, p, why = stats.decide(iv, kind=claim.kind, delta=claim.delta)
             spread = stats.spread_for_plan(iv, list(a.values()), list(b.values()))
             needed = stats.seeds_for_half_width(spread, claim.delta, paired=paired) if claim.delta > 0 else None
-            res = replace(base, verdict=verdict, diff=iv.diff, lo=iv.lo, hi=iv.hi, p=p, why=why, seeds_needed=needed)
+            against = {"superiority": "delta" if "as large as delta" in why else "0", "non_inferior": "-delta",
+                       "equivalent": "±delta"}[claim.kind]  # fmt: skip
+            res = replace(base, verdict=verdict, diff=iv.diff, lo=iv.lo, hi=iv.hi, p=p, p_against=against, why=why,
+                          seeds_needed=needed)  # fmt: skip
+    alone = (
+        f"; the interval alone reads `{res.verdict}`" + (f" ({res.why})" if res.why else "")
+        if res.p is not None
+        else ""
+    )
     if absent:  # the phenomenon never appeared: longer training or more seeds would not make the claim testable
-        return replace(res, verdict=stats.ABSENT, why=absent)
+        return replace(res, verdict=stats.ABSENT, why=absent + alone)
     if unconverged:  # runs that had not converged cannot show the effect either way
         which = "; ".join(f"{n}: {w}" for n, w in unconverged.items())
-        return replace(res, verdict=stats.UNDERFIT, why=f"not converged: {which}")
+        return replace(res, verdict=stats.UNDERFIT, why=f"not converged: {which}" + alone)
     return res
 
 
@@ -381,7 +395,7 @@ def judge(
     convergence = convergence or {}
     needs = claim.converge if claim.converge is not None else claim.entries
     unconverged = {n: convergence[n][1] for n in needs if n in convergence and not convergence[n][0]}
-    return judge_values(
+    res = judge_values(
         claim,
         seed_values(records, a, claim.metrics[0]),
         seed_values(records, b, claim.metrics[1]),
@@ -389,6 +403,15 @@ def judge(
         unconverged=unconverged,
         absent=absent,
     )
+    lost = []
+    for side, entry, metric in zip(claim.sides, claim.entries, claim.metrics, strict=True):
+        for r in records:
+            v = r.metrics.get(metric) if r.name == entry else None
+            if v is not None and not math.isfinite(float(v)):
+                lost.append(f"{side} seed {r.seed}")
+    if lost:  # a diverged seed is left out of the interval, and the page says so
+        res = replace(res, evidence="; ".join(filter(None, [res.evidence, f"non-finite, left out: {', '.join(lost)}"])))
+    return res
 
 
 def stated(
@@ -412,19 +435,19 @@ def judge_claims(
 
 
 def apply_holm(results: list[ClaimResult], alpha: float = stats.ALPHA) -> list[ClaimResult]:
-    """Holm's correction across the primary claims that were tested (an interval decided them or left them within
-    noise; absent and underfit claims tested nothing): each gets ``p_holm``; a decided primary
-    (``reproduced`` / ``not reproduced``) whose adjusted p is not below ``alpha`` reads ``within noise`` and says so.
-    Exploratory claims are left as they are."""
-    tested = (stats.REPRODUCED, stats.NOT_REPRODUCED, stats.NOISE)  # an absent or underfit claim tested nothing
-    idx = [i for i, r in enumerate(results) if r.primary and r.p is not None and r.verdict in tested]
-    if not idx:
+    """Holm's correction across every primary claim of the page, whatever it read (a claim with no p, one stated
+    absent or without an interval, counts with p = 1, so the family never shrinks with the results); each gets
+    ``p_holm``, and a decided primary (``reproduced`` / ``not reproduced``) whose adjusted p is not below ``alpha``
+    reads ``within noise`` and says so. Apply it before the weak-baseline rule. Exploratory claims are left as
+    they are."""
+    idx = [i for i, r in enumerate(results) if r.primary]
+    if len(idx) < 2:
         return results
-    adjusted = stats.holm([results[i].p for i in idx])
+    adjusted = stats.holm([1.0 if results[i].p is None else results[i].p for i in idx])
     out = list(results)
     for i, ph in zip(idx, adjusted, strict=True):
         r = replace(out[i], p_holm=ph)
-        if r.verdict in (stats.REPRODUCED, stats.NOT_REPRODUCED) and ph >= alpha and len(idx) > 1:
+        if r.verdict in (stats.REPRODUCED, stats.NOT_REPRODUCED) and ph >= alpha and r.p is not None:
             why = f"read `{r.verdict}` before Holm's correction across {len(idx)} primary claims (p {ph:.3g})"
             r = replace(r, verdict=stats.NOISE, why=why)
         out[i] = r
@@ -569,7 +592,12 @@ class ClaimSpec:
                 out[name] = patience_plateau(curves, patience=self.patience, higher_is_better=self.higher_is_better)
             else:
                 c = stats.converged(
-                    curves, higher_is_better=self.higher_is_better, frac=self.frac, tol=self.tol, rel=self.rel
+                    curves,
+                    higher_is_better=self.higher_is_better,
+                    frac=self.frac,
+                    tol=self.tol,
+                    rel=self.rel,
+                    scored_at_end=self.evaluate == "last",
                 )
                 out[name] = (c.ok, c.reading)
         return out

@@ -226,6 +226,19 @@ def learning_rate_alias(argv: list[str]) -> list[str]:
     return out
 
 
+def slurm_available(argv: list[str]) -> None:
+    """``launcher=slurm`` (``make slurm``) where SLURM is not installed: one line, before Hydra makes a sweep folder
+    (submitit's own report is a 50-line ``RuntimeError: Could not detect "srun"``)."""
+    import shutil
+
+    slurm = {"launcher=slurm", "hydra/launcher=submitit_slurm"}
+    if slurm & set(argv[1:]) and shutil.which("srun") is None:
+        raise SuiteError(
+            "launcher=slurm: no SLURM on this machine (srun is not on PATH); run `make slurm` on a SLURM login "
+            "node, or here without SLURM: make train / make sweep METHOD=<slug> ARGS=..."
+        )
+
+
 def run_main(hydra_main: Callable[[], object], resume: bool = False) -> None:
     """Call a ``@hydra.main`` function; print ``error: ...`` on one line and exit 2 for user errors.
 
@@ -233,6 +246,7 @@ def run_main(hydra_main: Callable[[], object], resume: bool = False) -> None:
     """
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let exceptions reach us instead of Hydra's multi-line report
     try:
+        slurm_available(sys.argv)
         if resume:
             sys.argv = resume_in_place(learning_rate_alias(sys.argv))
         hydra_main()

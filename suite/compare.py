@@ -202,16 +202,41 @@ def aggregate(records: list[RunRecord], metrics: list[str] | None = None) -> tup
     return keys, table
 
 
-def markdown_table(keys: list[str], table: dict[str, dict], digits: int = 4) -> str:
+def seeds_of(records: list[RunRecord], keys: list[str]) -> dict[str, dict[str, list]]:
+    """Per run group and metric: the seeds of the runs that logged a finite value (what :func:`aggregate` averaged)."""
+    out: dict[str, dict[str, list]] = {}
+    for r in records:
+        for k in keys:
+            if k in r.metrics and math.isfinite(r.metrics[k]):
+                out.setdefault(r.name, {}).setdefault(k, []).append(r.seed)
+    return out
+
+
+def _count(n: int, seeds: list | None) -> str:
+    """``n=3`` over three seeds; runs that share a seed are repeats (same data, split and initialisation), whose
+    spread is not seed variation: ``3 repeats of seed 0``, or ``n=3: 2 seeds, repeats included``."""
+    distinct = set(seeds or [])
+    if seeds is None or len(seeds) != n or len(distinct) == n:
+        return f"n={n}"
+    if len(distinct) == 1:
+        return f"{n} repeats of seed {next(iter(distinct))}"
+    return f"n={n}: {len(distinct)} seeds, repeats included"
+
+
+def markdown_table(
+    keys: list[str], table: dict[str, dict], digits: int = 4, seeds: dict[str, dict[str, list]] | None = None
+) -> str:
     """Rows = run groups, columns = metrics; a cell is ``mean ± std (n=k)`` over k >= 2 seeds, and says
-    ``(one seed)`` when there is only one (no spread to show)."""
+    ``(one seed)`` when there is only one (no spread to show). With ``seeds`` (:func:`seeds_of`), runs of one seed
+    are labelled as repeats (``± 0 (3 repeats of seed 0)``), not counted as seeds."""
     lines = ["| run | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
     for name, row in table.items():
         cells = []
         for k in keys:
             if k in row:
                 m, s, n = row[k]
-                cells.append(f"{m:.{digits}g} ± {s:.2g} (n={n})" if n > 1 else f"{m:.{digits}g} (one seed)")
+                count = _count(n, (seeds or {}).get(name, {}).get(k)) if seeds is not None else f"n={n}"
+                cells.append(f"{m:.{digits}g} ± {s:.2g} ({count})" if n > 1 else f"{m:.{digits}g} (one seed)")
             else:
                 cells.append("—")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -385,7 +410,7 @@ def compare(records: list[RunRecord], out_dir: str | Path, metrics: list[str] | 
         raise SuiteError("no finished runs to compare")
     out_dir = Path(out_dir)
     keys, table = aggregate(records, metrics)
-    md = markdown_table(keys, table)
+    md = markdown_table(keys, table, seeds=seeds_of(records, keys))
     out_dir.mkdir(parents=True, exist_ok=True)
     plot_final(records, keys, out_dir / "final_metrics.png")
     plot_curves(records, ["train/loss"], out_dir / "curves.png")  # plus every validation metric the runs share
@@ -407,6 +432,22 @@ def default_metrics(slug: str) -> list[str] | None:
         return list((yaml.safe_load(spec.read_text()) or {}).get("metrics") or []) or None
     except (OSError, yaml.YAMLError):
         return None
+
+
+def check_metrics(metrics: list[str], records: list[RunRecord]) -> None:
+    """Refuse a ``--metrics`` key that none of ``records`` logged, naming the closest keys they did log.
+
+    Raises:
+        SuiteError: ``unknown metric 'test/nlll' (did you mean test/nll?)``.
+    """
+    import difflib
+
+    logged = sorted({k for r in records for k in r.metrics})
+    for m in metrics:
+        if m not in logged:
+            close = difflib.get_close_matches(m, logged, n=3, cutoff=0.6)
+            hint = f"did you mean {' or '.join(close)}?" if close else f"logged: {' '.join(logged)}"
+            raise SuiteError(f"unknown metric '{m}': no run logged it ({hint})")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -445,7 +486,9 @@ def main(argv: list[str] | None = None) -> None:
                 )
             records = [read_run(p) for p in find_runs(roots, skipped)]
             label_by_difference(records)
-            if metrics:  # the claim's metrics that these runs logged (a plain `make train` may log fewer)
+            if metrics and args.metrics:  # typed by the user: a metric no run logged is a typo, not an empty column
+                check_metrics(metrics, records)
+            elif metrics:  # the claim's metrics that these runs logged (a plain `make train` may log fewer)
                 metrics = [m for m in metrics if any(m in r.metrics for r in records)] or None
             if not records:
                 raise SuiteError(

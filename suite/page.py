@@ -31,9 +31,11 @@ def table_md(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]
 def _p(r: ClaimResult) -> str:
     if r.p is None:
         return "—"
-    text = f"{r.p:.2g}" if r.p >= 1e-4 else "<1e-4"
+    text = f"{r.p:.3g}" if r.p >= 1e-4 else "<1e-4"
+    if r.p_against != "0":
+        text += f" vs {r.p_against}"
     if r.p_holm is not None:
-        text += f" (Holm {r.p_holm:.2g})"
+        text += f" (Holm {r.p_holm:.3g})"
     return text
 
 

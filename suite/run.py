@@ -27,44 +27,21 @@ from suite.measured import measured_nothing
 from suite.start_metrics import evaluate_at_start, read_start, write_start
 from suite.startup import StartupWatch, slurm_task
 from suite.summary import is_result, resume_command, run_summary, shown
+from suite.typecheck import expected_type, type_hints
 
 log = logging.getLogger(__name__)
-
-
-_PLAIN_TYPES = (int, float, bool, str, type(None))
-
-
-def _plain_types(hint: Any) -> set[type] | None:
-    """The plain types a type hint accepts (``int | None`` -> {int, NoneType}); None if it accepts anything richer."""
-    import types
-    import typing
-
-    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-    out: set[type] = set()
-    for arg in args:
-        if typing.get_origin(arg) is typing.Literal:
-            out |= {type(v) for v in typing.get_args(arg)}
-        elif arg is torch.Tensor:  # optimiser hyper-parameters (`lr: float | Tensor`): a number from a config
-            out.add(float)
-        elif arg in _PLAIN_TYPES:
-            out.add(arg)
-        else:
-            return None
-    return out
 
 
 def check_value_types(node: Any, what: str) -> None:
     """Refuse a config value whose type the constructor's annotation excludes, before a library trips over it deep
     inside (``trainer.max_epochs=abc`` is an ``AssertionError`` in Lightning's loop): one line naming the key."""
-    import typing
-
     if not isinstance(node, DictConfig) or "_target_" not in node:
         return
     try:
         target = hydra.utils.get_object(str(node._target_))
-        hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
-    except Exception:  # noqa: BLE001 - unresolvable annotations: leave the checking to the constructor
+    except Exception:  # noqa: BLE001 - an unknown target is reported by the instantiation itself
         return
+    hints = type_hints(target)
     for key in node:
         key = str(key)
         if key.startswith("_"):
@@ -76,15 +53,9 @@ def check_value_types(node: Any, what: str) -> None:
         if isinstance(value, DictConfig):
             check_value_types(value, f"{what}.{key}")
             continue
-        allowed = _plain_types(hints[key]) if key in hints else None
-        if not allowed or isinstance(value, bool) or type(value) in allowed or value is None:
-            continue
-        if isinstance(value, int) and float in allowed:
-            continue
-        names = [t.__name__ for t in (int, float, bool, str) if t in allowed]
-        if type(None) in allowed:
-            names.append("null")
-        raise ConfigError(_wrong_type(node, key, f"{what}.{key}", value, " or ".join(names)))
+        expected = expected_type(value, hints[key]) if key in hints else None
+        if expected:
+            raise ConfigError(_wrong_type(node, key, f"{what}.{key}", value, expected))
 
 
 def _wrong_type(node: DictConfig, key: str, full_key: str, value: Any, expected: str) -> str:
@@ -140,6 +111,47 @@ def check_root_types(cfg: DictConfig) -> None:
         raise ConfigError(_wrong_type(parent, key, dotted, value, expected))
     if isinstance(cfg.get("trainer"), DictConfig):
         check_value_types(cfg.trainer, "trainer")
+
+
+def experiment_pairs(conf_dir: Path) -> dict[str, tuple[str, str]]:
+    """Each experiment's ``(model, data)`` groups, from the ``override /model:`` and ``override /data:`` lines of
+    ``conf/experiment/<slug>.yaml``: the pairings the suite runs."""
+    out = {}
+    for f in sorted(conf_dir.glob("experiment/*.yaml")):
+        text = f.read_text()
+        model = re.search(r"override /model:\s*([\w-]+)", text)
+        data = re.search(r"override /data:\s*([\w-]+)", text)
+        if model and data:
+            out[f.stem] = (model.group(1), data.group(1))
+    return out
+
+
+def check_model_fits_data(choices: dict[str, Any], conf_dir: Path) -> None:
+    """Refuse one paper's model on another paper's data (``experiment=leaderbot model=grass``: grass reads
+    molecule graphs, the Arena datamodule yields vote counts; otherwise an ``AttributeError`` inside a training
+    step). Only a pairing of two groups that each belong to an experiment, and that no experiment makes, is refused:
+    model or data variants of one paper (``model=rx_dpm_unet data=fashion_mnist``) stay the user's choice."""
+    model, data = choices.get("model"), choices.get("data")
+    pairs = experiment_pairs(conf_dir)
+    models = {m: slug for slug, (m, _) in pairs.items()}
+    datas = {d for _, d in pairs.values()}
+    if model not in models or data not in datas or (model, data) in pairs.values():
+        return
+    slug = models[model]
+    raise ConfigError(
+        f"model={model} does not run on data={data} (experiment={choices.get('experiment')}); model {model} trains "
+        f"on data={pairs[slug][1]}: use experiment={slug}"
+    )
+
+
+def _choices() -> dict[str, Any]:
+    """The config groups this Hydra run composed (``{"model": "grass", ...}``); {} outside a Hydra run."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return dict(HydraConfig.get().runtime.choices)
+    except ValueError:
+        return {}
 
 
 def instantiate(node: Any, what: str, **kwargs: Any) -> Any:
@@ -369,6 +381,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     fresh = _only_hydra_files(output_dir, cfg)
     try:
         check_root_types(cfg)
+        check_model_fits_data(_choices(), Path(__file__).resolve().parents[1] / "conf")
         output_dir.mkdir(parents=True, exist_ok=True)
         with StartupWatch(output_dir) as watch:  # SLURM tasks: one failing before training starts ends them all
             return _train(cfg, output_dir, watch)

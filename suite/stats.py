@@ -174,6 +174,8 @@ def exact_interval(a: Sequence[float], b: Sequence[float], level: float = LEVEL)
     xa, xb = _finite(a), _finite(b)
     if not xa or not xb:
         raise ValueError("no finite values to compare")
+    if max(xa) != min(xa) or max(xb) != min(xb):
+        raise ValueError("a deterministic entry gave different values on different seeds: it is not exact")
     d = statistics.fmean(xa) - statistics.fmean(xb)
     return Interval(d, d, d, 0.0, math.nan, (len(xa), len(xb)), False, level)
 
@@ -298,6 +300,11 @@ def spread_for_plan(iv: Interval, a: Sequence[float] | None = None, b: Sequence[
 # --- convergence ------------------------------------------------------------------------------------------------------
 
 
+def _bests(series: list[list[tuple[float, float]]], sign: float) -> list[float]:
+    """Per curve, the best value in the metric's direction, signed (``sign * value``)."""
+    return [max(sign * y for _, y in s) for s in series]
+
+
 @dataclass(frozen=True)
 class Convergence:
     """Whether an entry converged (:func:`converged`), and why.
@@ -333,8 +340,12 @@ def converged(
     frac: float = 0.2,
     tol: float | None = None,
     rel: float = 0.01,
+    scored_at_end: bool = False,
 ) -> Convergence:
     """The convergence rule on one entry's validation curves (one per seed, values or ``(step, value)`` pairs).
+
+    ``scored_at_end``: the verdicts score the final weights (``evaluate: last``), so a run that got worse after its
+    best by more than the tolerance is not converged there either (the weights scored are not the best ones).
 
     Per seed, the best-so-far curve (running max, or min for lower-is-better) is read at the start of the last
     ``frac`` of training and at its end; the seed converged when that gain is at most the tolerance: ``tol``
@@ -367,6 +378,19 @@ def converged(
         bests.append(best_step)
     ok = all(g <= t for g, t in zip(gains, tols, strict=True))
     what = f"tolerance {tol:g}" if tol is not None else f"{rel:.0%} of the best value"
+    if ok and scored_at_end:
+        drops = [b - sign * s[-1][1] for b, s in zip(_bests(series, sign), series, strict=True)]
+        bad = [i for i, (d, t) in enumerate(zip(drops, tols, strict=True)) if d > t]
+        if bad:
+            i = max(bad, key=lambda j: drops[j] - tols[j])
+            return Convergence(
+                False,
+                f"got worse after its best: the final value is {drops[i]:.3g} below the best (> {tols[i]:.3g}, {what}) "
+                f"on {len(bad)} of {len(series)} seed{'s' * (len(series) != 1)}, and the final weights are scored",
+                tuple(gains),
+                tuple(tols),
+                tuple(bests),
+            )
     worst = max(range(len(gains)), key=lambda i: gains[i] - tols[i])
     seeds = f"{len(series)} seed{'s' * (len(series) != 1)}"
     if ok:

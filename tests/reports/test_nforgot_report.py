@@ -120,3 +120,21 @@ def test_a_saturated_setting_reads_phenomenon_absent_for_ap_too(tmp_path: Path):
     by_id, _ = _page(tmp_path, _records(tmp_path, {**saturated, "finetune": (0.70, 0.10)}))
     assert by_id["school2d_ap_vs_best"].verdict == "reproduced"
     assert by_id["school2d_lclass"].verdict == "reproduced"
+
+
+def test_convergence_reads_the_last_task_only():
+    from reports.nforgot import last_task_convergence
+    from suite.claims import ClaimSpec
+    from suite.compare import RunRecord
+
+    spec = ClaimSpec.from_dict("nforgot", {"runs": [{"name": "a"}], "sizing_metric": "val/acc",
+                                           "sizing_higher_is_better": True, "evaluate": "last"})  # fmt: skip
+    first = [0.5, 0.8, 0.9, 0.95, 0.95]  # task 1 learned; its best stays above anything task 2 reaches
+    rising = [(i, y) for i, y in enumerate(first + [0.5, 0.55, 0.6, 0.65, 0.7])]  # task 2 still learning
+    flat = [(i, y) for i, y in enumerate(first + [0.5, 0.7, 0.7, 0.7, 0.7])]
+    rec = lambda curve: RunRecord(None, "a", 0, {"test/tasks": 2.0}, {"val/acc": curve})  # noqa: E731
+    # the whole stream reads the task switch as a run that got worse: task 1's best hides what task 2 does
+    assert "got worse after its best" in spec.convergence([rec(flat)])["a"][1]
+    ok, why = last_task_convergence([rec(rising)], spec)["a"]
+    assert not ok and why.startswith("last task: still improving")
+    assert last_task_convergence([rec(flat)], spec)["a"][0] is True

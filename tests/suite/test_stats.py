@@ -182,3 +182,12 @@ def test_welch_from_summary_matches_scipy():
     full = stats.welch_interval(A, C)
     again = stats.welch_from_summary(sum(A) / 5, ss.tstd(A), 5, sum(C) / 3, ss.tstd(C), 3)
     assert (again.lo, again.hi) == pytest.approx((full.lo, full.hi), rel=1e-9)
+
+
+def test_final_weights_scored_after_the_best_are_not_converged():
+    # evaluate: last scores the final weights: a loss that rose past its best by more than the tolerance fails
+    loss = _steps([3.0, 2.0, 1.5, 1.2, 1.1, 1.0, 1.05, 1.2, 1.5, 1.8])
+    c = stats.converged([loss], higher_is_better=False, scored_at_end=True)
+    assert not c.ok and c.reading.startswith("got worse after its best: the final value is 0.8 below the best")
+    flat = _steps([3.0, 2.0, 1.5, 1.2, 1.1, 1.0, 1.0, 1.0, 1.005, 1.004])
+    assert stats.converged([flat], higher_is_better=False, scored_at_end=True).ok

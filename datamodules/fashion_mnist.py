@@ -15,6 +15,7 @@ labels ``int64 [N]``; the DataModule turns them into ``float [1, 28, 28]`` in ``
 from __future__ import annotations
 
 import gzip
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ HOW_TO_GET = (
     "or pass download=True with a network (torchvision)."
 )
 _IDX_DTYPE = {0x08: np.uint8}
+log = logging.getLogger(__name__)
 DATASETS = ("fashion_mnist", "digits")
 
 
@@ -93,19 +95,26 @@ def _find(directory: Path, stem: str) -> Path | None:
     return None
 
 
-def _candidate_dirs(data_dir: str | None) -> list[Path]:
+def _candidate_dirs(data_dir: str | None, system: bool | None = None) -> list[Path]:
+    """Folders searched: ``data_dir``'s layouts, then (``system``, default: only when no ``data_dir`` was given)
+    the system copy's :data:`DEBIAN_DIRS`. A ``data_dir`` the user named is never silently replaced by another copy."""
     dirs: list[Path] = []
     if data_dir is not None:
         root = Path(data_dir).expanduser()
         dirs += [root, root / "FashionMNIST" / "raw", root / "fashion-mnist"]
-    dirs += [Path(d).expanduser() for d in DEBIAN_DIRS]
+    if data_dir is None if system is None else system:
+        dirs += [Path(d).expanduser() for d in DEBIAN_DIRS]
     return dirs
 
 
-def find_fashion_mnist(split: str, data_dir: str | None = None) -> tuple[Path, Path] | None:
-    """The (images, labels) IDX paths of ``split`` in the first folder that holds both, or ``None``."""
+_SAID: set[Path] = set()
+
+
+def find_fashion_mnist(split: str, data_dir: str | None = None, system: bool | None = None) -> tuple[Path, Path] | None:
+    """The (images, labels) IDX paths of ``split`` in the first folder that holds both, or ``None``; ``system``: also
+    search the system copy (default: only when ``data_dir`` is None)."""
     images_stem, labels_stem = FILES[split]
-    for d in _candidate_dirs(data_dir):
+    for d in _candidate_dirs(data_dir, system):
         images, labels = _find(d, images_stem), _find(d, labels_stem)
         if images is not None and labels is not None:
             return images, labels
@@ -113,7 +122,7 @@ def find_fashion_mnist(split: str, data_dir: str | None = None) -> tuple[Path, P
 
 
 def load_fashion_mnist(
-    split: str, data_dir: str | None = None, download: bool = False
+    split: str, data_dir: str | None = None, download: bool = False, system: bool | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Load one split of Fashion-MNIST.
 
@@ -122,6 +131,8 @@ def load_fashion_mnist(
         data_dir: Optional folder searched first (flat IDX files or torchvision's ``FashionMNIST/raw``); the
             download target when ``download=True``.
         download: Let torchvision download the files into ``data_dir`` when no local copy is found.
+        system: Also search the system copy (:data:`DEBIAN_DIRS`, the embedded default). Default: only when no
+            ``data_dir`` was given; a named ``data_dir`` without the files is an error, never a silent fallback.
 
     Returns:
         ``images`` uint8 ``[N, 28, 28]`` and ``labels`` int64 ``[N]``.
@@ -133,7 +144,12 @@ def load_fashion_mnist(
     """
     if split not in FILES:
         raise ConfigError(f"Fashion-MNIST split={split!r} must be one of {sorted(FILES)}")
-    found = find_fashion_mnist(split, data_dir)
+    found = find_fashion_mnist(split, data_dir, system)
+    if found is None and data_dir is not None and not download and not Path(data_dir).expanduser().is_dir():
+        raise MissingDataError(
+            f"Fashion-MNIST data_dir {data_dir} does not exist (data.source=embedded uses the system copy, "
+            f"{DEBIAN_DIRS[0]}). {HOW_TO_GET}"
+        )
     if found is None and download:
         if data_dir is None:
             raise ConfigError("Fashion-MNIST download=True needs a data_dir to download into")
@@ -143,11 +159,14 @@ def load_fashion_mnist(
             FashionMNIST(root=str(data_dir), train=split == "train", download=True)
         except Exception as err:  # noqa: BLE001 - any network/IO failure becomes the same user-facing error
             raise MissingDataError(f"Fashion-MNIST download into {data_dir} failed ({err}). {HOW_TO_GET}") from None
-        found = find_fashion_mnist(split, data_dir)
+        found = find_fashion_mnist(split, data_dir, system)
     if found is None:
-        searched = ", ".join(str(d) for d in _candidate_dirs(data_dir))
+        searched = ", ".join(str(d) for d in _candidate_dirs(data_dir, system))
         raise MissingDataError(f"Fashion-MNIST {split} IDX files not found in: {searched}. {HOW_TO_GET}")
     images_path, labels_path = found
+    if images_path.parent not in _SAID and (data_dir is None or Path(data_dir).expanduser() not in images_path.parents):
+        _SAID.add(images_path.parent)  # said once per process, not once per split
+        log.info("Fashion-MNIST: the embedded copy in %s (no data_dir holds the files)", images_path.parent)
     images, labels = read_idx(images_path), read_idx(labels_path)
     if images.ndim != 3:
         raise DataFormatError(f"{images_path}: images must have 3 IDX dimensions [N, H, W], got {list(images.shape)}")
@@ -270,18 +289,18 @@ class FashionMNISTDataModule(CorruptibleImages, SuiteDataModule):
             raise ConfigError(f"data.subset={subset} must be >= 2 or null")
         self.val_fraction, self.subset, self.download, self.return_index = val_fraction, subset, download, return_index
 
-    def _load(self, data_dir: str | None, download: bool) -> dict[str, Any]:
+    def _load(self, data_dir: str | None, download: bool, system: bool | None = None) -> dict[str, Any]:
         if self.dataset == "digits":
             (xtr, ytr), (xte, yte) = load_digits_split("train"), load_digits_split("test")
         else:
-            xtr, ytr = load_fashion_mnist("train", data_dir, download)
-            xte, yte = load_fashion_mnist("test", data_dir, download)
+            xtr, ytr = load_fashion_mnist("train", data_dir, download, system)
+            xte, yte = load_fashion_mnist("test", data_dir, download, system)
         xte, yte = self.read_corrupted_test((1, *xte.shape[-2:])) or (xte, yte)
         xte = self.corrupt_test(xte)
         return split_train_val(xtr, ytr, xte, yte, self.val_fraction, self.subset, self.seed, self.return_index)
 
     def load_embedded(self) -> dict[str, Any]:
-        return self._load(self.data_dir if Path(self.data_dir).is_dir() else None, False)
+        return self._load(self.data_dir if Path(self.data_dir).is_dir() else None, False, system=True)
 
     def load_real(self) -> dict[str, Any]:
         return self._load(self.data_dir, self.download)

@@ -38,6 +38,7 @@ from lightning_modules.leaderbot.metrics import PairOutcomeMetrics, information_
 from lightning_modules.leaderbot.newton import DampedNewton
 from suite.debug import smoke_test
 from suite.errors import ConfigError
+from suite.typecheck import check_kwargs
 
 log = logging.getLogger(__name__)
 ALL_KINDS = (*lk.KINDS, "elo")
@@ -133,7 +134,17 @@ class LeaderbotLitModule(SuiteLitModule):
             unknown = set(extra or {}) - set(base)
             if unknown:
                 raise ConfigError(f"model.{name} has unknown keys {sorted(unknown)}; valid: {sorted(base)}")
-            optimizer = functools.partial(cls, **{**base, **dict(extra or {})})
+            settings = {**base, **dict(extra or {})}
+            # checked here, not when fit calls configure_optimizers: a mistyped or out-of-range setting
+            # (`model.lr=abc`) is one line naming the key before the run starts
+            check_kwargs(cls, settings, f"model.{name}")
+            try:
+                cls([torch.zeros(1, dtype=torch.float64, requires_grad=True)], **settings)
+            except ConfigError:
+                raise
+            except (TypeError, ValueError) as err:
+                raise ConfigError(f"model.{name}: {err}") from None
+            optimizer = functools.partial(cls, **settings)
         super().__init__(optimizer=optimizer)
         self.save_hyperparameters(ignore=["optimizer"])  # a partial is not weights-only loadable
         self.kind, self.k_cov, self.k_tie, self.constraint = kind, k_cov, k_tie, constraint

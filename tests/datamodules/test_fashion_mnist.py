@@ -144,3 +144,24 @@ def test_datamodule_splits_subset_and_index(tmp_path, no_debian):
 def test_debian_package_if_installed():
     x, y = fm.load_fashion_mnist("test")
     assert x.shape == (10000, 28, 28) and torch.bincount(y).tolist() == [1000] * 10
+
+
+def test_a_named_data_dir_never_falls_back_to_the_system_copy(tmp_path, monkeypatch, caplog):
+    """The system copy (the embedded default) is read only when no data_dir was given, and said once."""
+    import logging
+
+    make_fixture(tmp_path / "deb", seed=2)
+    monkeypatch.setattr(fm, "DEBIAN_DIRS", [str(tmp_path / "deb")])
+    monkeypatch.setattr(fm, "_SAID", set())
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(MissingDataError, match="not found in") as err:
+        fm.load_fashion_mnist("train", str(tmp_path / "empty"))
+    assert str(tmp_path / "deb") not in str(err.value)
+    with pytest.raises(MissingDataError, match="does not exist"):
+        fm.load_fashion_mnist("train", str(tmp_path / "missing"))
+    with caplog.at_level(logging.INFO, logger="datamodules.fashion_mnist"):
+        fm.load_fashion_mnist("train")
+        fm.load_fashion_mnist("test")
+        fm.load_fashion_mnist("train", str(tmp_path / "empty"), system=True)  # source=embedded with data_dir
+    said = [r.getMessage() for r in caplog.records if "embedded copy" in r.getMessage()]
+    assert said == [f"Fashion-MNIST: the embedded copy in {tmp_path / 'deb'} (no data_dir holds the files)"]

@@ -157,3 +157,64 @@ def test_corrupt_metr_la_h5_is_one_line_naming_the_file(tmp_path, capsys):
     assert code == 2 and len(errors) == 1, errors
     assert errors[0].startswith(f"error: {tmp_path / 'metr-la.h5'}: not a readable pandas HDF5 store"), errors[0]
     assert "download the file again" in errors[0]
+
+
+def _one_error(code: int, err: str) -> str:
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err, err[-3000:]
+    return errors[0]
+
+
+def test_leaderbot_mistyped_learning_rate_is_one_line(tmp_path, capsys):
+    """`model.lr=abc` on leaderbot sets its solver's settings (a plain dict, no `_target_`): checked against the
+    solver's annotations at construction, as preworld's `model.optimizer.lr` is (was a 70-line TypeError in fit)."""
+    code = run_entry("train", ["experiment=leaderbot", "logger=csv", f"paths.log_dir={tmp_path}", "model.lr=abc"])
+    assert _one_error(code, capsys.readouterr().err) == "error: model.newton.lr='abc' must be float"
+    code = run_entry("train", ["experiment=leaderbot", "logger=csv", f"paths.log_dir={tmp_path}", "model.lr=5"])
+    assert _one_error(code, capsys.readouterr().err).startswith("error: newton: max_iter=5, max_ls=30")
+
+
+def test_another_papers_model_on_this_experiments_data_is_one_line(tmp_path, capsys):
+    """`model=grass` under the leaderbot experiment (grass reads molecule graphs, the Arena yields vote counts: was a
+    79-line AttributeError inside the first validation step)."""
+    code = run_entry("train", ["experiment=leaderbot", "logger=csv", f"paths.log_dir={tmp_path}", "model=grass"])
+    assert _one_error(code, capsys.readouterr().err) == (
+        "error: model=grass does not run on data=arena (experiment=leaderbot); model grass trains on data=molecules: "
+        "use experiment=grass"
+    )
+
+
+def test_make_slurm_without_slurm_is_one_line(tmp_path):
+    """`make slurm` on a machine without SLURM: one line and no sweep folder (was submitit's 50-line RuntimeError
+    "Could not detect srun"). PATH holds only what the Makefile runs, so an srun installed here is not found."""
+    import os
+    import shutil
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("make", "bash", "sh", "grep", "env"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    logs = tmp_path / "logs"
+    proc = subprocess.run(
+        [str(bin_dir / "make"), "-s", "--no-print-directory", "slurm", "METHOD=leaderbot",
+         f"ARGS=trainer.max_epochs=1 paths.log_dir={logs}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "PATH": str(bin_dir)},
+    )  # fmt: skip
+    trailer = re.compile(r"^make(\[\d+\])?: \*\*\* ")
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip() and not trailer.match(line)]
+    assert proc.returncode == 2 and lines == [
+        "error: launcher=slurm: no SLURM on this machine (srun is not on PATH); run `make slurm` on a SLURM login "
+        "node, or here without SLURM: make train / make sweep METHOD=<slug> ARGS=..."
+    ], proc.stdout + proc.stderr
+    assert not logs.exists()
+
+
+def test_a_missing_data_dir_is_an_error_never_the_system_copy(tmp_path, capsys):
+    """`data.source=real data.data_dir=<missing folder>` on badloss trained on the system's Fashion-MNIST copy and
+    said nothing."""
+    missing = tmp_path / "no_such_folder"
+    code = run_entry("train", ["experiment=badloss", "logger=csv", f"paths.log_dir={tmp_path / 'logs'}", "debug=fdr",
+                               "data.source=real", f"data.data_dir={missing}"])  # fmt: skip
+    assert _one_error(code, capsys.readouterr().err).startswith(
+        f"error: Fashion-MNIST data_dir {missing} does not exist (data.source=embedded uses the system copy"
+    )

@@ -292,3 +292,37 @@ def test_torch_geometric_jit_deprecation_stays_off_the_console():
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "torch.jit.script" not in proc.stderr, proc.stderr[-2000:]
+
+
+def _fake_runs(root: Path, seeds: list[int], value: float = 0.5) -> Path:
+    """Finished run folders as `make train` leaves them (config.yaml with the seed, metrics.json)."""
+    for i, seed in enumerate(seeds):
+        run = root / f"run{i}"
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(f"seed: {seed}\n")
+        (run / "metrics.json").write_text(json.dumps({"test/nll": value + 0.1 * i * (len(set(seeds)) > 1),
+                                                      "test/mae_tie": 0.1}))  # fmt: skip
+    return root
+
+
+def test_make_compare_refuses_an_unknown_metric_naming_close_ones(tmp_path):
+    runs = _fake_runs(tmp_path / "runs", [0, 1])
+    proc = _make("compare", f"RUNS={runs}", "METRICS=test/nlll", f"OUT={tmp_path / 'out'}")
+    trailer = re.compile(r"^make(\[\d+\])?: \*\*\* ")
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip() and not trailer.match(line)]
+    assert proc.returncode == 2 and lines == ["error: unknown metric 'test/nlll': no run logged it (did you mean "
+                                              "test/nll?)"], lines  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
+def test_compare_labels_same_seed_runs_as_repeats(tmp_path, capsys):
+    """Three runs of seed 0 are repeats (`± 0 (3 repeats of seed 0)`), not three seeds (`± 0 (n=3)`)."""
+    compare_main(["--runs", str(_fake_runs(tmp_path / "same", [0, 0, 0])), "--metrics", "test/nll",
+                  "--out", str(tmp_path / "a")])  # fmt: skip
+    assert "| 0.5 ± 0 (3 repeats of seed 0) |" in capsys.readouterr().out
+    compare_main(["--runs", str(_fake_runs(tmp_path / "mixed", [0, 0, 1])), "--metrics", "test/nll",
+                  "--out", str(tmp_path / "b")])  # fmt: skip
+    assert "(n=3: 2 seeds, repeats included) |" in capsys.readouterr().out
+    compare_main(["--runs", str(_fake_runs(tmp_path / "seeds", [0, 1, 2])), "--metrics", "test/nll",
+                  "--out", str(tmp_path / "c")])  # fmt: skip
+    assert "| 0.6 ± 0.1 (n=3) |" in capsys.readouterr().out

@@ -345,6 +345,23 @@ def machine_line(out: Path) -> str | None:
     return "Machine: " + ", ".join(parts) + f" (`{MACHINE_FILE}` beside the runs)."
 
 
+def data_machine_line(data: dict | None) -> str | None:
+    """The machine line from the data file's ``machine`` (where the runs were made: a page rebuilt on a clean clone
+    names it as the page built after the runs did), or None without one."""
+    m = (data or {}).get("machine")
+    if not isinstance(m, dict):
+        return None
+    if m.get("device") not in (None, "CPU"):  # written from a machine.json by the script that ran them elsewhere
+        parts = [f"runs made on **{m['device']}**"]
+        parts += [f"{m['host_cpus']} CPU cores"] if m.get("host_cpus") else []
+    else:
+        parts = [f"runs made on **{m.get('cpus', '?')} CPU cores**"]
+    parts += [f"torch {m['torch']}"] if m.get("torch") else []
+    parts += [f"Python {m['python']}"] if m.get("python") else []
+    parts += [f"up to {m['parallel']} runs at once"] if m.get("parallel") else []
+    return "Machine: " + ", ".join(parts) + "."
+
+
 SEED_KEY = "{name}@seed={seed}"  # per-seed status of a `--seeds` run, beside the entry's summed status
 EARLIER = "*"  # the seed key that keeps a whole-entry run's status once one of its seeds is rerun alone
 
@@ -502,7 +519,7 @@ def write_page(
             if cspec.evaluate == "best"
             else f"the test metrics of the final weights ({raw.get('evaluate_why', 'the paper scores the last')})."
         ),
-        *([line] if (line := machine_line(out)) else []),
+        *([line] if (line := machine_line(out) or data_machine_line(data)) else []),
         "",
         *verdict_section(verdicts, weak_notes),
     ]
@@ -911,6 +928,12 @@ def main(argv: list[str] | None = None) -> None:
         data_file = results_data.data_path(page_path)
         if disk:
             data = results_data.build(args.slug, spec, disk, status, profile=args.profile, root=ROOT, out=out)
+            if args.report_only and data_file.exists():  # the runs were made then, at that commit, on that machine
+                try:
+                    made = results_data.load(data_file)
+                    data.update({k: made[k] for k in ("written", "commit", "machine") if k in made})
+                except results_data.DataFileError:
+                    pass
         elif args.report_only and data_file.exists():  # a clean clone: the page rebuilds from its data file alone
             try:
                 data = results_data.load(data_file)
@@ -924,6 +947,7 @@ def main(argv: list[str] | None = None) -> None:
             )
         else:
             data = results_data.build(args.slug, spec, [], status, profile=args.profile, root=ROOT, out=out)
+        results_data.dumps(data)  # a value the file cannot hold fails here, before the page is replaced
         with tempfile.TemporaryDirectory(prefix="claim-data-") as tmp:
             paths = {(r.name, str(r.seed)): r.path for r in disk}
             records = results_data.records_from(data, Path(tmp), paths=paths)

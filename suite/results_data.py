@@ -49,19 +49,37 @@ def _round(v: float) -> float | None:
     return float(f"{v:.7g}")
 
 
-def downsample(points: Sequence[tuple[float, float]], keep: int = MAX_POINTS, best_high: bool | None = None) -> list:
-    """At most ``keep`` points, evenly spaced in index, always with the first, the last and (with ``best_high``
-    given) the best point of the curve."""
+def downsample(points: Sequence[tuple[float, float]], keep: int = MAX_POINTS, frac: float = 0.2) -> list:
+    """At most ``keep`` points (a few more when the extremes need them), evenly spaced in index, always with the
+    first and the last point, the highest and the lowest, and the highest and the lowest at or before the start of
+    the last ``frac`` of training: the convergence rule (:func:`suite.stats.converged`) then reads the same
+    best-so-far values, in either direction, from the kept points as from the whole curve."""
     pts = [(s, v) for s, v in points if v is not None and math.isfinite(v)]
     if len(pts) <= keep:
         idx = list(range(len(pts)))
     else:
-        idx = {round(i * (len(pts) - 1) / (keep - 2)) for i in range(keep - 1)}
-        if best_high is not None:
-            sign = 1.0 if best_high else -1.0
-            idx.add(max(range(len(pts)), key=lambda i: sign * pts[i][1]))
+        idx = {round(i * (len(pts) - 1) / (keep - 6)) for i in range(keep - 5)}
+        cut = pts[-1][0] - frac * (pts[-1][0] - pts[0][0])
+        before = [i for i, p in enumerate(pts) if p[0] <= cut + 1e-9] or [0]
+        for scope in (range(len(pts)), before):
+            idx.add(max(scope, key=lambda i: pts[i][1]))
+            idx.add(min(scope, key=lambda i: pts[i][1]))
         idx = sorted(idx)
     return [[int(pts[i][0]) if float(pts[i][0]).is_integer() else pts[i][0], _round(pts[i][1])] for i in idx]
+
+
+def scrub(value: Any, root: Path | None) -> Any:
+    """``value`` with machine paths removed: a string under ``root`` becomes relative to it; any other absolute path
+    (a home, a temporary folder) becomes ``<path>``. Nested dicts and lists are walked."""
+    if isinstance(value, dict):
+        return {k: scrub(v, root) for k, v in value.items() if k != "default_root_dir"}
+    if isinstance(value, list):
+        return [scrub(v, root) for v in value]
+    if isinstance(value, str) and value.startswith("/"):
+        if root is not None and Path(value).is_relative_to(root):
+            return str(Path(value).relative_to(root))
+        return "<path>"
+    return value
 
 
 def kept_curves(spec: Mapping[str, Any]) -> tuple[set[str], tuple[str, ...]]:
@@ -115,11 +133,17 @@ def machine(out: Path | None = None) -> dict[str, Any]:
 
 
 def _files(run_dir: Path, names: Sequence[str]) -> dict[str, str]:
+    import sys
+
     out = {}
     for name in names:
         for f in sorted(Path(run_dir).rglob(name)):
-            if f.is_file() and f.stat().st_size <= MAX_FILE_BYTES:
-                out[str(f.relative_to(run_dir))] = f.read_text(errors="replace")
+            if not f.is_file():
+                continue
+            if f.stat().st_size > MAX_FILE_BYTES:  # a page rebuilt without it would differ: say so
+                print(f"warning: {f} is over {MAX_FILE_BYTES // 1024} KiB: not kept in the data file", file=sys.stderr)
+                continue
+            out[str(f.relative_to(run_dir))] = f.read_text(errors="replace")
     return out
 
 
@@ -135,19 +159,16 @@ def build(
 ) -> dict[str, Any]:
     """The data file's content for ``records`` (module docstring)."""
     exact, prefixes = kept_curves(spec)
-    hib = bool(spec.get("sizing_higher_is_better", False))
+    frac = float((spec.get("converge") or {}).get("frac", 0.2))
     files = [str(f) for f in spec.get("data_files") or []]
     entries: dict[str, Any] = {}
     runs = []
     order = {e["name"]: i for i, e in enumerate(spec.get("runs", []))}
     for r in sorted(records, key=lambda r: (order.get(r.name, 1 << 30), str(r.seed))):
         if r.name not in entries:
-            entries[r.name] = {"config": {k: r.config[k] for k in CONFIG_KEYS if k in (r.config or {})}}
-        curves = {
-            k: downsample(v, best_high=hib if k == spec.get("sizing_metric") else None)
-            for k, v in sorted(r.curves.items())
-            if _keep(k, exact, prefixes) and v
-        }
+            config = {k: r.config[k] for k in CONFIG_KEYS if k in (r.config or {})}
+            entries[r.name] = {"config": scrub(config, root)}
+        curves = {k: downsample(v, frac=frac) for k, v in sorted(r.curves.items()) if _keep(k, exact, prefixes) and v}
         run = {
             "entry": r.name,
             "seed": r.seed,
@@ -179,12 +200,18 @@ def _data_follows_seed(r: RunRecord) -> bool:
     return data_follows_seed(r)
 
 
-def write(path: Path, data: Mapping[str, Any]) -> Path:
-    """Write the data file atomically, one run per line (readable diffs)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def dumps(data: Mapping[str, Any]) -> str:
+    """The data file's text: one run per line (readable diffs); a non-finite number is an error here, before any
+    page is written from the data."""
     head = {k: v for k, v in data.items() if k != "runs"}
     body = ",\n".join("  " + json.dumps(run, separators=(",", ":"), allow_nan=False) for run in data["runs"])
-    text = json.dumps(head, indent=1, allow_nan=False)[:-2] + ',\n "runs": [\n' + body + "\n ]\n}\n"
+    return json.dumps(head, indent=1, allow_nan=False)[:-2] + ',\n "runs": [\n' + body + "\n ]\n}\n"
+
+
+def write(path: Path, data: Mapping[str, Any]) -> Path:
+    """Write the data file atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = dumps(data)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)

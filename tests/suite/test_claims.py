@@ -247,3 +247,20 @@ def test_two_metrics_of_one_entry_pair_by_seed():
     assert set(res.values) == {"m:test/miou", "m:test/miou_copy"} and res.metric == "test/miou vs test/miou_copy"
     with pytest.raises(ConfigError, match="baseline_metric"):
         parse_claims({**spec, "claims": [{**spec["claims"][0], "baseline_metric": None}]})
+
+
+def test_downsampling_keeps_the_convergence_reading_and_paths_are_scrubbed(tmp_path):
+    # flat at 0.5 with a 0.9 peak just before the window and 0.905 inside it: converged (gain 0.005 <= 1%)
+    curve = [(i, 0.5) for i in range(1000)]
+    curve[703], curve[950] = (703, 0.9), (950, 0.905)
+    full = stats.converged([curve], higher_is_better=True)
+    kept = results_data.downsample(curve)
+    assert len(kept) <= results_data.MAX_POINTS + 4
+    again = stats.converged([[tuple(p) for p in kept]], higher_is_better=True)
+    assert full.ok and again.ok and again.gains == pytest.approx(full.gains)
+    low = [(s, -v) for s, v in curve]  # the same curve read as a loss: the lowest points are kept too
+    back = stats.converged([[tuple(p) for p in results_data.downsample(low)]], higher_is_better=False)
+    assert back.gains == pytest.approx(stats.converged([low], higher_is_better=False).gains)
+    root = tmp_path / "repo"
+    config = {"trainer": {"default_root_dir": str(root / "logs"), "x": [str(root / "a/b"), "/home/someone/data"]}}
+    assert results_data.scrub(config, root) == {"trainer": {"x": ["a/b", "<path>"]}}

@@ -1,20 +1,22 @@
 """Results-page hook of the SuMi claim (Guo & Jin, ICLR 2025; ``report: reports.sumi:claim_report``).
 
 Every run adapts one source model per seed online on the same wild stream with every variant
-(``callbacks.tta.TTAComparison``: metrics ``tta/<variant>/<key>``, per-batch history in ``tta_compare.csv``), so the
-claims compare metrics of one run, paired by seed; the spec cannot declare them (its claims compare two entries on
-one metric) and this hook judges them:
+(``callbacks.tta.TTAComparison``: metrics ``tta/<variant>/<key>``, per-batch history in ``tta_compare.csv``). The
+spec declares SuMi against Tent, EATA and SAR on online accuracy (the paper's headline, primary) and each ablation (no
+unimodal assistance, no MI sharing, no IQR smoothing; exploratory) as two metrics of the wild runs, paired by seed.
+This hook adds:
 
-* SuMi against Tent, EATA and SAR on online accuracy (the paper's headline, primary) and on stability (the accuracy
-  of the last quarter of the stream minus the first's; exploratory);
-* each ablation (no unimodal assistance, no MI sharing, no IQR smoothing) on online accuracy (exploratory);
-  unimodal assistance reads ``phenomenon absent`` when its mask removes (almost) no sample from SuMi's selected set.
+* stability against Tent, EATA and SAR (the accuracy of the last quarter of the stream minus the first's, a quantity
+  derived per seed; exploratory);
+* unimodal assistance's mask: how much of the stream it removes from SuMi's selected set, as evidence on the
+  declared verdict, which reads ``phenomenon absent`` when the mask removes (almost) no sample.
 
-Every verdict needs the source model converged: the convergence rule on its clean validation accuracy, and the 4x
-check (``<entry>_long``: the same cosine shape over 4x the steps, because the decay flattens the validation curve by
-construction) on the same held-out metric. The accuracy on the wild stream before adaptation is shown beside it but
-is not a convergence test: on 2026-12-02 the 4x models gained 4.6 points there while they overfitted the clean pairs
-(validation loss x2.3, accuracy -1.8 points), a robustness effect of longer training, not a sign of underfitting.
+Every verdict needs the source model converged, and the hook replaces its convergence reading: the convergence rule
+on its clean validation accuracy, and the 4x check (``<entry>_long``: the same cosine shape over 4x the steps,
+because the decay flattens the validation curve by construction) on the same held-out metric. The accuracy on the
+wild stream before adaptation is shown beside it but is not a convergence test: on 2026-12-02 the 4x models
+gained 4.6 points there while they overfitted the clean pairs (validation loss x2.3, accuracy -1.8 points), a
+robustness effect of longer training, not a sign of underfitting.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from suite import report as rep
-from suite.claims import Claim, ClaimResult, ClaimSpec, Figure, HookResult, Table, judge_values
+from suite.claims import Claim, ClaimResult, ClaimSpec, Figure, HookResult, Table, judge, judge_values
 
 KEYS = ("acc", "acc_q1", "acc_q2", "acc_q3", "acc_q4", "selected")
 # Unimodal assistance is tested only when its mask excludes samples: below this gap in the selected fraction (SuMi
@@ -41,11 +43,7 @@ METHOD = "sumi"
 # papers report gains of a point and more as improvements).
 DELTA, DELTA_WHY = 0.01, "one accuracy point; the paper's numbers were not recovered"
 BASELINES = {"tent": "Tent", "eata": "EATA", "sar": "SAR"}
-ABLATIONS = {
-    "sumi_no_unimodal": "Unimodal assistance raises SuMi's online accuracy",
-    "sumi_no_mi": "Mutual-information sharing raises SuMi's online accuracy",
-    "sumi_no_iqr": "IQR smoothing raises SuMi's online accuracy",
-}
+UNIMODAL = "sumi_vs_no_unimodal"  # the declared ablation whose mask must bind
 
 
 def longer_checks(records: list[Any]) -> dict[str, tuple[bool, str]]:
@@ -101,42 +99,36 @@ def variants(records: list[Any]) -> list[str]:
     return list(out)
 
 
-def verdicts(records: list[Any], conv: dict[str, tuple[bool, str]]) -> list[ClaimResult]:
-    """SuMi against the baselines and its ablations, paired by seed (every variant adapts the same source model on
-    the same stream); ``inconclusive: underfit`` when a source model had not converged."""
-    ours = tta_values(records, METHOD)
+def stability(records: list[Any], conv: dict[str, tuple[bool, str]]) -> list[ClaimResult]:
+    """SuMi against each baseline on stability (Q4 - Q1 per seed), paired by seed (every variant adapts the same
+    source model on the same stream); ``inconclusive: underfit`` when a source model had not converged."""
+    ours = _stability(records, METHOD)
     if not ours:
         return []
     unconv = {f"source model {n}": why for n, (ok, why) in conv.items() if not ok}
     out = []
-
-    def judge(id_: str, text: str, base: str, key: str, a: dict, b: dict, primary: bool, absent: str | None = None):
-        c = Claim(id_, text, key, (METHOD, base), True, delta=DELTA, delta_why=DELTA_WHY, primary=primary)
-        return judge_values(c, a, b, paired=True, unconverged=unconv, absent=absent)
-
     for base, label in BASELINES.items():
-        theirs = tta_values(records, base)
+        theirs = _stability(records, base)
         if theirs:
-            text = f"SuMi adapts more accurately than {label} on the wild stream"
-            out.append(judge(f"sumi_vs_{base}", text, base, "tta/*/acc", ours, theirs, True))
             text = f"SuMi is more stable than {label} over the stream (accuracy of the last quarter minus the first)"
-            stab = judge(f"sumi_vs_{base}_stability", text, base, "tta/*/acc_q4 - acc_q1", _stability(records, METHOD),
-                         _stability(records, base), False)  # fmt: skip
-            out.append(stab)
-    sel = {v: tta_values(records, v, "selected") for v in (METHOD, "sumi_no_unimodal")}
-    for base, text in ABLATIONS.items():
-        theirs = tta_values(records, base)
-        if not theirs:
-            continue
-        absent, evidence = None, ""
-        if base == "sumi_no_unimodal" and all(sel.values()):
-            gap = statistics.fmean(sel[base].values()) - statistics.fmean(sel[METHOD].values())
-            evidence = f"the unimodal mask removed {100 * gap:.1f}% of the stream from the selected set"
-            if gap < MASK_MIN_GAP:  # the two variants adapt on (almost) the same samples
-                absent = f"{evidence}: both variants adapt on the same samples"
-        r = judge(base.replace("sumi_no_", "sumi_vs_no_"), text, base, "tta/*/acc", ours, theirs, False, absent)
-        out.append(replace(r, evidence=evidence))
+            c = Claim(f"sumi_vs_{base}_stability", text, "tta/*/acc_q4 - acc_q1", (METHOD, base), True, delta=DELTA,
+                      delta_why=DELTA_WHY)  # fmt: skip
+            out.append(judge_values(c, ours, theirs, paired=True, unconverged=unconv))
     return out
+
+
+def unimodal_mask(records: list[Any], spec: ClaimSpec, conv: dict[str, tuple[bool, str]]) -> ClaimResult | None:
+    """The declared unimodal-assistance claim with its mask's reach as evidence (the selected fraction without the
+    mask minus SuMi's, mean over seeds), ``phenomenon absent`` below :data:`MASK_MIN_GAP`: the two variants then
+    adapt on (almost) the same samples. ``None`` without the claim or the selected fractions."""
+    claim = {c.id: c for c in spec.claims}.get(UNIMODAL)
+    sel = {v: tta_values(records, v, "selected") for v in (METHOD, "sumi_no_unimodal")}
+    if claim is None or not all(sel.values()):
+        return None
+    gap = statistics.fmean(sel["sumi_no_unimodal"].values()) - statistics.fmean(sel[METHOD].values())
+    evidence = f"the unimodal mask removed {100 * gap:.1f}% of the stream from the selected set"
+    absent = f"{evidence}: both variants adapt on the same samples" if gap < MASK_MIN_GAP else None
+    return replace(judge(claim, records, conv, absent=absent), evidence=evidence)
 
 
 def _pct(vals: list[float], signed: bool = False) -> str:
@@ -245,14 +237,17 @@ def _curves(records: list[Any], out_dir: Path, window: int = 10) -> Figure | Non
 
 
 def claim_report(records: list[Any], spec: ClaimSpec, out_dir: Path) -> HookResult:
-    """The verdicts, the source models' convergence (rule and 4x check), the source, stream and 4x tables and the
-    accuracy-over-the-stream figure. The 4x runs (``<entry>_long``) enter only the 4x check and its table."""
-    if not variants(records):
-        return HookResult(notes=["No TTA comparison metrics found (was `callbacks.tta_compare.enabled=true`?)."])
+    """The source models' convergence (rule and 4x check), the stability verdicts, the unimodal mask's reading, the
+    source, stream and 4x tables and the accuracy-over-the-stream figure. The 4x runs (``<entry>_long``) enter only
+    the 4x check and its table."""
     conv = convergence(records, spec)
+    if not variants(records):
+        note = "No TTA comparison metrics found (was `callbacks.tta_compare.enabled=true`?)."
+        return HookResult(notes=[note], convergence=conv)
+    unimodal = unimodal_mask(records, spec, {**spec.convergence(records), **conv})
     tables = [t for t in (source_table(records), stream_table(records), longer_table(records, longer_checks(records)))
               if t is not None]  # fmt: skip
     fig = _curves(rep.main_runs(records), out_dir)
     notes = [] if fig else ["No `tta_compare.csv` in the runs: the accuracy-over-the-stream figure is left out."]
-    return HookResult(verdicts=verdicts(records, conv), tables=tables, figures=[fig] if fig else [], notes=notes,
-                      convergence=conv)  # fmt: skip
+    return HookResult(verdicts=stability(records, conv) + ([unimodal] if unimodal else []), tables=tables,
+                      figures=[fig] if fig else [], notes=notes, convergence=conv)  # fmt: skip

@@ -1,5 +1,6 @@
-"""reports/sumi.py: verdicts paired by seed inside each run, the per-modality source table, unimodal assistance judged
-`phenomenon absent` when its mask removes (almost) no sample from SuMi's selected set, and the 4x check."""
+"""SuMi: the declared claims (two metrics of the wild runs, paired by seed) and reports/sumi.py's stability verdicts,
+the per-modality source table, unimodal assistance judged `phenomenon absent` when its mask removes (almost) no sample
+from SuMi's selected set, and the 4x check."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def test_unimodal_assistance_needs_its_mask_to_bind(tmp_path: Path):
     tent = by_id["sumi_vs_tent"]
     assert tent.verdict == "reproduced" and tent.paired and tent.primary and tent.n == (3, 3)
     assert abs(tent.diff - 0.061) < 1e-9 and tent.p_holm is not None  # Holm across the three primaries
+    assert set(tent.values) == {"wild:tta/sumi/acc", "wild:tta/tent/acc"}  # declared: two metrics of one entry
     assert by_id["sumi_vs_tent_stability"].verdict == "reproduced"  # tent loses 5 points by Q4, SuMi none
     assert by_id["sumi_vs_eata_stability"].verdict == "not reproduced"  # no effect as large as 1 point
     unimodal = by_id["sumi_vs_no_unimodal"]

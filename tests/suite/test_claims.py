@@ -264,3 +264,18 @@ def test_downsampling_keeps_the_convergence_reading_and_paths_are_scrubbed(tmp_p
     root = tmp_path / "repo"
     config = {"trainer": {"default_root_dir": str(root / "logs"), "x": [str(root / "a/b"), "/home/someone/data"]}}
     assert results_data.scrub(config, root) == {"trainer": {"x": ["a/b", "<path>"]}}
+
+
+def test_overview_counts_come_from_the_data_files(tmp_path):
+    from suite.claims import ClaimResult
+
+    (tmp_path / "data").mkdir()
+    for slug in ("rebuilt", "former"):
+        (tmp_path / f"{slug}.md").write_text(f"# Claim check: {slug}\n")
+    (tmp_path / "rebuilt_notes.md").write_text("notes")
+    data = results_data.build("rebuilt", {"runs": RUNS}, [], {})
+    data["claims"] = [ClaimResult("a", "a", stats.REPRODUCED).to_dict(), ClaimResult("b", "b", stats.NOISE).to_dict()]
+    results_data.write(tmp_path / "data" / "rebuilt.json", data)
+    text = results_data.overview(tmp_path)
+    assert "| [rebuilt](rebuilt.md) | 1 | 0 | 0 | 0 | 1 | 0 | current |" in text
+    assert "| [former](former.md) |" in text and "former: rerun pending" in text and "rebuilt_notes" not in text

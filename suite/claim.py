@@ -694,7 +694,16 @@ def run_pairs(
         return failures
     names = [e["name"] for e in spec["runs"]]
     later = [p for p in pairs if depends_on(p[0], names)]  # entries that load another entry's checkpoint run after
+
+    def source_failed(entry: dict, seed: object) -> bool:
+        return any(n in failures or SEED_KEY.format(name=n, seed=seed) in failures for n in depends_on(entry, names))
+
     for wave in ([p for p in pairs if p not in later], later):
+        skipped = [p for p in wave if source_failed(*p)]  # never load the checkpoint of a run that failed
+        failures += [
+            f"{SEED_KEY.format(name=e['name'], seed=seed)} (not run: its source failed)" for e, seed in skipped
+        ]
+        wave = [p for p in wave if p not in skipped]
         pool = cf.ThreadPoolExecutor(max_workers=jobs)
         try:
             futures = [pool.submit(one, entry, seed) for entry, seed in wave]
@@ -726,7 +735,7 @@ def plan(spec: ClaimSpec, records: list[RunRecord], status: dict) -> list[str]:
         n = len({str(r.seed) for r in records if r.name == name})
         return None if not rc_secs or rc_secs[1] is None or not n else float(rc_secs[1]) / n
 
-    rows = [["claim", "delta", "test", "n now", "spread", "seeds needed", "CPU time for them"]]
+    rows = [["claim", "delta", "test", "n now", "spread", "seeds needed", "CPU time"]]
     for c in spec.claims:
         a, b = (seed_values(records, e, m) for e, m in zip(c.entries, c.metrics, strict=True))
         paired = c.paired if c.paired is not None else default_paired(records, *c.entries)
@@ -738,8 +747,9 @@ def plan(spec: ClaimSpec, records: list[RunRecord], status: dict) -> list[str]:
             continue
         sd = stats.spread_for_plan(iv, list(a.values()), list(b.values()))
         need = stats.seeds_for_half_width(sd, c.delta, paired=paired) if c.delta > 0 else None
-        costs = [per_seed(e) for e in c.entries]
-        cpu = "—" if need is None or None in costs else f"{need * sum(costs) / 60:.0f} min"
+        costs = [per_seed(e) for e in set(c.entries)]
+        more = None if need is None else max(need - min(len(a), len(b)), 0)  # seeds to add to those on disk
+        cpu = "—" if more is None or None in costs else f"{more * sum(costs) / 60:.0f} min for {more} more"
         needed = "no delta declared" if c.delta <= 0 else (str(need) if need else "> 1000")
         rows.append([c.id, f"{c.delta:g}", test, f"{len(a)}/{len(b)}", f"{sd:.3g}", needed, cpu])
     if len(rows) == 1:

@@ -135,6 +135,9 @@ def parse_claims(spec: Mapping[str, Any]) -> list[Claim]:
         bad = [e for e in entries if e not in names]
         if bad:
             raise ConfigError(f"claim {c['id']}: entries {bad} are not runs of the claim (runs: {names})")
+        for key in ("higher_is_better", "paired", "primary", "deterministic"):
+            if key in c and c[key] is not None and not isinstance(c[key], bool):
+                raise ConfigError(f"claim {c['id']}: {key}={c[key]!r} must be true or false")
         if not isinstance(c["higher_is_better"], bool):
             raise ConfigError(f"claim {c['id']}: higher_is_better must be true or false")
         conv = c.get("converge")
@@ -541,6 +544,12 @@ class ClaimSpec:
         conv = raw.get("converge") or {}
         if not isinstance(conv, Mapping) or sorted(set(conv) - set(CONVERGE_KEYS)):
             raise ConfigError(f"converge={conv!r} must be a mapping with keys among {list(CONVERGE_KEYS)}")
+        for key, lo, hi in (("tol", 0.0, math.inf), ("rel", 0.0, 1.0), ("frac", 0.0, 1.0)):
+            v = conv.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi):
+                raise ConfigError(f"converge.{key}={v!r} must be a number in [{lo:g}, {hi:g}]")
+        if conv.get("frac") is not None and not 0 < conv["frac"] < 1:
+            raise ConfigError(f"converge.frac={conv['frac']!r} must lie strictly between 0 and 1")
         evaluate = str(raw.get("evaluate", "best"))
         if evaluate not in EVALUATE:
             raise ConfigError(f"evaluate={evaluate!r} must be one of {list(EVALUATE)}")

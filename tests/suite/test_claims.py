@@ -279,3 +279,26 @@ def test_overview_counts_come_from_the_data_files(tmp_path):
     text = results_data.overview(tmp_path)
     assert "| [rebuilt](rebuilt.md) | 1 | 0 | 0 | 0 | 1 | 0 | current |" in text
     assert "| [former](former.md) |" in text and "former: rerun pending" in text and "rebuilt_notes" not in text
+
+
+def test_bad_convergence_keys_and_flags_fail_at_load():
+    for conv in ({"frac": 1.5}, {"frac": 0}, {"rel": -0.1}, {"tol": "x"}):
+        with pytest.raises(ConfigError, match="converge"):
+            ClaimSpec.from_dict("demo", {"runs": RUNS, "converge": conv})
+    with pytest.raises(ConfigError, match="paired='yes' must be true or false"):
+        _claim(paired="yes")
+
+
+def test_a_dependent_entry_never_runs_after_its_source_failed(tmp_path, monkeypatch):
+    ran = []
+
+    def fake(slug, entry, spec, out, extra, seed=None):
+        ran.append((entry["name"], seed))
+        return (1 if entry["name"] == "a" and seed == 0 else 0), 0.1
+
+    monkeypatch.setattr(claim_mod, "run_entry", fake)
+    spec = {"runs": [{"name": "a"}, {"name": "t", "overrides": "ckpt_path=x/../a/0/last.ckpt"}], "seeds": [0, 1]}
+    pairs = [(e, s) for e in spec["runs"] for s in (0, 1)]
+    failures = claim_mod.run_pairs("x", pairs, spec, tmp_path, [], tmp_path / "status.json", jobs=2)
+    assert ("t", 0) not in ran and ("t", 1) in ran
+    assert "a@seed=0" in failures and "t@seed=0 (not run: its source failed)" in failures

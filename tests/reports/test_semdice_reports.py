@@ -31,9 +31,11 @@ def _ft(name, seed, levels, final):
 
 def test_finetune_claims_curves_and_area(tmp_path):
     recs = [_ft("semdice", s, [50, 120, 150, 150 + s, 151], 151 + s) for s in (0, 1, 2)]
-    recs += [_ft("apt", s, [20, 40, 60, 61, 60 + s / 2], 60 + 2 * s) for s in (0, 1, 2)]
-    recs += [_ft("scratch", s, [10, 20, 30 + s, 31, 31], 31 + s * s) for s in (0, 1, 2)]
-    assert return_curves(recs, "apt")["1"] == {1000: 20, 2000: 40, 3000: 60, 4000: 61, 5000: 60.5}
+    # converged under evaluate: last: no seed ends more than 1% below its best (the final weights are scored); the
+    # areas differ from SEMDICE's by a seed-dependent amount
+    recs += [_ft("apt", s, [20, 40, 60, 60.5, 60 + s / 2], 60 + 2 * s) for s in (0, 1, 2)]
+    recs += [_ft("scratch", s, [10, 20, 30 + s / 2, 31, 31], 31 + s * s) for s in (0, 1, 2)]
+    assert return_curves(recs, "apt")["1"] == {1000: 20, 2000: 40, 3000: 60, 4000: 60.5, 5000: 60.5}
     by_id, result, _ = _judge("semdice_finetune", recs, tmp_path)
     assert (tmp_path / "semdice_finetune_returns.png").exists() and result.figures
     apt = by_id["semdice_vs_apt"]
@@ -56,7 +58,7 @@ def _deep(name, seed, ent, cells, curve=True):
 
 
 def test_deep_claims_against_apt_and_the_data_policy(tmp_path):
-    recs = [_deep("semdice", s, 3.0 + s / 100, 27) for s in range(3)]
+    recs = [_deep("semdice", s, 3.0 + s / 100 + 0.003 * s * s, 27) for s in range(3)]  # paired differences spread
     recs += [_deep("apt", s, 2.0 + s / 50, 8) for s in range(3)]
     recs += [_deep("init", s, 1.5, 12, False) for s in range(3)]
     recs += [_deep("data", s, [2.0, 3.3, 3.5][s], 15, False) for s in range(3)]  # untrained floor: no curve needed

@@ -53,12 +53,14 @@ def test_the_spec_declares_the_headline_and_tests_the_best_validation_weights(sp
 
 
 def test_verdicts_cover_the_ablations_and_the_missing_data_runs(spec: ClaimSpec, tmp_path: Path):
-    recs = entry("ts_lif_h24", (0.29, 0.30, 0.31)) + entry("lif_h24", (0.19, 0.20, 0.21))
+    # LIF's drops at 50% missing wobble around 0.1 with the seed (TS-LIF's are 0.1 on every seed): a spread to judge
+    recs = entry("ts_lif_h24", (0.29, 0.30, 0.31)) + entry("lif_h24", (0.19, 0.20, 0.21), miss50=(0.089, 0.102, 0.109))
     recs += entry("ts_lif_no_soma_h24", (0.24, 0.25, 0.26)) + entry("ts_lif_no_dspike_h24", (0.26, 0.30, 0.34))
-    # trained with 30% missing: R^2 lost from 30% to 50% is TS-LIF 0.02, TC-LIF 0.07, LIF 0.10 (lower is better)
+    # trained with 30% missing: R^2 lost from 30% to 50% is TS-LIF 0.02, TC-LIF 0.07, LIF 0.10 (lower is better; the
+    # baselines' drops wobble by a few thousandths with the seed, so the intervals have a spread)
     recs += entry("ts_lif_h24_m30", (0.26, 0.27, 0.28), miss50=(0.24, 0.25, 0.26))
-    recs += entry("lif_h24_m30", (0.19, 0.20, 0.21), miss50=(0.09, 0.10, 0.11))
-    recs += entry("tc_lif_h24_m30", (0.23, 0.27, 0.31), miss50=(0.16, 0.20, 0.24))
+    recs += entry("lif_h24_m30", (0.19, 0.20, 0.21), miss50=(0.091, 0.098, 0.111))
+    recs += entry("tc_lif_h24_m30", (0.23, 0.27, 0.31), miss50=(0.161, 0.198, 0.241))
     v = _judge(spec, recs, tmp_path)
     assert v["ablation_soma"].verdict == stats.REPRODUCED and v["ablation_soma"].paired is False  # Welch
     assert v["ablation_soma"].lo > 0 and v["ablation_soma"].diff == pytest.approx(0.05)

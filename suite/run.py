@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -19,12 +20,20 @@ from omegaconf.errors import OmegaConfBaseException
 
 from callbacks.run_config import CONFIG_KEY, ConfigInCheckpoint
 from suite.debug import overfit_verdict
-from suite.errors import PREEMPTED_EXIT_CODE, CheckpointError, ConfigError, Preempted, SuiteError
+from suite.errors import (
+    PREEMPTED_EXIT_CODE,
+    CheckpointError,
+    ConfigError,
+    DataFormatError,
+    MissingDataError,
+    Preempted,
+    SuiteError,
+)
 from suite.finished import extends, in_slurm_job, read_finished, refusal, reopen, write_finished
 from suite.interrupt import INTERRUPTED_EXIT_CODE, SigintAsSigterm
 from suite.loggers import truncate_csv
 from suite.measured import measured_nothing
-from suite.start_metrics import evaluate_at_start, read_start, write_start
+from suite.start_metrics import evaluate_at_start, preserved_rng, read_start, write_start
 from suite.startup import StartupWatch, slurm_task
 from suite.summary import is_result, resume_command, run_summary, shown
 from suite.typecheck import expected_type, type_hints
@@ -334,8 +343,15 @@ def _load_reason(err: BaseException) -> str:
     return (" ".join(sentences) or type(err).__name__)[:160]
 
 
-def build(cfg: DictConfig) -> dict[str, Any]:
-    """Instantiate datamodule, model, callbacks, loggers and trainer from ``cfg``."""
+def build(cfg: DictConfig, data_check: contextlib.AbstractContextManager | None = None) -> dict[str, Any]:
+    """Instantiate datamodule, model, callbacks, loggers and trainer from ``cfg``.
+
+    Args:
+        cfg: The composed config.
+        data_check: Set the datamodule up (read its data) inside this context before any logger starts, so a
+            missing or unreadable data file refuses the run before it has a wandb run or a CSV log; ``None``: leave
+            it to ``fit``/``test``. Runs over several processes always leave it to them (each rank's setup).
+    """
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     if cfg.get("num_threads"):
         torch.set_num_threads(int(cfg.num_threads))
@@ -348,16 +364,23 @@ def build(cfg: DictConfig) -> dict[str, Any]:
                 cb.save_last = False
     if cfg.trainer.get("enable_progress_bar") is False:  # a bar callback with bars disabled is a Lightning error
         callbacks = [cb for cb in callbacks if not isinstance(cb, pl.callbacks.ProgressBar)]
-    loggers = _instantiate_group(cfg.get("logger"), "logger")
-    if not loggers:  # Lightning refuses an LR monitor without a logger (`logger=none`)
-        callbacks = [cb for cb in callbacks if not isinstance(cb, pl.callbacks.LearningRateMonitor)]
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
     for cb in callbacks:
         if isinstance(cb, ConfigInCheckpoint):
             cb.config_yaml = config_yaml
-    trainer = instantiate(cfg.trainer, "trainer", callbacks=callbacks, logger=loggers or False)
-    # after the trainer accepted its settings (`trainer=gpu` on a machine without one is refused there): a logger
-    # writes its first file (csv/hparams.yaml, a wandb run) here, and a refused run must leave no folder behind
+    # The loggers come last: a wandb logger starts its run (and the CSV logger its folder) as soon as it exists, and
+    # a run refused on its trainer settings (`trainer=gpu` without one, `trainer.max_epochs=-5`) or its data must
+    # leave nothing behind.
+    trainer = instantiate(cfg.trainer, "trainer", callbacks=callbacks, logger=False)
+    processes = max(int(trainer.world_size), int(trainer.num_devices) * int(trainer.num_nodes))
+    if data_check is not None and processes == 1 and isinstance(datamodule, pl.LightningDataModule):
+        with data_check:
+            datamodule.prepare_data()
+            datamodule.setup("fit" if cfg.get("train", True) else "test")
+    loggers = _instantiate_group(cfg.get("logger"), "logger")
+    trainer.loggers = loggers
+    if not loggers:  # Lightning refuses an LR monitor without a logger (`logger=none`)
+        trainer.callbacks = [cb for cb in trainer.callbacks if not isinstance(cb, pl.callbacks.LearningRateMonitor)]
     flat = OmegaConf.to_container(cfg, resolve=True)
     for logger in loggers:  # the composed config, so dashboards can group and filter runs by any setting
         logger.log_hyperparams({k: v for k, v in flat.items() if k not in ("hydra",)})
@@ -385,13 +408,32 @@ def train(cfg: DictConfig) -> dict[str, float]:
         output_dir.mkdir(parents=True, exist_ok=True)
         with StartupWatch(output_dir) as watch:  # SLURM tasks: one failing before training starts ends them all
             return _train(cfg, output_dir, watch)
-    except ConfigError:
-        # A run refused at config time leaves nothing worth keeping: remove the folder Hydra made for it, so that
-        # `make compare` never counts it as an unfinished run. Never a folder that held anything else (a resumed
-        # run), nor one shared by the tasks of a SLURM job (they read each other's startup markers there).
+    except REFUSALS:
+        # A run refused before it started (its config, its data) leaves nothing worth keeping: remove the folder
+        # Hydra made for it, so that `make compare` never counts it as an unfinished run. Never a folder that held
+        # anything else (a resumed run), nor one shared by the tasks of a SLURM job (they read each other's startup
+        # markers there).
         if fresh and slurm_task() is None and _only_hydra_files(output_dir, cfg):
-            shutil.rmtree(output_dir, ignore_errors=True)
+            remove_run_folder(output_dir, Path(str(cfg.paths.log_dir)))
         raise
+
+
+REFUSALS = (ConfigError, MissingDataError, DataFormatError, CheckpointError)
+"""Errors that refuse a run before it trains or tests anything: its folder is removed (:func:`remove_run_folder`)."""
+
+
+def remove_run_folder(run_dir: Path, log_dir: Path) -> None:
+    """Remove a refused run's folder and the parents it leaves empty (``runs/``, ``<slug>/``, ``<task>/``), up to
+    but never including ``log_dir``."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    log_dir = log_dir.resolve()
+    parent = run_dir.resolve().parent
+    while parent != log_dir and log_dir in parent.parents:
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
+        parent = parent.parent
 
 
 def _only_hydra_files(run_dir: Path, cfg: DictConfig) -> bool:
@@ -422,7 +464,11 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
     log_dir = Path(cfg.paths.log_dir) / cfg.task_name / str(cfg.experiment_slug)
     # before anything is written into the folder: a refused resume leaves a finished run as it was
     ckpt = resolve_checkpoint(cfg.get("ckpt_path"), output_dir, log_dir, _run_overrides(), _budget(cfg))
-    objs = build(cfg)
+    # the data are read where fit would first read them; with eval_at_start its probe validation read them first,
+    # under preserved random states, and so does this early read
+    state = load_checkpoint(ckpt) if ckpt is not None else None  # a corrupt file refuses the run before it starts
+    at_start = cfg.get("train", True) and ckpt is None and cfg.get("eval_at_start")
+    objs = build(cfg, preserved_rng() if at_start else contextlib.nullcontext())
     trainer: pl.Trainer = objs["trainer"]
     if done is not None and trainer.is_global_zero and cfg.get("train", True):
         # extended (a larger budget) or rerun afresh in its folder: not finished until this fit ends
@@ -430,8 +476,7 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
         if kept is not None:
             log.info("the finished run's metrics.json is kept as %s", shown(kept))
     (output_dir / "config.yaml").write_text(objs["config_yaml"])
-    if ckpt is not None:
-        state = load_checkpoint(ckpt)  # fail early and clearly on a bad file
+    if state is not None:
         step = int(state.get("global_step", 0))
         if Path(ckpt).resolve().parents[1] == output_dir.resolve() and trainer.is_global_zero:
             truncate_csv(output_dir / "csv" / "metrics.csv", step)  # the curve continues from the checkpoint
@@ -543,9 +588,16 @@ def finish_loggers(trainer: pl.Trainer) -> None:
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Rebuild model and data from the config saved in ``cfg.ckpt_path`` and run ``trainer.test``."""
-    check_root_types(cfg)
-    with StartupWatch(cfg.paths.output_dir) as watch:
-        return _evaluate(cfg, watch)
+    output_dir = Path(str(cfg.paths.output_dir))
+    fresh = _only_hydra_files(output_dir, cfg)
+    try:
+        check_root_types(cfg)
+        with StartupWatch(cfg.paths.output_dir) as watch:
+            return _evaluate(cfg, watch)
+    except REFUSALS:  # a missing or corrupt checkpoint, its data: no evaluation folder is left behind
+        if fresh and slurm_task() is None and _only_hydra_files(output_dir, cfg):
+            remove_run_folder(output_dir, Path(str(cfg.paths.log_dir)))
+        raise
 
 
 def _evaluate(cfg: DictConfig, watch: StartupWatch) -> dict[str, float]:
@@ -557,8 +609,11 @@ def _evaluate(cfg: DictConfig, watch: StartupWatch) -> dict[str, float]:
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule = instantiate(saved.data, "data")
     model = instantiate(saved.model, "model")
-    loggers = _instantiate_group(cfg.get("logger"), "logger")
-    trainer = instantiate(cfg.trainer, "trainer", logger=loggers or False)
+    trainer = instantiate(cfg.trainer, "trainer", logger=False)
+    if max(int(trainer.world_size), int(trainer.num_devices) * int(trainer.num_nodes)) == 1:
+        datamodule.prepare_data()  # where test would first read the data, but before a logger writes anything
+        datamodule.setup("test")
+    trainer.loggers = _instantiate_group(cfg.get("logger"), "logger")
     watch.arm(trainer)
     trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True, verbose=False)
     metrics = _scalars(trainer.callback_metrics)

@@ -3,7 +3,8 @@
 Each experiment names, in its root key ``method_metrics``, the metric keys (``fnmatch`` patterns) that only exist
 when the paper's method ran and measured something: MDA's attribution scores, OSTQuant's quantized perplexities,
 SuMi's adapted accuracy. :func:`measured_nothing` turns a run's final metrics into one line when none of them was
-logged with a finite value; ``suite.run.train`` prints it after the run's summary.
+logged with a finite value, or when the experiment's ``method_predicted`` metric says the method predicted nothing
+(their 0 is then finite but measures nothing); ``suite.run.train`` prints it after the run's summary.
 """
 
 from __future__ import annotations
@@ -23,10 +24,23 @@ def method_metric_hits(patterns: Iterable[str], metrics: Mapping[str, float]) ->
     }
 
 
-def measured_nothing(slug: str, patterns: Iterable[str] | None, metrics: Mapping[str, float]) -> str | None:
-    """One line when an experiment declares ``method_metrics`` and the run logged none of them (finite); else None."""
+def measured_nothing(
+    slug: str, patterns: Iterable[str] | None, metrics: Mapping[str, float], predicted: str | None = None
+) -> str | None:
+    """One line when an experiment declares ``method_metrics`` and the run logged none of them (finite), or when
+    they were logged but ``predicted`` (the experiment's ``method_predicted``: a metric counting what the method
+    predicted, preworld's ``test/occupied``) is 0, so they score an empty prediction (a 0 that is finite but is no
+    measurement); else None."""
     pats = [str(p) for p in (patterns or [])]
-    if not pats or method_metric_hits(pats, metrics):
+    if not pats:
+        return None
+    hits = method_metric_hits(pats, metrics)
+    if hits and predicted and metrics.get(predicted) == 0:
+        return (
+            f"note: {slug}: the method measured nothing: {predicted} is 0 (it predicted nothing), so its metrics "
+            f"({', '.join(sorted(hits))}) score an empty prediction (see the run's warnings for why)"
+        )
+    if hits:
         return None
     return (
         f"note: {slug}: the method measured nothing: none of its metrics ({', '.join(pats)}) was logged with a "

@@ -539,7 +539,8 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
         print(run_summary(output_dir, metrics, "debug run" if cfg.get("smoke") else "run"), flush=True)
         if cfg.get("test", True) and not any(k.startswith("test/") for k in metrics):
             print("note: the test measured nothing (no test/* metric was logged: no test batch ran?)", flush=True)
-        note = measured_nothing(str(cfg.get("experiment_slug")), cfg.get("method_metrics"), metrics)
+        slug, predicted = str(cfg.get("experiment_slug")), cfg.get("method_predicted")
+        note = measured_nothing(slug, cfg.get("method_metrics"), metrics, predicted)
         if note and cfg.get("test", True):
             print(note, flush=True)
         if cfg.get("train", True) and trainer.overfit_batches:  # debug=overfit: say whether the batch was learnt

@@ -27,14 +27,16 @@ CONVERGED = [(0, 2.0), (50, 0.5), (100, 0.5)]  # the training entry's best-so-fa
 
 
 def _metrics(accs: dict[str, float], q_drop: dict[str, float] | None = None, jitter: float = 0.0) -> dict[str, float]:
-    """``tta/<m>/acc`` and flat quarters, except ``q_drop[m]``: Q1 that much above acc and Q4 that much below."""
+    """``tta/<m>/acc`` and flat quarters, except ``q_drop[m]``: Q1 that much above acc and Q4 that much below; the
+    adapting methods (not source) move with ``jitter``, their Q1 by half as much again (so a gain's Q1 - Q4 spreads)."""
     out = {}
     for m, a in accs.items():
-        a = a + (jitter if m != "source" else 0.0)
+        j = jitter if m != "source" else 0.0
+        a = a + j
         d = (q_drop or {}).get(m, 0.0)
         out[f"tta/{m}/acc"] = a
         out.update({f"tta/{m}/acc_q{q}": a for q in (2, 3)})
-        out[f"tta/{m}/acc_q1"], out[f"tta/{m}/acc_q4"] = a + d + jitter / 2, a - d
+        out[f"tta/{m}/acc_q1"], out[f"tta/{m}/acc_q4"] = a + d + j / 2, a - d
     return out
 
 
@@ -80,7 +82,10 @@ def test_verdicts_follow_the_numbers(tmp_path: Path) -> None:
     assert tent.verdict == rep.REPRODUCED and tent.paired and tent.primary and tent.p_holm is not None
     assert tent.diff == pytest.approx(0.10) and tent.lo > 0.0 and tent.n == (3, 3)
     assert tent.values["cnn: Tent"]["0"] == pytest.approx(0.696)  # per-seed mean over the four corruptions
-    assert by_id["tent_vit"].verdict == rep.NOISE
+    # no gain on the ViT: the interval lies inside +-delta, no effect as large as delta (its p against delta, Holm)
+    tent_vit = by_id["tent_vit"]
+    assert tent_vit.verdict == rep.NOT_REPRODUCED and "no effect as large as delta" in tent_vit.why
+    assert tent_vit.p_against == "delta" and tent_vit.p_holm < 0.05
     assert by_id["tent_cnn_vs_vit"].verdict == rep.REPRODUCED and by_id["tent_cnn_vs_vit"].paired
     # flat quarters: no collapse as large as one point, decided by the interval
     assert by_id["collapse_cnn"].verdict == rep.NOT_REPRODUCED == by_id["collapse_vit"].verdict

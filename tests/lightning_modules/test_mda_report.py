@@ -62,21 +62,26 @@ def test_rank_values_and_mean_ranks_by_hand(tmp_path: Path):
 
 def test_a_near_zero_metric_cannot_carry_the_average_claim(tmp_path: Path):
     """MDA is second on nine metrics and far ahead only on mono_neg, where the best baseline scores ~0: the
-    unbounded mean relative gain is huge, but MDA's mean rank is worse than the best baseline's: not reproduced."""
+    unbounded mean relative gain is huge, but MDA's mean rank is worse than the best baseline's: not reproduced.
+    On seed 2 another baseline edges out tis on mono_neg (tis third there): the paired rank differences spread."""
 
     def value(meth, metric, seed):
         better = metric not in LOWER_IS_BETTER
         if metric == "mono_neg":
+            if meth == "vit_cx" and seed == 2:
+                return 0.0015
             return {"mda": 0.3 + 0.01 * seed, "tis": 0.001}.get(meth, 0.0005)
         best, mda, rest = (0.6, 0.58, 0.3) if better else (0.2, 0.21, 0.5)
-        return {"tis": best + 0.001 * seed, "mda": mda + 0.001 * seed}.get(meth, rest)
+        # MDA's seeds also wobble of their own: each metric's paired difference spreads
+        return {"tis": best + 0.001 * seed, "mda": mda + 0.001 * seed + 0.0005 * seed * seed}.get(meth, rest)
 
     recs = _records(tmp_path, value)
     assert min(gain_over_best(recs, FAITHFULNESS).values()) > 20  # +2000%: one metric near zero dominates
     by_id, result = page(tmp_path, recs)
     rank = by_id["mda_mean_rank"]
     assert rank.verdict == stats.NOT_REPRODUCED and rank.primary and rank.paired
-    assert rank.entries == ("mda", "tis") and rank.diff == pytest.approx(1.1 - 1.9)  # lower rank = positive
+    # lower rank = positive; tis ranks 1.1, 1.1, 1.2 over the seeds
+    assert rank.entries == ("mda", "tis") and rank.diff == pytest.approx((1.1 + 1.1 + 1.2) / 3 - 1.9)
     assert rank.values["mda"] == {s: pytest.approx(1.9) for s in ("0", "1", "2")}
     assert "on 1/10 metrics" in rank.evidence and "not judged" in rank.evidence
     every = by_id["mda_every_metric"]
@@ -87,12 +92,15 @@ def test_a_near_zero_metric_cannot_carry_the_average_claim(tmp_path: Path):
 
 
 def test_attention_rollout_is_a_compared_baseline(tmp_path: Path):
-    """The paper's seven are worse than MDA on every metric, rollout is better on every metric."""
+    """The paper's seven are worse than MDA on every metric (but one of them, on rise_ins of seed 2, so that MDA's
+    rank spreads over the seeds), rollout is better on every metric."""
     assert (*BASELINES, "rollout") == COMPARED
 
     def value(meth, metric, seed):
         lower = metric in LOWER_IS_BETTER
-        v = {"rollout": 0.8, "mda": 0.7}.get(meth, 0.4) + 0.002 * seed
+        v = {"rollout": 0.8, "mda": 0.7 + 0.001 * seed * seed}.get(meth, 0.4) + 0.002 * seed
+        if meth == BASELINES[0] and metric == "rise_ins" and seed == 2:
+            v = 0.75  # between rollout and MDA: MDA third there
         return 1 - v if lower else v
 
     recs = _records(tmp_path, value, metrics=(*FAITHFULNESS, "pointing"))
@@ -110,6 +118,8 @@ def test_a_method_best_on_every_metric_is_reproduced_unless_a_subject_is_underfi
     def value(meth, metric, seed):
         lower = metric in LOWER_IS_BETTER
         v = {"mda": 0.8 + 0.001 * seed}.get(meth, 0.6 - 0.01 * COMPARED.index(meth) if meth in COMPARED else 0.0)
+        if meth == COMPARED[0] and metric == "rise_ins" and seed == 2:
+            v -= 0.015  # the best baseline third on one metric of one seed: its mean rank spreads over the seeds
         return 1 - v if lower else v
 
     by_id, result = page(tmp_path, _records(tmp_path, value))

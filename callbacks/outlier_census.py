@@ -235,6 +235,16 @@ class OutlierCensus(Callback):
             for key, v in summarize(rows).items():
                 pl_module.log(key, v, on_step=True, on_epoch=False)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The fixed probe batch, every census row so far and the step of the last census, so that a resumed run
+        censuses the same inputs (its first batches after the resume are other batches) and writes one history."""
+        return {"probe": list(self.probe), "history": [dict(r) for r in self.history], "last_step": self._last_step}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.probe = list(state_dict.get("probe", []))
+        self.history = [dict(r) for r in state_dict.get("history", [])]
+        self._last_step = int(state_dict.get("last_step", -1))
+
     def _folder(self, trainer: Trainer) -> Path:
         return Path(trainer.log_dir or trainer.default_root_dir)
 

@@ -92,6 +92,8 @@ def test_report_hook_on_synthetic_records(tmp_path: Path):
             m[f"attr/mda/{metric}"] = good + 0.001 * seed
             for b in BASELINES:
                 m[f"attr/{b}/{metric}"] = bad
+            if FAITHFULNESS.index(metric) < seed:  # seed s: one baseline second on s metrics, so the ranks spread
+                m[f"attr/{BASELINES[0]}/{metric}"] = bad + (-0.01 if metric in LOWER_IS_BETTER else 0.01)
         curve = [(i, 0.5 - 0.01 * min(i, 5) + 0.0001 * seed) for i in range(10)]
         recs.append(RunRecord(tmp_path / str(seed), f"subject_s{seed}", seed, m, {"val/loss": curve}))
     gains = gain_over_best(recs, FAITHFULNESS)

@@ -135,21 +135,32 @@ def experiment_pairs(conf_dir: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
+def _model_class(conf_dir: Path, model: str) -> str:
+    """The LightningModule a model config builds (its ``_target_``), or the config's name when it names none."""
+    f = conf_dir / "model" / f"{model}.yaml"
+    found = re.search(r"^_target_:\s*(\S+)", f.read_text(), re.M) if f.is_file() else None
+    return found.group(1) if found else model
+
+
 def check_model_fits_data(choices: dict[str, Any], conf_dir: Path) -> None:
     """Refuse one paper's model on another paper's data (``experiment=leaderbot model=grass``: grass reads
     molecule graphs, the Arena datamodule yields vote counts; otherwise an ``AttributeError`` inside a training
-    step). Only a pairing of two groups that each belong to an experiment, and that no experiment makes, is refused:
-    model or data variants of one paper (``model=rx_dpm_unet data=fashion_mnist``) stay the user's choice."""
-    model, data = choices.get("model"), choices.get("data")
+    step). Refused only when the model config is another experiment's, the data config is some experiment's, and no
+    experiment trains that model's LightningModule on that data: the experiment's own model on other data
+    (``experiment=gated_deltanet data=text``), models of one family (the causal LMs of gated_deltanet, stickbreaking,
+    systematic_outliers) and variants no experiment names (``model=rx_dpm_unet data=fashion_mnist``) stay the
+    user's choice."""
+    model, data, slug = choices.get("model"), choices.get("data"), choices.get("experiment")
     pairs = experiment_pairs(conf_dir)
-    models = {m: slug for slug, (m, _) in pairs.items()}
-    datas = {d for _, d in pairs.values()}
-    if model not in models or data not in datas or (model, data) in pairs.values():
+    owners = {m: e for e, (m, _) in pairs.items()}
+    if model not in owners or data not in {d for _, d in pairs.values()} or pairs.get(slug, (None,))[0] == model:
         return
-    slug = models[model]
+    cls = _model_class(conf_dir, model)
+    if any(d == data and _model_class(conf_dir, m) == cls for m, d in pairs.values()):
+        return
     raise ConfigError(
-        f"model={model} does not run on data={data} (experiment={choices.get('experiment')}); model {model} trains "
-        f"on data={pairs[slug][1]}: use experiment={slug}"
+        f"model={model} does not run on data={data} (experiment={slug}); model {model} trains on "
+        f"data={pairs[owners[model]][1]}: use experiment={owners[model]}"
     )
 
 

@@ -218,3 +218,23 @@ def test_a_missing_data_dir_is_an_error_never_the_system_copy(tmp_path, capsys):
     assert _one_error(code, capsys.readouterr().err).startswith(
         f"error: Fashion-MNIST data_dir {missing} does not exist (data.source=embedded uses the system copy"
     )
+
+
+def test_model_and_data_variants_of_one_family_stay_the_users_choice():
+    """Only another paper's model on data no experiment trains its LightningModule on is refused: the data and model
+    swaps the docs and claim specs use pass."""
+    from suite.errors import ConfigError
+    from suite.run import check_model_fits_data
+
+    conf = ROOT / "conf"
+    for experiment, model, data in [
+        ("gated_deltanet", "gated_deltanet", "text"),  # its paper profile's FineWeb-Edu LM
+        ("stickbreaking", "stickbreaking", "recall"),
+        ("stickbreaking", "gated_deltanet", "text"),  # causal LMs: one LightningModule
+        ("semdice_deep", "semdice_finetune", "gym_online"),  # the online APT baseline of its claim
+        ("rx_dpm", "rx_dpm_unet", "fashion_mnist"),
+        ("ts_lif", "ts_lif", "electricity"),
+    ]:
+        check_model_fits_data({"experiment": experiment, "model": model, "data": data}, conf)
+    with pytest.raises(ConfigError, match="model=leaderbot does not run on data=poisoned"):
+        check_model_fits_data({"experiment": "badloss", "model": "leaderbot", "data": "poisoned"}, conf)

@@ -355,14 +355,11 @@ def judge_values(
                 iv = stats.exact_interval([claim.sign * v for v in a.values()], [claim.sign * v for v in b.values()])
             else:
                 iv = stats.interval(a, b, paired=paired, sign=claim.sign)
-                if iv.se == 0:  # seeds that agree exactly: no noise estimated, and no claim that there is none
-                    raise ValueError(
-                        "no spread between seeds (every seed gave the same difference); an exact comparison must be "
-                        "declared `deterministic: true`"
-                    )
         except ValueError as err:
             res = replace(base, why=f"no interval: {err}")
         else:
+            if iv.se == 0 and not claim.deterministic:  # every seed agrees exactly: no t interval; the sign test
+                return _finish(_no_spread(base, claim, iv), absent, unconverged)
             verdict, p, why = stats.decide(iv, kind=claim.kind, delta=claim.delta)
             spread = stats.spread_for_plan(iv, list(a.values()), list(b.values()))
             needed = stats.seeds_for_half_width(spread, claim.delta, paired=paired) if claim.delta > 0 else None
@@ -370,17 +367,43 @@ def judge_values(
                        "equivalent": "±delta"}[claim.kind]  # fmt: skip
             res = replace(base, verdict=verdict, diff=iv.diff, lo=iv.lo, hi=iv.hi, p=p, p_against=against, why=why,
                           seeds_needed=needed)  # fmt: skip
-    alone = (
-        f"; the interval alone reads `{res.verdict}`" + (f" ({res.why})" if res.why else "")
-        if res.p is not None
-        else ""
-    )
+    return _finish(res, absent, unconverged)
+
+
+def _finish(res: ClaimResult, absent: str | None, unconverged: Mapping[str, str] | None) -> ClaimResult:
+    """The verdict after the gates: absent, then underfit, each keeping what the interval alone read."""
+    alone = ""
+    if res.p is not None:
+        alone = f"; the interval alone reads `{res.verdict}`" + (f" ({res.why})" if res.why else "")
     if absent:  # the phenomenon never appeared: longer training or more seeds would not make the claim testable
         return replace(res, verdict=stats.ABSENT, why=absent + alone)
     if unconverged:  # runs that had not converged cannot show the effect either way
         which = "; ".join(f"{n}: {w}" for n, w in unconverged.items())
         return replace(res, verdict=stats.UNDERFIT, why=f"not converged: {which}" + alone)
     return res
+
+
+def _no_spread(base: ClaimResult, claim: Claim, iv: stats.Interval) -> ClaimResult:
+    """Every seed gave the same difference (a rank, an AUC of 1, a tie): no t interval exists, and seeds that agree
+    are no proof of an exact result. The exact sign test decides instead: with n seeds all on one side of the null,
+    p = 2 * 0.5 ** n (n >= 6 to reach 0.05); the difference must also clear ``delta`` (or the margin)."""
+    n = min(iv.n)
+    d = iv.diff
+    null = -claim.delta if claim.kind == "non_inferior" else 0.0
+    p = min(1.0, 2 * 0.5**n) if d != null else 1.0
+    if claim.kind == "equivalent":
+        ok, bad = abs(d) < claim.delta, abs(d) > claim.delta
+    else:
+        ok = d > null and not (claim.kind == "superiority" and 0 < d < claim.delta)
+        bad = d < null or (claim.kind == "superiority" and 0 <= d < claim.delta)
+    if p < stats.ALPHA and (ok or bad):
+        verdict = stats.REPRODUCED if ok else stats.NOT_REPRODUCED
+        why = f"every one of {n} seeds gave the difference {d:+.4g}: sign test p = {p:.3g}"
+    else:
+        verdict = stats.NOISE
+        why = (f"every one of {n} seeds gave the difference {d:+.4g} (no spread, so no t interval); the sign test "
+               f"needs at least 6 agreeing seeds (p = {p:.3g} with {n})")  # fmt: skip
+    return replace(base, verdict=verdict, diff=d, lo=d, hi=d, p=p, p_against="sign test", why=why)
 
 
 def judge(

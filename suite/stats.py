@@ -110,6 +110,8 @@ def _finite(values: Sequence[float]) -> list[float]:
 
 
 def _interval(diff: float, se: float, df: float, n: tuple[int, int], paired: bool, level: float) -> Interval:
+    if se <= 1e-12 * max(abs(diff), 1.0):  # equal values up to rounding: no spread
+        se = 0.0
     if se == 0 or not math.isfinite(df):
         return Interval(diff, diff, diff, 0.0, math.nan if se == 0 else df, n, paired, level)
     q = t_quantile(level, df)
@@ -237,7 +239,7 @@ def decide(iv: Interval, *, kind: str = "superiority", delta: float = 0.0) -> tu
             return NOT_REPRODUCED, iv.p_value(delta), f"no effect as large as delta {delta:g}"
         return NOISE, p, ""
     if kind == "non_inferior":
-        p = iv.p_value(-delta) if iv.diff > -delta else 1.0
+        p = iv.p_value(-delta)  # the test at the margin, either way it decides
         if iv.lo > -delta:
             return REPRODUCED, p, ""
         if iv.hi < -delta:
@@ -249,8 +251,8 @@ def decide(iv: Interval, *, kind: str = "superiority", delta: float = 0.0) -> tu
     p = max(p_lo, p_hi)
     if -delta < iv.lo and iv.hi < delta:
         return REPRODUCED, p, ""
-    if iv.lo > delta or iv.hi < -delta:
-        return NOT_REPRODUCED, p, f"differs by more than delta {delta:g}"
+    if iv.lo > delta or iv.hi < -delta:  # outside the band: the test at the edge it lies beyond
+        return NOT_REPRODUCED, iv.p_value(delta if iv.lo > delta else -delta), f"differs by more than delta {delta:g}"
     return NOISE, p, ""
 
 

@@ -243,7 +243,15 @@ def test_two_metrics_of_one_entry_pair_by_seed():
     # seeds that agree exactly are no evidence of an exact result unless the claim says so
     same = [RunRecord(None, "m", s, {"test/miou": 0.4 + d, "test/miou_copy": 0.37 + d}, {}, {"seed": s})
             for s, d in enumerate((0.0, 0.05, -0.04))]  # fmt: skip
-    assert judge(claim, same).verdict == stats.NOISE and "no spread between seeds" in judge(claim, same).why
+    res = judge(claim, same)
+    assert res.verdict == stats.NOISE and "sign test needs at least 6 agreeing seeds (p = 0.25 with 3)" in res.why
+    # six seeds that all agree: the exact sign test decides (p = 2 / 2**6 = 0.031)
+    six = [RunRecord(None, "m", s, {"test/miou": 0.4 + d, "test/miou_copy": 0.37 + d}, {}, {"seed": s})
+           for s, d in enumerate((0.0, 0.05, -0.04, 0.01, 0.02, -0.01))]  # fmt: skip
+    res = judge(claim, six)
+    assert res.verdict == stats.REPRODUCED and res.p == pytest.approx(0.03125) and res.p_against == "sign test"
+    below = parse_claims({**spec, "claims": [{**spec["claims"][0], "delta": 0.05}]})[0]
+    assert judge(below, six).verdict == stats.NOT_REPRODUCED  # every seed agrees on an effect smaller than delta
     assert set(res.values) == {"m:test/miou", "m:test/miou_copy"} and res.metric == "test/miou vs test/miou_copy"
     with pytest.raises(ConfigError, match="baseline_metric"):
         parse_claims({**spec, "claims": [{**spec["claims"][0], "baseline_metric": None}]})

@@ -191,3 +191,15 @@ def test_final_weights_scored_after_the_best_are_not_converged():
     assert not c.ok and c.reading.startswith("got worse after its best: the final value is 0.8 below the best")
     flat = _steps([3.0, 2.0, 1.5, 1.2, 1.1, 1.0, 1.0, 1.0, 1.005, 1.004])
     assert stats.converged([flat], higher_is_better=False, scored_at_end=True).ok
+
+
+def test_every_decided_verdict_has_a_p_below_alpha():
+    # a decided verdict (either word) always carries the p of the test that decided it, so Holm can keep it
+    for lo, hi, kind, delta in [(-0.9, -0.6, "non_inferior", 0.5), (0.6, 0.9, "equivalent", 0.5),
+                                (-0.9, -0.6, "equivalent", 0.5), (-0.5, -0.1, "superiority", 0.0),
+                                (-0.2, 0.3, "superiority", 0.5), (0.1, 0.5, "superiority", 0.0)]:  # fmt: skip
+        iv = stats.Interval((lo + hi) / 2, lo, hi, (hi - lo) / 2 / 2.776, 4.0, (5, 5), True)
+        verdict, p, _ = stats.decide(iv, kind=kind, delta=delta)
+        assert verdict in (stats.REPRODUCED, stats.NOT_REPRODUCED) and p < 0.05, (lo, hi, kind)
+    # equal values up to rounding have no spread
+    assert stats.paired_interval([0.3 + 1e-16, 0.3, 0.3], [0.1, 0.1, 0.1]).se == 0.0

@@ -79,11 +79,11 @@ def test_verdicts_cover_the_ablations_and_the_missing_data_runs(spec: ClaimSpec,
 
 
 def test_the_gain_over_a_neuron_must_grow_with_the_horizon(spec: ClaimSpec, tmp_path: Path):
-    recs = entry("ts_lif_h6", (0.55, 0.56, 0.57)) + entry("lif_h6", (0.50, 0.51, 0.52))  # gain 0.05
-    recs += entry("ts_lif_h24", (0.30, 0.31, 0.32)) + entry("lif_h24", (0.20, 0.21, 0.22))  # gain 0.10
-    recs += entry("tc_lif_h6", (0.50, 0.51, 0.52)) + entry("tc_lif_h24", (0.27, 0.28, 0.29))  # gains 0.05, 0.03
+    recs = entry("ts_lif_h6", (0.55, 0.562, 0.57)) + entry("lif_h6", (0.50, 0.51, 0.52))  # gains ~0.05
+    recs += entry("ts_lif_h24", (0.30, 0.31, 0.324)) + entry("lif_h24", (0.20, 0.21, 0.22))  # gains ~0.10
+    recs += entry("tc_lif_h6", (0.50, 0.51, 0.52)) + entry("tc_lif_h24", (0.27, 0.28, 0.29))  # gains ~0.05, ~0.03
     v = _judge(spec, recs, tmp_path)
-    assert v["growth_vs_lif"].verdict == stats.REPRODUCED and v["growth_vs_lif"].diff == pytest.approx(0.05)
+    assert v["growth_vs_lif"].verdict == stats.REPRODUCED and v["growth_vs_lif"].diff == pytest.approx(0.05, abs=2e-3)
     assert v["growth_vs_lif"].against == ("lif_h6", "lif_h24")
     assert v["growth_vs_tc_lif"].verdict == stats.NOT_REPRODUCED and "opposite" in v["growth_vs_tc_lif"].why
     assert v["ts_vs_lif_h24"].verdict == stats.REPRODUCED and v["ts_vs_tclif_h24"].verdict == stats.REPRODUCED
@@ -95,7 +95,7 @@ def test_the_gain_over_a_neuron_must_grow_with_the_horizon(spec: ClaimSpec, tmp_
 
 
 def test_a_weak_baseline_flips_a_derived_verdict(spec: ClaimSpec, tmp_path: Path):
-    recs = entry("ts_lif_h24", (0.29, 0.30, 0.31), miss50=(0.28, 0.29, 0.30))
+    recs = entry("ts_lif_h24", (0.29, 0.30, 0.31), miss50=(0.28, 0.292, 0.30))
     # LIF loses 0.1 at 50% missing, and ends below its untrained start (val/r2@start 0.5): a weak baseline
     recs += entry("lif_h24", (0.19, 0.20, 0.21), extra={"val/r2@start": 0.5, "val/r2": 0.3})
     verdicts, weak_notes, *_ = judge_page(spec, recs, tmp_path)

@@ -129,10 +129,10 @@ def gate(data: Data, arch: str, convergence: dict[str, tuple[bool, str]]) -> tup
     corrupted = list(acc(data, arch, "source").values())
     reading = f"source clean {mean_sd(clean)}, corrupted {mean_sd(corrupted)}"
     ok, why = convergence.get(arch, (True, ""))
-    if not ok:
-        return f"{arch}: {why}", None, reading
+    if not ok:  # the engine names the entry in front of the reason
+        return why, None, reading
     if clean and statistics.fmean(clean) < MIN_CLEAN_ACC:
-        return f"{arch}: source clean top-1 below {MIN_CLEAN_ACC} ({reading})", None, reading
+        return f"source clean top-1 below {MIN_CLEAN_ACC} ({reading})", None, reading
     if clean and corrupted and statistics.fmean(clean) - statistics.fmean(corrupted) < MIN_SHIFT:
         return None, f"{arch}: the corruptions cost source less than {MIN_SHIFT} ({reading})", reading
     return None, None, reading

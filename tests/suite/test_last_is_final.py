@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -57,4 +58,7 @@ def test_make_eval_on_last_ckpt_reproduces_a_run_validated_off_its_last_step(tmp
     assert keys and keys == sorted(evaluated), (keys, sorted(evaluated))
     for key in keys:
         assert evaluated[key] == pytest.approx(trained[key], rel=1e-6), key
-    assert "callbacks used to create the checkpoint" not in ev.stdout + ev.stderr
+    # the checkpoint callback's state key is Lightning's own (a training callback such as the outlier census, whose
+    # state the checkpoint also holds, is not needed to evaluate and may be named)
+    missing = re.findall(r"Please add the following callbacks: \[(.*?)\]", ev.stdout + ev.stderr)
+    assert not any("Checkpoint" in m for m in missing), missing

@@ -29,7 +29,7 @@ from suite.claims import (
     stated,
 )
 from suite.compare import RunRecord
-from suite.report import mean_sd, series
+from suite.report import mean_sd, zipped_curves
 from suite.stats import REPRODUCED, UNDERFIT
 
 METRIC = "val/normalized_entropy"
@@ -46,12 +46,7 @@ RECOVERY_TOL = 0.05
 
 def trajectory_curves(records: list[RunRecord], name: str) -> dict[str, dict[int, float]]:
     """Per seed of entry ``name``: ``{trajectories: normalised entropy}`` (the two curves zipped in log order)."""
-    out = {}
-    for r in records:
-        xs, ys = series(r, X), series(r, METRIC)
-        if r.name == name and xs and ys:
-            out[str(r.seed)] = {int(x): y for (_, x), (_, y) in zip(xs, ys, strict=False)}
-    return out
+    return zipped_curves(records, name, X, METRIC)
 
 
 def _plot(curves: dict[str, dict[str, dict[int, float]]], out_dir: Path) -> Path | None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from suite.claims import Claim, ClaimSpec, Figure, HookResult, Table, default_paired, judge_values, seed_values
 from suite.compare import RunRecord
-from suite.report import mean_sd, series
+from suite.report import mean_sd, zipped_curves
 
 METRIC = "val/return"
 X = "val/env_steps"
@@ -32,13 +32,8 @@ NAMES = (METHOD, PRETRAINED, OFFLINE, SCRATCH)
 
 
 def return_curves(records: list[RunRecord], name: str) -> dict[str, dict[int, float]]:
-    """Per seed of entry ``name``: ``{environment steps: deterministic return}`` (the two curves zipped)."""
-    out = {}
-    for r in records:
-        xs, ys = series(r, X), series(r, METRIC)
-        if r.name == name and xs and ys:
-            out[str(r.seed)] = {int(x): y for (_, x), (_, y) in zip(xs, ys, strict=False)}
-    return out
+    """Per seed of entry ``name``: ``{environment steps: deterministic return}``."""
+    return zipped_curves(records, name, X, METRIC)
 
 
 def _plot(curves: dict[str, dict[str, dict[int, float]]], points: list[int], out_dir: Path) -> Path | None:

@@ -389,6 +389,17 @@ def series(record: Any, key: str) -> list[tuple[int, float]]:
     return list(curves.get(key) or curves.get(f"{key}_epoch") or curves.get(f"{key}_step") or [])
 
 
+def zipped_curves(records: list[Any], name: str, x_key: str, y_key: str) -> dict[str, dict[int, float]]:
+    """Per seed of entry ``name``: ``{x: y}`` from two curves logged together (``x_key`` holds the x value of each
+    row of ``y_key``, e.g. environment steps beside a return), zipped in log order."""
+    out = {}
+    for r in records:
+        xs, ys = series(r, x_key), series(r, y_key)
+        if r.name == name and xs and ys:
+            out[str(r.seed)] = {int(x): y for (_, x), (_, y) in zip(xs, ys, strict=False)}
+    return out
+
+
 def entry_curves(records: list[Any], name: str, key: str) -> list[list[tuple[int, float]]]:
     """The ``key`` curve of every seed of entry ``name`` (empty curves dropped)."""
     return [c for c in (series(r, key) for r in records if r.name == name) if c]

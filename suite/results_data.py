@@ -305,7 +305,8 @@ def overview(results: Path) -> str:
     pages = sorted(
         p for p in results.glob("*.md") if not p.stem.endswith("_notes") and p.stem not in ("README", "verdicts")
     )
-    pages += sorted((results / "gpu").glob("*.md")) if (results / "gpu").is_dir() else []
+    gpu = results / "gpu"
+    pages += sorted(p for p in gpu.glob("*.md") if not p.stem.endswith("_notes")) if gpu.is_dir() else []
     for page in pages:
         rel = page.relative_to(results)
         name = str(rel.with_suffix(""))

@@ -315,7 +315,37 @@ def overview(results: Path) -> str:
             lines.append(f"| [{name}]({rel}) | " + " | ".join(str(c[v]) for v in stats.VERDICTS) + " | current |")
         else:
             lines.append(f"| [{name}]({rel}) | " + " | ".join("" for _ in short) + " | former: rerun pending |")
+    lines += [
+        "",
+        "## Budget: the paper's and the one run here",
+        "",
+        "Every verdict is at the scale of its page's budget table: the paper's model and steps beside ours "
+        "(from each spec's `budget:`).",
+        "",
+        "| page | paper: model | paper: steps | here: model | here: steps |",
+        "|---|---|---|---|---|",
+    ]
+    for page in pages:
+        budget = _spec_budget(results.parents[1] / "conf" / "claim", page, results)
+        cells = [budget.get(side, {}).get(key, "—") for side in ("paper", "here") for key in ("model", "steps")]
+        lines.append(f"| {page.relative_to(results).with_suffix('')} | " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: Any) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _spec_budget(conf: Path, page: Path, results: Path) -> dict[str, dict[str, Any]]:
+    """The ``budget:`` of the spec behind a page (``conf/claim[/<profile>]/<slug>.yaml``), or ``{}``."""
+    import yaml
+
+    spec = conf / page.parent.relative_to(results) / f"{page.stem}.yaml"
+    try:
+        budget = (yaml.safe_load(spec.read_text()) or {}).get("budget") or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    return {k: v for k, v in budget.items() if isinstance(v, dict)}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -310,3 +310,10 @@ def test_a_dependent_entry_never_runs_after_its_source_failed(tmp_path, monkeypa
     failures = claim_mod.run_pairs("x", pairs, spec, tmp_path, [], tmp_path / "status.json", jobs=2)
     assert ("t", 0) not in ran and ("t", 1) in ran
     assert "a@seed=0" in failures and "t@seed=0 (not run: its source failed)" in failures
+
+
+def test_overview_sets_each_page_beside_the_papers_budget():
+    text = results_data.overview(claim_mod.ROOT / "docs" / "results")
+    budget = text.split("## Budget: the paper's and the one run here")[1]
+    row = next(line for line in budget.splitlines() if line.startswith("| stickbreaking |"))
+    assert "1B and 3B parameters" in row and "2 layers, d=64" in row  # conf/claim/stickbreaking.yaml's budget

@@ -48,6 +48,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_modules._base import SuiteLitModule
 from ops.semdice import fused as fused_ops
@@ -58,6 +59,10 @@ from suite.errors import ConfigError, NonFiniteLossError
 KINDS = ("semdice", "uniform", "pb_s", "cb_s", "cb_sa", "maxent")
 D_B = ("data", "official")
 BASELINE_UPDATES = ("official", "exact")
+UNDISCOUNTED_WARNING = (
+    "semdice: the datamodule holds no discounted state counts, so the official baseline update weighs states by the "
+    "undiscounted counts instead of the gamma^t-weighted ones (warned once per run)"
+)
 
 
 class SemdiceLitModule(SuiteLitModule):
@@ -123,6 +128,7 @@ class SemdiceLitModule(SuiteLitModule):
         self.d_b: torch.Tensor | None = None
         self.reward: torch.Tensor | None = None
         self.p_s: torch.Tensor | None = None  # discounted data state distribution (official baseline update)
+        self._warned_undiscounted = False  # the undiscounted stand-in below is announced once per run
         self.h_opt = self.h_unif = float("nan")
         self.pi_opt: torch.Tensor | None = None
 
@@ -184,8 +190,11 @@ class SemdiceLitModule(SuiteLitModule):
             self.d_b = tb.stationary_distribution(self.T_hat, self.p0.to(self.policy), self.policy, self.gamma)
         if self.baseline_update == "official":
             discounted = dm.discounted_counts
-            if discounted is None or discounted.sum() == 0:
-                discounted = counts  # a checkpoint from before discounted counts were kept: undiscounted stand-in
+            if discounted is None or discounted.sum() == 0:  # e.g. a checkpoint that kept no discounted counts
+                if not self._warned_undiscounted:
+                    rank_zero_warn(UNDISCOUNTED_WARNING, category=UserWarning)
+                    self._warned_undiscounted = True
+                discounted = counts
             self.p_s = tb.discounted_state_distribution(discounted.to(self.policy))
         if self.kind == "pb_s":
             if self.baseline_update == "official":

@@ -19,9 +19,9 @@ Where the official code differs from the paper, the paper is the default and the
 ``official_label_offset`` (pre-train-only evaluation scores forecast step k against frame k+1: the +2 labels of the
 non-fine-tuned branch of ``simple_test``; its fine-tuned branch uses +1, as here), and the official 3D-loss forms
 ``loss_camera_mask=false`` (unmasked), ``focal_form=sigmoid`` (``CustomFocalLoss``: sigmoid focal x100, free-class
-weight 0, radial voxel weight) and ``lovasz_drop_free=true`` (Lovasz without free voxels). Official by default:
-bin-midpoint ray samples (``ray_midpoints``), the background length ``(half-extent - radius) / radius``
-(``bg_len=null``) and the trajectory loss summed over forecast steps (``traj_reduction=sum``).
+weight 0, radial voxel weight) and ``lovasz_drop_free=true`` (Lovasz without free voxels). Official and not
+switchable: bin-midpoint ray samples and the trajectory loss summed over forecast steps; official by default: the
+background length ``(half-extent - radius) / radius`` (``bg_len=null``).
 
 Baselines at the same budget: ``init_from=null`` (no pre-training), ``ego_conditioning=false``; copy-last (the current
 prediction warped into each future ego frame by the known poses; ``*_copy_last``), with the ground-truth copy-last
@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 STAGES = ("pretrain", "finetune")
 # forecasters scored unmasked per horizon: the model; copy-last warped into each future ego frame by the known poses
 # (the standard baseline); the same with the ground-truth current occupancy (an upper reference, not a baseline);
-# the model's current prediction copied without ego-motion compensation (the suite's former copy-last)
+# the model's current prediction copied without ego-motion compensation (what the warp adds to copy-last)
 FORECASTERS = ("fore", "copy", "copy_gt", "copy_unwarped")
 FORECAST_KEYS = {"fore": "", "copy": "_copy_last", "copy_gt": "_copy_last_gt", "copy_unwarped": "_copy_last_unwarped"}
 # planning per step: L2 and ST-P3 ego-box collisions of the model and of constant velocity, and the point form
@@ -82,13 +82,11 @@ class PreWorldLitModule(SuiteLitModule):
         n_rays: Rays per frame per item drawn (class-balanced, without replacement) for the rendering losses.
         n_inner, interval, center, radius, bg_len: ray sampling and raw2alpha (official: radius 39 of a 40 m
             grid, centre z 2.2, interval 0.5; ``bg_len=None``: the official ``(half-extent - radius) / radius``).
-        ray_midpoints: samples at bin midpoints (official) or at the bin edges (former form).
-        depth_mode: rendered-depth convention, ``contracted`` | ``official`` | ``uncontracted``.
+        depth_mode: rendered-depth convention, ``contracted`` | ``official``.
         w_*: loss weights. focal_gamma: focal exponent. camera_mask: metrics on camera-visible voxels only
             (Occ3D's mask_camera). loss_camera_mask: the 3D losses on camera-visible voxels only (official: false).
         focal_form: ``softmax`` (class-weighted focal CE) or ``sigmoid`` (official ``CustomFocalLoss``);
             focal_alpha: its alpha. lovasz_drop_free: Lovasz term without free voxels (official).
-        traj_reduction: ``sum`` (official) or ``mean`` of the per-step trajectory losses.
         density_threshold: pretrain-only prediction: occupied iff density > it (official 8.5).
         ego_conditioning, roll_state, official_label_offset: see the module docstring.
     """
@@ -117,7 +115,6 @@ class PreWorldLitModule(SuiteLitModule):
         center: tuple[float, float, float] = (0.0, 0.0, 1.0),
         radius: float = 7.8,
         bg_len: float | None = None,
-        ray_midpoints: bool = True,
         depth_mode: str = "contracted",
         w_depth: float = 1.0,
         w_sem: float = 1.0,
@@ -135,7 +132,6 @@ class PreWorldLitModule(SuiteLitModule):
         focal_form: str = "softmax",
         focal_alpha: float = 0.25,
         lovasz_drop_free: bool = False,
-        traj_reduction: str = "sum",
         density_threshold: float = 8.5,
         ego_conditioning: bool = True,
         roll_state: bool = True,
@@ -149,8 +145,7 @@ class PreWorldLitModule(SuiteLitModule):
             raise ConfigError(f"model.stage={stage!r} must be one of {list(STAGES)}")
         if horizon < 0 or n_rays < 1 or num_classes < 2:
             raise ConfigError("model.horizon must be >= 0, model.n_rays >= 1 and model.num_classes >= 2")
-        for key, val, ok in (("depth_mode", depth_mode, DEPTH_MODES), ("focal_form", focal_form, FOCAL_FORMS),
-                             ("traj_reduction", traj_reduction, ("sum", "mean"))):  # fmt: skip
+        for key, val, ok in (("depth_mode", depth_mode, DEPTH_MODES), ("focal_form", focal_form, FOCAL_FORMS)):
             if val not in ok:
                 raise ConfigError(f"model.{key}={val!r} must be one of {list(ok)}")
         if bg_len is None and not (pc_range[3] - pc_range[0]) / 2 > radius > 0:
@@ -239,7 +234,7 @@ class PreWorldLitModule(SuiteLitModule):
         :func:`ops.occupancy.render.render_rays` with this module's sampling and depth convention."""
         h = self.hparams
         return render_rays(self.attrs(v), rays["rays_o"], rays["rays_d"], self.pc_range, tuple(h.center), h.radius,
-                           h.bg_len, h.n_inner, h.interval, 0.0, h.depth_mode, h.ray_midpoints)  # fmt: skip
+                           h.bg_len, h.n_inner, h.interval, 0.0, h.depth_mode)  # fmt: skip
 
     def render_loss(self, v: torch.Tensor, rays: dict) -> dict[str, torch.Tensor]:
         """Sec. 3.2 losses of one frame's rays rendered from the volume V."""
@@ -297,7 +292,7 @@ class PreWorldLitModule(SuiteLitModule):
         if steps:
             gt = batch["waypoints"][:, :steps]
             gt_off = torch.cat([gt[:, :1], gt[:, 1:] - gt[:, :-1]], 1)
-            traj = L.trajectory_loss(offsets, gt_off, reduction=h.traj_reduction)  # Sec. 3.3, per step
+            traj = L.trajectory_loss(offsets, gt_off)  # Sec. 3.3, per step
             parts["traj"] = traj.detach()
             total = total + h.w_traj * traj
         parts["loss"] = total if torch.is_tensor(total) else torch.zeros((), device=self.device, requires_grad=True)

@@ -180,16 +180,12 @@ def lovasz_softmax(
     return torch.stack(losses).mean() if losses else logits.sum() * 0.0
 
 
-def trajectory_loss(
-    pred: torch.Tensor, gt: torch.Tensor, valid: torch.Tensor | None = None, reduction: str = "sum"
-) -> torch.Tensor:
+def trajectory_loss(pred: torch.Tensor, gt: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Trajectory loss (Sec. 3.3): per forecast step k, the sum over the 2 coordinates of the mean squared waypoint
-    error over the batch; ``reduction="sum"`` adds the steps (official: one ``loss_traj_{k}s`` term per step,
-    summed by mmdet's loss parser), ``"mean"`` averages them (the suite's former form, K times weaker).
+    error over the batch, added over the steps (official: one ``loss_traj_{k}s`` term per step, summed by mmdet's
+    loss parser).
 
     pred/gt [B, K, 2] (or [N, 2]: one step), valid [B, K] (or [N]) bool: invalid waypoints are left out."""
-    if reduction not in ("sum", "mean"):
-        raise ValueError(f"trajectory reduction={reduction!r} must be 'sum' or 'mean'")
     if pred.dim() == 2:
         pred, gt = pred[:, None], gt[:, None]
         valid = None if valid is None else valid[:, None]
@@ -202,5 +198,4 @@ def trajectory_loss(
             terms.append((pred[ok, k] - gt[ok, k]).pow(2).mean(0).sum())
     if not terms:
         return pred.sum() * 0.0
-    total = torch.stack(terms).sum()
-    return total if reduction == "sum" else total / len(terms)
+    return torch.stack(terms).sum()

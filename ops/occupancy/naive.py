@@ -72,10 +72,8 @@ def naive_sample_depths(t, points, origins, radius: float, mode: str) -> torch.T
             if mode == "contracted":
                 diff = points[r, i] - origins[r]
                 out[r, i] = torch.sqrt((diff * diff).sum())
-            elif mode == "official":
-                out[r, i] = radius * (1 - 1 / (1 + t[i]))
             else:
-                out[r, i] = radius * t[i]
+                out[r, i] = radius * (1 - 1 / (1 + t[i]))
     return out
 
 

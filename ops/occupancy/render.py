@@ -12,16 +12,14 @@ the grid. The volume's attributes are read at the (un-normalised) contracted poi
     D       = sum_i w_i * d_i                                                 (rendered depth, Eq. 5 with d for c)
     S, C    = sum_i w_i * semantic_logits_i,  sum_i w_i * rgb_i              (Eq. 5 of the paper)
 
-with the per-sample depth ``d_i`` of one of three conventions (:data:`DEPTH_MODES`):
+with the per-sample depth ``d_i`` of one of two conventions (:data:`DEPTH_MODES`):
 
 * ``contracted`` (default): the metric distance from the ray origin to the point where the volume is read,
   ``|center + radius * contract(o' + t d) - o|``. It equals ``radius * t`` inside the ball and stays within the grid
   outside it, so a surface in the contracted shell renders at its grid distance and leftover background weight
   cannot inflate the depth beyond the grid;
 * ``official``: ``radius * t / (1 + t)`` (the official ``render_depth``, ``s = 1 - 1/(1 + t)``), a normalised
-  distance carried over from RenderOcc/DVGO and compared there with metric LiDAR depth;
-* ``uncontracted``: ``radius * t``, the uncontracted distance (the suite's former default): metric inside the ball,
-  but a sample of the shell counts at its uncontracted distance (the last outer sample at ``radius * 66``).
+  distance carried over from RenderOcc/DVGO and compared there with metric LiDAR depth.
 
 All functions work on a dense ``[R, S]`` layout (R rays, S samples per ray) so that the exclusive cumulative
 product replaces the CUDA segment kernel of the official code; ``naive.py`` holds the loop twins.
@@ -45,7 +43,7 @@ def contract(p: torch.Tensor, bg_len: float) -> torch.Tensor:
     return torch.where(norm > 1.0, outer, p)
 
 
-DEPTH_MODES = ("contracted", "official", "uncontracted")
+DEPTH_MODES = ("contracted", "official")
 
 
 def background_length(pc_range: tuple[float, ...], radius: float) -> float:
@@ -66,20 +64,11 @@ def ray_bins(n_inner: int, n_outer: int | None = None, device=None, dtype=None) 
     return torch.cat([inner[:-1], outer[:-1]]), torch.cat([inner[1:], outer[1:]])
 
 
-def ray_distances(
-    n_inner: int, n_outer: int | None = None, device=None, dtype=None, midpoints: bool = True
-) -> torch.Tensor:
-    """Sample distances ``t`` [S = n_inner + n_outer] in normalised units.
-
-    ``midpoints=True`` (official ``sample_ray``): the midpoints of :func:`ray_bins`. ``False`` (the suite's former
-    samples): ``linspace(0, 2, n_inner)`` then ``2 / linspace(1, 1/64, n_outer + 1)[1:]``."""
-    if midpoints:
-        lo, hi = ray_bins(n_inner, n_outer, device, dtype)
-        return (lo + hi) / 2
-    n_outer = max(1, n_inner // 15) if n_outer is None else n_outer
-    inner = torch.linspace(0.0, 2.0, n_inner, device=device, dtype=dtype)
-    outer = 2.0 / torch.linspace(1.0, 1.0 / 64.0, n_outer + 1, device=device, dtype=dtype)[1:]
-    return torch.cat([inner, outer])
+def ray_distances(n_inner: int, n_outer: int | None = None, device=None, dtype=None) -> torch.Tensor:
+    """Sample distances ``t`` [S = n_inner + n_outer] in normalised units: the midpoints of :func:`ray_bins`, as
+    the official ``sample_ray`` places them."""
+    lo, hi = ray_bins(n_inner, n_outer, device, dtype)
+    return (lo + hi) / 2
 
 
 def sample_ray_points(
@@ -143,12 +132,8 @@ def sample_depths(t: torch.Tensor, points: torch.Tensor, origins: torch.Tensor, 
     if mode == "contracted":
         return (points - origins[:, None, :]).norm(dim=-1)
     if mode == "official":
-        d = t / (1.0 + t)
-    elif mode == "uncontracted":
-        d = t
-    else:
-        raise ValueError(f"depth_mode={mode!r} must be one of {list(DEPTH_MODES)}")
-    return (radius * d)[None, :].expand(points.shape[0], -1)
+        return (radius * t / (1.0 + t))[None, :].expand(points.shape[0], -1)
+    raise ValueError(f"depth_mode={mode!r} must be one of {list(DEPTH_MODES)}")
 
 
 def render_depth(w: torch.Tensor, depths: torch.Tensor) -> torch.Tensor:
@@ -168,7 +153,6 @@ def render_rays(
     interval: float = 0.5,
     threshold: float = 0.0,
     depth_mode: str = "contracted",
-    midpoints: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Render a volume of raw attributes along rays.
 
@@ -176,7 +160,7 @@ def render_rays(
         volume: [B, 1 + C_sem + 3, X, Y, Z]: raw density, semantic logits, RGB (already activated by the heads).
         origins, dirs: [B, R, 3] world rays (dirs unit length).
         bg_len: background length; ``None`` is the official :func:`background_length` of ``pc_range``.
-        depth_mode: per-sample depth convention (:data:`DEPTH_MODES`). midpoints: bin-midpoint samples (official).
+        depth_mode: per-sample depth convention (:data:`DEPTH_MODES`).
     Returns:
         ``depth`` [B, R], ``semantic`` [B, R, C_sem], ``rgb`` [B, R, 3], ``weights`` [B, R, S], ``t_last`` [B, R],
         and for the distortion loss ``s`` [S] (sample positions in ``s = t/(1+t)``) and ``s_interval`` [S] (their
@@ -185,7 +169,7 @@ def render_rays(
     b, r, _ = origins.shape
     if bg_len is None:
         bg_len = background_length(pc_range, radius)
-    t = ray_distances(n_inner, device=volume.device, dtype=volume.dtype, midpoints=midpoints)
+    t = ray_distances(n_inner, device=volume.device, dtype=volume.dtype)
     c = volume.new_tensor(center)
     o = origins.reshape(-1, 3)
     pts = sample_ray_points(o, dirs.reshape(-1, 3), t, c, radius, bg_len)  # [B*R, S, 3]
@@ -193,19 +177,13 @@ def render_rays(
     alpha = raw2alpha(feats[..., 0], interval=interval)
     w, t_last = alphas_to_weights(alpha, threshold)
     n_sem = volume.shape[1] - 4
-    s = t / (1.0 + t)
-    if midpoints:
-        lo, hi = ray_bins(n_inner, device=volume.device, dtype=volume.dtype)
-        s_mid, s_iv = s, hi / (1.0 + hi) - lo / (1.0 + lo)
-    else:  # former form: samples as left edges, each bin up to the next sample
-        s_iv = torch.cat([s[1:] - s[:-1], s[-1:] - s[-2:-1]])
-        s_mid = s + s_iv / 2
+    lo, hi = ray_bins(n_inner, device=volume.device, dtype=volume.dtype)
     return {
         "depth": render_depth(w, sample_depths(t, pts, o, radius, depth_mode)).reshape(b, r),
         "semantic": render_values(w, feats[..., 1 : 1 + n_sem]).reshape(b, r, n_sem),
         "rgb": render_values(w, feats[..., 1 + n_sem :]).reshape(b, r, 3),
         "weights": w.reshape(b, r, -1),
         "t_last": t_last.reshape(b, r),
-        "s": s_mid,
-        "s_interval": s_iv,
+        "s": t / (1.0 + t),
+        "s_interval": hi / (1.0 + hi) - lo / (1.0 + lo),
     }

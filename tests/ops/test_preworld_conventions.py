@@ -61,20 +61,16 @@ def float64():
 
 def test_default_rendered_depth_is_the_true_depth_of_a_synthetic_scene():
     """Item 1: with the defaults (metric depth through the contracted distance, bin midpoints, background length
-    (half-extent - radius) / radius) every ray renders its true depth, the wall in the contracted shell included.
-    The official s = t / (1 + t) convention compresses every depth; the uncontracted t of the former default puts
-    the shell wall at the uncontracted distance (12-13 m for a wall at 7.9 m)."""
+    (half-extent - radius) / radius) every ray renders its true depth, the wall in the contracted shell included;
+    the official s = t / (1 + t) convention compresses every depth."""
     vol, o, d, true = _scene()
     out = R.render_rays(vol, o, d, PC, CENTER, RADIUS, n_inner=256)
     assert float(out["t_last"].max()) < 1e-3  # opaque: every ray terminates
     err = (out["depth"] - true).abs()
     assert float(err.max()) < 0.1, err
-    # the other conventions on the same scene and weights: official compresses, uncontracted inflates the shell wall
+    # the official convention on the same scene and weights compresses every depth
     official = R.render_rays(vol, o, d, PC, CENTER, RADIUS, n_inner=256, depth_mode="official")["depth"]
     assert float((official - true).abs().mean()) > 1.0
-    unc = R.render_rays(vol, o, d, PC, CENTER, RADIUS, n_inner=256, depth_mode="uncontracted")["depth"]
-    assert torch.allclose(unc[:, :7], out["depth"][:, :7], atol=1e-9)  # identical inside the ball
-    assert float((unc[:, 7:] - true[:, 7:]).abs().min()) > 3.0
 
 
 def test_background_length_and_bin_midpoints_are_the_official_ones():
@@ -88,8 +84,6 @@ def test_background_length_and_bin_midpoints_are_the_official_ones():
     assert torch.allclose(t, torch.cat([(inner[1:] + inner[:-1]) / 2, (outer[1:] + outer[:-1]) / 2]))
     lo, hi = R.ray_bins(30)
     assert torch.allclose((lo + hi) / 2, t) and torch.equal(lo[1:], hi[:-1]) and lo[0] == 0 and hi[-1] == 128
-    old = R.ray_distances(30, midpoints=False)  # the former sample points, kept behind model.ray_midpoints=false
-    assert old[0] == 0 and math.isclose(float(old[29]), 2.0) and math.isclose(float(old[-1]), 128.0)
 
 
 def test_sample_depths_match_their_loop_twin():
@@ -103,8 +97,8 @@ def test_sample_depths_match_their_loop_twin():
         fast = R.sample_depths(t, pts, o, RADIUS, mode)
         assert torch.allclose(fast, N.naive_sample_depths(t, pts, o, RADIUS, mode), atol=1e-12), mode
     inside = (pts - c).norm(dim=-1) < RADIUS - 1e-9  # inside the ball the contracted distance is the metric one
-    con, unc = R.sample_depths(t, pts, o, RADIUS, "contracted"), R.sample_depths(t, pts, o, RADIUS, "uncontracted")
-    assert torch.allclose(con[inside], unc[inside], atol=1e-9) and (con <= unc + 1e-9).all()
+    con, ball = R.sample_depths(t, pts, o, RADIUS, "contracted"), (RADIUS * t)[None, :].expand_as(pts[..., 0])
+    assert torch.allclose(con[inside], ball[inside], atol=1e-9) and (con <= ball + 1e-9).all()
     with pytest.raises(ValueError, match="depth_mode"):
         R.sample_depths(t, pts, o, RADIUS, "metric")
 
@@ -158,6 +152,3 @@ def test_trajectory_loss_sums_over_steps():
     pred, gt = torch.randn(4, 3, 2, generator=g), torch.randn(4, 3, 2, generator=g)
     per_step = [(pred[:, k] - gt[:, k]).pow(2).mean(0).sum() for k in range(3)]
     assert math.isclose(float(L.trajectory_loss(pred, gt)), float(sum(per_step)), rel_tol=1e-12)
-    assert math.isclose(float(L.trajectory_loss(pred, gt, reduction="mean")), float(sum(per_step)) / 3, rel_tol=1e-12)
-    with pytest.raises(ValueError, match="reduction"):
-        L.trajectory_loss(pred, gt, reduction="max")

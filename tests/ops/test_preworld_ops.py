@@ -41,9 +41,9 @@ def test_contract_matches_loop_and_is_bounded():
 
 
 def test_ray_distances_inner_then_outer():
-    t = R.ray_distances(30, midpoints=False)
-    assert t.numel() == 30 + 2 and t[0] == 0 and math.isclose(float(t[29]), 2.0)
-    assert (t[1:] > t[:-1]).all() and math.isclose(float(t[-1]), 128.0)
+    t = R.ray_distances(30)
+    assert t.numel() == 30 + 2 and math.isclose(float(t[0]), 1 / 30) and math.isclose(float(t[29]), 2.0 - 1 / 30)
+    assert (t[1:] > t[:-1]).all() and 2.0 < float(t[-1]) < 128.0
 
 
 def test_raw2alpha_and_weights_match_loops_with_grads():

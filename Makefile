@@ -17,6 +17,8 @@ LOGS ?=
 METRICS ?=
 PYTEST_ARGS ?=
 JOBS ?=
+BENCH_DIR ?= benchmarks
+BENCH_LIST ?=
 SLUGS := $(sort $(basename $(notdir $(wildcard conf/experiment/*.yaml))))
 # Cross-paper studies (a claim spec that says `study:`, e.g. quant_outliers) are valid METHODs of `make claim`.
 STUDIES := $(sort $(basename $(notdir $(shell grep -l '^study:' conf/claim/*.yaml 2>/dev/null))))
@@ -83,13 +85,23 @@ slurm: $(STAMP) ## Submit to SLURM via submitit: make slurm METHOD=x ARGS="train
 compare: $(STAMP) ## Compare finished runs: make compare [METHOD=x | RUNS="dir1 dir2"] [METRICS="test/mae val/loss"] [OUT=dir]
 	$(PY) -m suite.compare $(if $(RUNS),--runs $(RUNS),--method $(METHOD)) $(if $(METRICS),--metrics $(METRICS),) $(if $(LOGS),--logs $(LOGS),) $(if $(OUT),--out $(OUT),)
 
-bench: $(STAMP) ## Run every benchmark in benchmarks/ (speed/memory ratios, side by side)
-	@set -e; for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b; done
+bench: $(STAMP) ## Run every CPU benchmark in benchmarks/ (GPU-only ones skipped, saying why); BENCH_LIST=1: list only
+	@# A script that cannot run here says why in a module-level line `BENCH_SKIP = "<why>"`. One that fails does not
+	@# stop the others; the last line counts them, and the exit status is 1 when any failed.
+	@ran=0; skipped=0; failed=""; for b in $(BENCH_DIR)/*.py; do \
+		why=$$(sed -n 's/^BENCH_SKIP = "\(.*\)"$$/\1/p' "$$b"); \
+		if [ -n "$$why" ]; then echo "== $$b: skipped: $$why"; skipped=$$((skipped + 1)); continue; fi; \
+		if [ -n "$(BENCH_LIST)" ]; then echo "== $$b: runs"; ran=$$((ran + 1)); continue; fi; \
+		echo "== $$b"; if $(PY) "$$b"; then ran=$$((ran + 1)); else failed="$$failed $$b"; fi; \
+	done; \
+	echo "bench: $$ran $(if $(BENCH_LIST),to run,run), $$skipped skipped$${failed:+, failed:$$failed}"; [ -z "$$failed" ]
 
 test: $(STAMP) ## Run the test suite (CPU; what CI runs)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-gpu: $(STAMP) ## Run the GPU tests (needs CUDA)
+test-gpu: $(STAMP) ## Run the GPU tests (needs CUDA: without a device it says so and fails)
+	@$(PY) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
+		|| { echo "no CUDA device: nothing tested" >&2; exit 1; }
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
 
 gpu-wheels: ## Pure-Python wheels a bare GPU machine lacks (hydra, omegaconf, antlr4, fla) into .whl/ (needs PyPI)

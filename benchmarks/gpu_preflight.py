@@ -21,6 +21,8 @@ import importlib
 import sys
 from pathlib import Path
 
+BENCH_SKIP = "a GPU machine's preflight, not a benchmark: benchmarks/gpu_check.sh runs it"
+"""Why ``make bench`` does not run this script (the Makefile reads this line)."""
 ROOT = Path(__file__).resolve().parents[1]
 MACHINE = ("torch", "lightning", "torchmetrics", "timm", "torch_geometric", "numpy", "scipy", "matplotlib", "yaml")
 WHEELS = ("hydra", "omegaconf", "antlr4")

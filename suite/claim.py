@@ -93,7 +93,7 @@ from suite import results_data
 from suite.claims import ClaimResult, ClaimSpec, HookResult, apply_holm, apply_weak_baselines, judge_claims
 from suite.compare import RunRecord, aggregate, find_runs, markdown_table, plot_curves, plot_final, read_run
 from suite.errors import ConfigError, SuiteError
-from suite.page import hook_sections, per_seed_section, verdict_section
+from suite.page import glossary_link, hook_sections, per_seed_section, summary_section, verdict_section
 from suite.preflight import compose_run, preflight
 from suite.report import baseline_section, budget_table, entry_curves, headline_spec, mean_curve
 
@@ -488,9 +488,10 @@ def write_page(
 ) -> Path:
     """Write the claim page from ``records`` (the runs, as read back from the data file) and return its path.
 
-    The verdicts come first (the table of every claim with its interval), then the per-seed values behind them, the
-    runs, final metrics, budget, convergence, baselines, the hook's tables and figures, and the hand-written notes
-    (``<page>_notes.md``). ``data``: the results data file's content, whose ``claims`` key receives the verdicts."""
+    The answer comes first (one sentence, a short table of every claim with its interval and the paper's, the scale
+    run beside the paper's), then the full verdict table, the per-seed values behind it, the runs, final metrics,
+    budget, convergence, baselines, the hook's tables and figures, and the hand-written notes (``<page>_notes.md``).
+    ``data``: the results data file's content, whose ``claims`` key receives the verdicts."""
     page = page or ROOT / "docs" / "results" / f"{slug}.md"
     cspec = spec if isinstance(spec, ClaimSpec) else ClaimSpec.from_dict(slug, spec)
     raw = cspec.raw
@@ -505,8 +506,11 @@ def write_page(
     data_rel = results_data.data_path(page).relative_to(page.parent)
     made = (data or {}).get("written") or datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     commit = (data or {}).get("commit")
+    glossary = glossary_link(page, ROOT / "docs" / "results")
     lines = [
         f"# Claim check: {slug}",
+        "",
+        *summary_section(verdicts, raw.get("budget"), glossary),
         "",
         f"Produced by `make claim METHOD={slug}{(' ARGS=' + shlex.quote(' '.join(argv))) if argv else ''}` "
         f"(`python -m suite.claim {slug}{(' ' + ' '.join(argv)) if argv else ''}`) on {made}"
@@ -521,7 +525,7 @@ def write_page(
         ),
         *([line] if (line := machine_line(out) or data_machine_line(data)) else []),
         "",
-        *verdict_section(verdicts, weak_notes),
+        *verdict_section(verdicts, weak_notes, glossary=glossary),
     ]
     if hook_md:
         lines += ["", hook_md]

@@ -1,18 +1,24 @@
 """Markdown of a claim page's verdicts and hook data: the one place where verdicts become text.
 
-The hooks return data (:class:`suite.claims.HookResult`); :func:`verdict_section` renders the verdict table (our
-difference with its 95% interval, n, paired or Welch, p, the paper's difference), :func:`per_seed_section` every
-verdict's per-seed values, and :func:`hook_sections` the hook's tables, figures and notes.
+The hooks return data (:class:`suite.claims.HookResult`). A page opens with :func:`summary_section` (one sentence on
+what the verdicts mean, a short table of every claim: verdict, our difference with its 95% interval, the paper's, and
+the scale run beside the paper's); then :func:`verdict_section` renders the verdict table (our difference with its
+95% interval, n, paired or Welch, p, the paper's difference), :func:`per_seed_section` every verdict's per-seed
+values, and :func:`hook_sections` the hook's tables, figures and notes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from suite.claims import ClaimResult, HookResult, Table, fmt, interval_text
+from suite import stats
+from suite.claims import ClaimResult, HookResult, Table, counts, fmt, interval_text
 
 GLOSSARY = "verdicts.md"  # docs/results/verdicts.md: the verdict words, linked from every page
+SCALE_KEYS = ("model", "steps")  # the budget rows a summary and the overview show, paper beside here
 
 
 def cell(text: Any) -> str:
@@ -26,6 +32,99 @@ def table_md(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]
     lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
     return lines
+
+
+def glossary_link(page: Path, results: Path) -> str:
+    """The glossary's path relative to ``page``'s folder (``verdicts.md`` beside the pages, ``../verdicts.md`` from
+    ``gpu/``); a page outside the repository (``results``' grandparent) gets the plain name, never a machine path."""
+    page, results = Path(page).resolve(), Path(results).resolve()
+    if not page.is_relative_to(results.parents[1]):
+        return GLOSSARY
+    return Path(os.path.relpath(results / GLOSSARY, page.parent)).as_posix()
+
+
+def short_verdict(verdict: str) -> str:
+    """A verdict word without the ``inconclusive:`` prefix (``within noise``), for counts."""
+    return verdict.replace("inconclusive: ", "")
+
+
+def scale_cells(budget: Mapping[str, Any] | None) -> list[str]:
+    """The paper's and this run's model and steps from a spec's ``budget:``, in the order paper model, paper steps,
+    here model, here steps ("—" where the spec states none): the one source of the scale shown at the top of a page
+    and in the overview."""
+    budget = budget or {}
+    out = []
+    for side in ("paper", "here"):
+        values = budget.get(side) if isinstance(budget.get(side), Mapping) else {}
+        out += [" ".join(str(values.get(key, "—")).split()) for key in SCALE_KEYS]
+    return out
+
+
+def scale_line(budget: Mapping[str, Any] | None) -> str:
+    """One line: the scale run here beside the paper's (:func:`scale_cells`)."""
+    if not budget:
+        return "**Scale**: no `budget:` in the claim spec, so the paper's scale is not stated beside this one."
+    pm, ps, hm, hs = scale_cells(budget)
+    return f"**Scale**: here {hm}; {hs}. The paper: {pm}; {ps}. Every verdict holds at this scale only."
+
+
+def _tally(group: Sequence[ClaimResult], label: str, where: str = "") -> str:
+    c = counts(group)
+    n = len(group)
+    text = f"{c[stats.REPRODUCED]} of {n} {label}claim{'s' * (n != 1)} reproduced{where}"
+    rest = [f"{c[v]} {short_verdict(v)}" for v in stats.VERDICTS if v != stats.REPRODUCED and c[v]]
+    return text + (f" ({', '.join(rest)})" if rest else "")
+
+
+def meaning(results: Sequence[ClaimResult]) -> str:
+    """One sentence on what the page's verdicts mean: how many primary claims reproduced at this scale, how the
+    others read, the exploratory claims likewise, and what would decide the undecided ones."""
+    if not results:
+        return "No claim could be judged: no pair of finished entries."
+    primary = [r for r in results if r.primary]
+    other = [r for r in results if not r.primary]
+    if primary:
+        text = _tally(primary, "primary ", " at this scale")
+        if other:
+            text += "; exploratory: " + _tally(other, "")
+    else:
+        text = _tally(results, "", " at this scale")
+    c = counts(results)
+    needs = [(what, which) for verdict, what, which in (
+        (stats.UNDERFIT, "longer runs", "the underfit ones"),
+        (stats.NOISE, "more seeds", "the ones within noise"),
+        (stats.WEAK, "a stronger baseline", "the weak-baseline ones"),
+    ) if c[verdict]]  # fmt: skip
+    if needs:
+        text += f"; {needs[0][0]} would decide {needs[0][1]}" + "".join(f", {a} {b}" for a, b in needs[1:])
+    return text + "."
+
+
+SUMMARY_COLUMNS = ["claim", "verdict", "ours: diff [95% CI]", "paper's diff", "metric"]
+
+
+def summary_rows(results: Sequence[ClaimResult]) -> list[list[str]]:
+    return [
+        [
+            f"`{r.id}`{' (primary)' if r.primary else ''}: {r.text}",
+            f"**{r.verdict}**",
+            interval_text(r),
+            fmt(r.published),
+            f"`{r.metric}`" if r.metric else "—",
+        ]
+        for r in results
+    ]
+
+
+def summary_section(
+    results: Sequence[ClaimResult], budget: Mapping[str, Any] | None, glossary: str = GLOSSARY
+) -> list[str]:
+    """The top of a page: one sentence on what it means, the table of every claim (verdict, our difference with its
+    95% interval, the paper's difference signed like ours), the scale run beside the paper's, the glossary link."""
+    lines = ["## Summary", "", f"{meaning(results)} Verdict words: [glossary]({glossary}); detail below.", ""]
+    if results:
+        lines += [*table_md(SUMMARY_COLUMNS, summary_rows(results)), ""]
+    return [*lines, scale_line(budget)]
 
 
 def _p(r: ClaimResult) -> str:
@@ -87,7 +186,7 @@ VERDICT_COLUMNS = ["claim", "verdict", "ours: diff [95% CI]", "n", "test", "p", 
 
 
 def verdict_section(
-    results: Sequence[ClaimResult], weak_notes: Sequence[str] = (), title: str = "Verdicts"
+    results: Sequence[ClaimResult], weak_notes: Sequence[str] = (), title: str = "Verdicts", glossary: str = GLOSSARY
 ) -> list[str]:
     """The verdict table with the rule in one paragraph and the weak-baseline flips under it."""
     lines = [f"## {title}", ""]
@@ -99,7 +198,7 @@ def verdict_section(
         f"Welch otherwise; `delta` is the smallest effect of interest declared before the runs; `p` is the two-sided "
         f"p of the test behind the reading (against 0; against `delta` for 'no effect as large as delta'; against "
         f"the margin for non-inferiority), below 0.05 exactly when the interval decides; primary claims carry Holm's "
-        f"correction. Words: [verdict glossary]({GLOSSARY}).",
+        f"correction. Words: [verdict glossary]({glossary}).",
         "",
         *table_md(VERDICT_COLUMNS, verdict_rows(results)),
     ]

@@ -282,39 +282,168 @@ def verdict_counts(folder: Path) -> dict[str, dict[str, int]]:
 
 
 BANNER = "> **Verdicts by the former rule**"  # the first words of the banner on a page not yet rebuilt from data
+FOREST = "forest"  # docs/results/forest/<page>.png: one forest plot per page rebuilt from its data file
+VERDICT_COLOURS = {"reproduced": "tab:green", "not reproduced": "tab:red"}  # inconclusive: grey
+
+
+def pages(results: Path) -> list[Path]:
+    """Every claim page under ``results`` (``docs/results``) and its ``gpu/`` folder, notes and indexes left out."""
+    out = sorted(
+        p for p in results.glob("*.md") if not p.stem.endswith("_notes") and p.stem not in ("README", "verdicts")
+    )
+    gpu = results / "gpu"
+    return out + (sorted(p for p in gpu.glob("*.md") if not p.stem.endswith("_notes")) if gpu.is_dir() else [])
+
+
+def page_claims(page: Path) -> list | None:
+    """The verdicts (:class:`suite.claims.ClaimResult`) stored in a page's data file, or None without a readable
+    data file (a page that still states the former rule's verdicts)."""
+    from suite.claims import ClaimResult
+
+    try:
+        data = load(data_path(page))
+    except DataFileError:
+        return None
+    return [ClaimResult.from_dict(c) for c in data.get("claims") or []]
+
+
+def forest_name(page: Path, results: Path) -> str:
+    """``forest/<page>.png`` relative to ``results`` (``gpu/x`` becomes ``gpu_x``)."""
+    return f"{FOREST}/{str(page.relative_to(results).with_suffix('')).replace('/', '_')}.png"
+
+
+def forest_figure(title: str, claims: Sequence[Any]):
+    """A forest plot of one page's claims: one row per claim on its own x axis (the claims' metrics differ), our
+    difference with its 95% interval (coloured by verdict), the paper's difference beside it, 0 and the smallest
+    effect of interest marked; positive is the claimed direction. Each interval is a line with the gid
+    ``interval:<claim id>``, each paper's value a marker with the gid ``paper:<claim id>``. Returns the figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = max(len(claims), 1)
+    fig, axes = plt.subplots(n, 1, figsize=(9, 0.75 * n + 1.1), squeeze=False)
+    for ax, r in zip(axes[:, 0], claims, strict=False):
+        label = f"{r.id}{' *' if r.primary else ''}\n{r.verdict.replace('inconclusive: ', '')}"
+        ax.set_yticks([0], [label], fontsize=8)
+        ax.set_ylim(-1, 1)
+        ax.tick_params(axis="x", labelsize=7)
+        for side in ("top", "right", "left"):
+            ax.spines[side].set_visible(False)
+        xs = [v for v in (r.diff, r.lo, r.hi, r.published) if v is not None and math.isfinite(v)]
+        if not xs:
+            ax.text(0.5, 0, f"no interval: {r.verdict}", transform=ax.get_yaxis_transform(), ha="center",
+                    va="center", fontsize=8, color="0.4")  # fmt: skip
+            ax.set_xticks([])
+            ax.spines["bottom"].set_visible(False)
+            continue
+        colour = VERDICT_COLOURS.get(r.verdict, "0.45")
+        ax.axvline(0, color="0.6", lw=0.8)
+        marks = {"superiority": [r.delta], "non_inferior": [-r.delta], "equivalent": [-r.delta, r.delta]}[r.kind]
+        for m in marks if r.delta else []:
+            ax.axvline(m, color="0.6", lw=0.8, ls=":")
+        xs += [0.0, *(marks if r.delta else [])]
+        if r.diff is not None:
+            ax.hlines(0, r.lo, r.hi, color=colour, lw=2.5, gid=f"interval:{r.id}")
+            ax.plot([r.diff], [0], "o", color=colour, ms=6)
+        if r.published is not None:
+            ax.plot([r.published], [0], "D", color="tab:blue", ms=6, mfc="none", mew=1.5, gid=f"paper:{r.id}")
+        lo, hi = min(xs), max(xs)
+        pad = 0.08 * (hi - lo) or 0.1 * max(abs(hi), 1e-9)
+        ax.set_xlim(lo - pad, hi + pad)
+        ax.ticklabel_format(axis="x", style="plain", useOffset=False)
+    fig.suptitle(
+        f"{title}: ours (dot, 95% interval) and the paper's (open diamond); > 0 is the claimed direction; "
+        "dotted: delta; * primary",
+        fontsize=9,
+    )
+    height = 0.75 * n + 1.1
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / height))
+    return fig
+
+
+def write_forests(results: Path) -> list[Path]:
+    """Draw ``forest/<page>.png`` for every page with a data file (:func:`forest_figure`), from the data files
+    alone; returns the files written."""
+    import matplotlib.pyplot as plt
+
+    out = []
+    for page in pages(results):
+        claims = page_claims(page)
+        if not claims:
+            continue
+        path = results / forest_name(page, results)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig = forest_figure(str(page.relative_to(results).with_suffix("")), claims)
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        out.append(path)
+    return out
 
 
 def overview(results: Path) -> str:
-    """``docs/results/README.md``: every claim page, with its verdict counts where it was rebuilt from its data file
-    under the current rules, or marked as still stating the former rule's verdicts (its page carries the banner)."""
+    """``docs/results/README.md``: every claim page with its verdict counts where it was rebuilt from its data file
+    under the current rules, or marked as still stating the former rule's verdicts (its page carries the banner);
+    every claim of the rebuilt pages in one table; a forest plot per page (:func:`write_forests` draws them); the
+    paper's budget beside the one run here."""
     from suite import stats
+    from suite.claims import counts, fmt, interval_text
+    from suite.page import scale_cells, short_verdict
 
-    counts = verdict_counts(results / "data")
-    short = [v.replace("inconclusive: ", "") for v in stats.VERDICTS]
+    listed = pages(results)
+    claims = {page: page_claims(page) for page in listed}
+    short = [short_verdict(v) for v in stats.VERDICTS]
     lines = [
         "# Claim pages",
         "",
         "Every paper's claim check (`make claim METHOD=<slug>`), with how many of its claims read each verdict "
-        "([what the words mean](verdicts.md)). Counts come from `data/<slug>.json` (`python -m suite.results_data`); "
-        "a page without a data file still states the verdicts of the former rule (two standard errors of an "
-        "unpaired difference, the signed-gain plateau rule) and says so at its top until it is rerun.",
+        "([what the words mean](verdicts.md)). Counts, the claim table and the forest plots come from "
+        "`data/<slug>.json` alone (`python -m suite.results_data --overview` writes this page); a page without a "
+        "data file still states the verdicts of the former rule (two standard errors of an unpaired difference, the "
+        "signed-gain plateau rule) and says so at its top until it is rerun. Every verdict holds at its page's scale "
+        "(the budget table at the end).",
         "",
         "| page | " + " | ".join(short) + " | rules |",
         "|---|" + "---|" * (len(short) + 1),
     ]
-    pages = sorted(
-        p for p in results.glob("*.md") if not p.stem.endswith("_notes") and p.stem not in ("README", "verdicts")
-    )
-    gpu = results / "gpu"
-    pages += sorted(p for p in gpu.glob("*.md") if not p.stem.endswith("_notes")) if gpu.is_dir() else []
-    for page in pages:
+    for page in listed:
         rel = page.relative_to(results)
         name = str(rel.with_suffix(""))
-        c = counts.get(page.stem) if page.parent == results else None
-        if c is not None:
+        if claims[page] is not None:
+            c = counts(claims[page])
             lines.append(f"| [{name}]({rel}) | " + " | ".join(str(c[v]) for v in stats.VERDICTS) + " | current |")
         else:
             lines.append(f"| [{name}]({rel}) | " + " | ".join("" for _ in short) + " | former: rerun pending |")
+    lines += [
+        "",
+        "## Every claim",
+        "",
+        "Each claim of every page rebuilt from its data file: our difference (positive = the claimed direction) with "
+        "its 95% interval, the paper's own difference signed the same way (— where the paper gives none), and "
+        "whether it is one of the page's primary claims (Holm's correction across them).",
+        "",
+        "| page | claim | verdict | diff [95% CI] | paper's diff | primary | link |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for page in listed:
+        rel = page.relative_to(results)
+        for r in claims[page] or []:
+            cells = [str(rel.with_suffix("")), f"`{r.id}`: {r.text}", f"**{r.verdict}**", interval_text(r),
+                     fmt(r.published), "yes" if r.primary else "no", f"[page]({rel}#verdicts)"]  # fmt: skip
+            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    lines += [
+        "",
+        "## Forest plots",
+        "",
+        "One figure per page, one row per claim on its own axis (the metrics differ): our difference with its 95% "
+        "interval (green reproduced, red not reproduced, grey inconclusive), the paper's difference as an open "
+        "diamond, 0 as a solid line and the smallest effect of interest (delta) dotted.",
+    ]
+    for page in listed:
+        if claims[page]:
+            name = str(page.relative_to(results).with_suffix(""))
+            lines += ["", f"### {name}", "", f"![forest plot of {name}]({forest_name(page, results)})"]
     lines += [
         "",
         "## Budget: the paper's and the one run here",
@@ -325,9 +454,8 @@ def overview(results: Path) -> str:
         "| page | paper: model | paper: steps | here: model | here: steps |",
         "|---|---|---|---|---|",
     ]
-    for page in pages:
-        budget = _spec_budget(results.parents[1] / "conf" / "claim", page, results)
-        cells = [budget.get(side, {}).get(key, "—") for side in ("paper", "here") for key in ("model", "steps")]
+    for page in listed:
+        cells = scale_cells(_spec_budget(results.parents[1] / "conf" / "claim", page, results))
         lines.append(f"| {page.relative_to(results).with_suffix('')} | " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -357,12 +485,17 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description="verdict counts per claim page, from docs/results/data/*.json")
     parser.add_argument("folder", nargs="?", default=str(Path(__file__).resolve().parents[1] / "docs/results/data"))
-    parser.add_argument("--overview", action="store_true", help="write docs/results/README.md (every page, its counts)")
+    parser.add_argument(
+        "--overview",
+        action="store_true",
+        help="write docs/results/README.md (every page, its counts, every claim) and the forest plots",
+    )
     args = parser.parse_args(argv)
     if args.overview:
         results = Path(args.folder).parent
+        forests = write_forests(results)
         (results / "README.md").write_text(overview(results))
-        print(f"wrote {results / 'README.md'}")
+        print(f"wrote {results / 'README.md'} and {len(forests)} forest plots in {results / FOREST}")
         return
     table = verdict_counts(Path(args.folder))
     short = {v: v.replace("inconclusive: ", "") for v in stats.VERDICTS}

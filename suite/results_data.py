@@ -281,6 +281,36 @@ def verdict_counts(folder: Path) -> dict[str, dict[str, int]]:
     return out
 
 
+SHORT_WORDS = {"reproduced": "reproduced", "not reproduced": "not", "inconclusive: underfit": "underfit",
+               "inconclusive: phenomenon absent": "absent", "inconclusive: within noise": "noise",
+               "inconclusive: weak baseline": "weak"}  # fmt: skip
+PENDING = "former rule, rerun pending"  # the verdict cell of a README row whose page has no data file
+
+
+def verdict_summary(counts: Mapping[str, int] | None) -> str:
+    """A README row's verdict cell: the non-zero counts in short words (``4 reproduced, 1 not, 3 noise``), or
+    :data:`PENDING` without a data file (``counts`` None)."""
+    if counts is None:
+        return PENDING
+    return ", ".join(f"{counts[v]} {w}" for v, w in SHORT_WORDS.items() if counts.get(v)) or "no claims"
+
+
+def readme_verdicts(text: str, folder: Path) -> str:
+    """``text`` (README.md) with the verdict cell (the 4th) of each row of its ``## Methods`` table set from the
+    data files in ``folder`` (``docs/results/data``) by :func:`verdict_summary`; other lines unchanged."""
+    table = verdict_counts(folder)
+    out, inside = [], False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("#"):  # the table ends at the next heading of any level
+            inside = line.strip() == "## Methods"
+        cells = line.split(" | ")
+        if inside and line.startswith("| `") and len(cells) >= 6:
+            cells[3] = verdict_summary(table.get(cells[0].strip("| `")))
+            line = " | ".join(cells)
+        out.append(line)
+    return "".join(out)
+
+
 BANNER = "> **Verdicts by the former rule**"  # the first words of the banner on a page not yet rebuilt from data
 FOREST = "forest"  # docs/results/forest/<page>.png: one forest plot per page rebuilt from its data file
 VERDICT_COLOURS = {"reproduced": "tab:green", "not reproduced": "tab:red"}  # inconclusive: grey
@@ -488,13 +518,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--overview",
         action="store_true",
-        help="write docs/results/README.md (every page, its counts, every claim) and the forest plots",
+        help="write docs/results/README.md (every page, its counts, every claim), the forest plots and the verdict "
+        "counts of README.md's method table",
     )
     args = parser.parse_args(argv)
     if args.overview:
         results = Path(args.folder).parent
         forests = write_forests(results)
         (results / "README.md").write_text(overview(results))
+        readme = results.parents[1] / "README.md"
+        if readme.exists():  # the method table's verdict counts, from the same data files
+            readme.write_text(readme_verdicts(readme.read_text(), Path(args.folder)))
         print(f"wrote {results / 'README.md'} and {len(forests)} forest plots in {results / FOREST}")
         return
     table = verdict_counts(Path(args.folder))

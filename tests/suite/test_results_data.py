@@ -40,7 +40,8 @@ def test_overview_lists_every_claim_of_every_data_file(results):
     rows = [line for line in table.splitlines() if line.startswith("| rebuilt |")]
     assert [r.split("`")[1] for r in rows] == [c.id for c in CLAIMS]
     assert rows[0] == (
-        "| rebuilt | `a_vs_b`: a beats b | **reproduced** | +0.4 [+0.2, +0.6] | +0.3 | yes | [page](rebuilt.md#verdicts) |"
+        "| rebuilt | `a_vs_b`: a beats b | **reproduced** | +0.4 [+0.2, +0.6] | +0.3 | yes "
+        "| [page](rebuilt.md#verdicts) |"
     )
     assert "| **not reproduced** | -1 (exact) | +2 | no |" in rows[2] and "| — | — | no |" in rows[3]
     assert "former" not in table  # no data file: listed as pending in the counts table only
@@ -71,3 +72,32 @@ def test_committed_overview_holds_every_claim_of_every_committed_data_file():
                 for line in table.splitlines()
             ), f"{f.stem}:{c['id']} missing from docs/results/README.md (python -m suite.results_data --overview)"
         assert not claims or (RESULTS / "forest" / f"{f.stem}.png").exists()
+
+
+def _method_rows(text: str) -> list[str]:
+    section = text.split("\n## Methods\n")[1].split("\n#")[0]
+    return [line for line in section.splitlines() if line.startswith("| `")]
+
+
+def test_readme_method_rows_are_short_and_count_the_data_files_verdicts():
+    rows = _method_rows((ROOT / "README.md").read_text())
+    counts = results_data.verdict_counts(RESULTS / "data")
+    assert len(rows) >= 19
+    for row in rows:
+        slug, paper, status, verdicts, docs, results = (c.strip(" `") for c in row.strip("| ").split(" | "))
+        assert len(row) <= 300, f"README method row {slug} is {len(row)} characters (at most 300)"
+        assert verdicts == results_data.verdict_summary(counts.get(slug)), f"{slug}: {verdicts!r}"
+        assert (ROOT / docs.split("](")[1].split(")")[0]).exists() and f"docs/results/{slug}.md" in results
+    assert {r.split("`")[1] for r in rows} >= set(counts) - {"quant_outliers", "badloss_vit", "tta_arch"}
+
+
+def test_readme_verdicts_rewrites_only_the_method_tables_verdict_cells(results):
+    text = (
+        "## Methods\n\n| slug | paper | status | verdicts | docs | results |\n|---|---|---|---|---|---|\n"
+        "| `rebuilt` | P | s | old | [m](m.md) | [r](r.md) |\n| `former` | P | s | old | [m](m.md) | [r](r.md) |\n"
+        "\n### Sub\n\n| `rebuilt` | P | s | old | x | y |\n"
+    )
+    out = results_data.readme_verdicts(text, results / "data")
+    assert "| `rebuilt` | P | s | 1 reproduced, 1 not, 1 absent, 1 noise | [m](m.md) | [r](r.md) |" in out
+    assert "| `former` | P | s | former rule, rerun pending |" in out
+    assert out.endswith("| `rebuilt` | P | s | old | x | y |\n")  # outside the method table: untouched

@@ -53,7 +53,6 @@ PAPER_RATIOS: dict[str, float] = {
 }
 PAPER_ALPHAS: dict[str, float] = {"blend_r": 0.075, "blend_p": 0.025, "sinusoid": 0.075}
 FREQUENCY_MAGNITUDE = 30.0 / 255.0  # the official +30 on uint8 YCrCb, in [0, 1] units
-PROBE_MODES = ("replace", "append")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -306,13 +305,12 @@ class PoisonedDataModule(CorruptibleImages, SuiteDataModule):
 
     The training set holds the ``N`` (partly poisoned) originals followed by ``num_probes`` clean-probe copies and
     ``num_backdoor_probes`` backdoor-probe copies (reversed patch, one random label); items are ``(x, y, index)``
-    and the index addresses the full set (``train_full``) even after :meth:`set_train_keep`. With
-    ``probe_mode="replace"`` (official BaDLoss) the clean-probe copies *replace* their originals: the originals' rows
-    stay in ``train_full`` (and in :meth:`dynamics_dataloader`) but are left out of the training loader
-    (:attr:`default_train_rows`), so every probe image is trained on once per epoch, like any other example, and the
-    clean reference trajectories are those of ordinary examples. ``probe_mode="append"`` (the suite's earlier
-    behaviour) trains both the copy and its original, i.e. each probe image twice per epoch. Backdoor probes carry
-    their own trigger and label, so they are always additional rows. Test loaders: the
+    and the index addresses the full set (``train_full``) even after :meth:`set_train_keep`. As in the official
+    BaDLoss, the clean-probe copies *replace* their originals: the originals' rows stay in ``train_full`` (and in
+    :meth:`dynamics_dataloader`) but are left out of the training loader (:attr:`default_train_rows`), so every
+    probe image is trained on once per epoch, like any other example, and the clean reference trajectories are those
+    of ordinary examples (a probe trained twice per epoch would learn faster than the clean points it stands for).
+    Backdoor probes carry their own trigger and label, so they are always additional rows. Test loaders: the
     clean test set, then one triggered set per attack (non-target-class test images, label = the target): accuracy
     on those is the attack success rate (ASR).
 
@@ -329,8 +327,6 @@ class PoisonedDataModule(CorruptibleImages, SuiteDataModule):
             Imagenette setting is ``90 / 255``).
         num_probes: Clean probes the defender inserts as copies (paper: 250).
         num_backdoor_probes: Reversed-patch probes with one random label (two-class BaDLoss; 0 = none).
-        probe_mode: ``replace`` (official: clean-probe copies take their originals' place in the training loader) or
-            ``append`` (originals trained too: each probe image twice per epoch).
         val_fraction: Clean held-out share of the training images.
         subset: Keep only this many training images (seeded); ``None`` keeps all.
         test_subset: Keep only this many test images (seeded); ``None`` keeps all.
@@ -365,16 +361,12 @@ class PoisonedDataModule(CorruptibleImages, SuiteDataModule):
         image_size: int = 224,
         download: bool = False,
         narcissus_noise: str | None = None,
-        probe_mode: str = "replace",
         corruption: str | None = None,
         severity: int = 5,
         corruption_dir: str | None = None,
     ) -> None:
         super().__init__(source, data_dir, batch_size, num_workers, seed)
         self.init_corruption(corruption, severity, corruption_dir)
-        if probe_mode not in PROBE_MODES:
-            raise ConfigError(f"data.probe_mode={probe_mode!r} must be one of {list(PROBE_MODES)}")
-        self.probe_mode = probe_mode
         allowed = EMBEDDED if source == "embedded" else tuple(SOURCES)
         if dataset not in allowed:
             raise ConfigError(f"data.dataset={dataset!r} must be one of {list(allowed)} for source={source!r}")
@@ -509,10 +501,9 @@ class PoisonedDataModule(CorruptibleImages, SuiteDataModule):
         self.num_original = n
         self.train_full = IndexedImages(images, labels)
         #: Rows the training loader visits before any :meth:`set_train_keep`: all rows, less the clean probes'
-        #: originals when ``probe_mode="replace"`` (their copies stand in for them).
+        #: originals (their copies stand in for them).
         rows = torch.ones(len(labels), dtype=torch.bool)
-        if self.probe_mode == "replace":
-            rows[probe_src] = False
+        rows[probe_src] = False
         self.default_train_rows = torch.nonzero(rows).squeeze(1)
         # Test: clean, then per attack the non-target-class images with the trigger and the target label.
         xt = self.corrupt_test(xte.float() / 255.0)

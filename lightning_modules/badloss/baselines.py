@@ -5,7 +5,8 @@
 * Activation Clustering (Chen et al., 2019): per class, drop the all-zero feature columns, reduce the features to
   10 independent components with ``sklearn.decomposition.FastICA`` (as Chen et al. and the official BaDLoss
   ``defenses/activation_clustering.py``), 2-means; the smaller cluster is poison when it holds less than 35% of the
-  class. ``reduction="pca"`` keeps the suite's earlier PCA of the centred features (10 components).
+  class. ICA rather than PCA: PCA keeps the raw scales, so 2-means splits the widest direction even when the
+  poisons sit apart along a narrow one.
 * Anti-Backdoor Learning isolation (Li et al., 2021): train with the local gradient ascent loss
   ``sign(L - gamma) * L`` (``gamma = 0.5``) and isolate the ``15%`` lowest-loss examples (backdoored examples are
   learnt fastest).
@@ -20,7 +21,7 @@ import warnings
 import numpy as np
 import torch
 from sklearn.cluster import KMeans
-from sklearn.decomposition import PCA, FastICA
+from sklearn.decomposition import FastICA
 from sklearn.exceptions import ConvergenceWarning
 
 from suite.errors import ConfigError
@@ -48,15 +49,9 @@ def spectral_signatures(
     return scores, remove
 
 
-AC_REDUCTIONS = ("ica", "pca")
-
-
-def reduce_features(x: np.ndarray, n_components: int, reduction: str = "ica", seed: int = 0) -> np.ndarray:
-    """One class's features ``[n, D]`` -> ``[n, d]``: FastICA (``ica``; all-zero columns dropped first, as the
-    official code does, since they make the whitening degenerate) or PCA of the centred features (``pca``)."""
-    if reduction == "pca":
-        dims = min(n_components, x.shape[1], len(x) - 1)
-        return PCA(n_components=dims, random_state=seed).fit_transform(x - x.mean(0))
+def reduce_features(x: np.ndarray, n_components: int, seed: int = 0) -> np.ndarray:
+    """One class's features ``[n, D]`` -> ``[n, d]`` by FastICA (all-zero columns dropped first, as the official
+    code does, since they make the whitening degenerate)."""
     x = x[:, np.any(x != 0, axis=0)]
     dims = min(n_components, x.shape[1], len(x) - 1)
     ica = FastICA(n_components=dims, whiten="unit-variance", random_state=seed, max_iter=400, tol=1e-4)
@@ -71,15 +66,11 @@ def activation_clustering(
     n_components: int = 10,
     size_threshold: float = 0.35,
     seed: int = 0,
-    reduction: str = "ica",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Activation-clustering scores (1 - relative size of the example's cluster) and removals.
-
-    ``reduction``: ``ica`` (FastICA, Chen et al.; default) or ``pca`` (see module docstring)."""
+    """Activation-clustering scores (1 - relative size of the example's cluster) and removals (FastICA, then
+    2-means, per class; Chen et al.)."""
     if not 0.0 < size_threshold <= 0.5:
         raise ConfigError(f"model.ac_size_threshold={size_threshold} must be in (0, 0.5]")
-    if reduction not in AC_REDUCTIONS:
-        raise ConfigError(f"model.ac_reduction={reduction!r} must be one of {list(AC_REDUCTIONS)}")
     f = features.double().cpu().numpy()
     y = labels.cpu().numpy()
     scores = np.zeros(len(f))
@@ -88,7 +79,7 @@ def activation_clustering(
         idx = np.nonzero(y == c)[0]
         if len(idx) < 4 or not np.any(f[idx] != 0):
             continue
-        z = reduce_features(f[idx], n_components, reduction, seed)
+        z = reduce_features(f[idx], n_components, seed)
         assign = KMeans(n_clusters=2, n_init=5, random_state=seed).fit_predict(z)
         sizes = np.bincount(assign, minlength=2) / len(idx)
         scores[idx] = 1.0 - sizes[assign]

@@ -3,7 +3,7 @@
 One ``fit`` runs the whole defence:
 
 1. **Detection phase** (``detect_epochs``, paper: 30): train the model on the attacked training set, which also
-   holds the defender's clean-probe copies (by default in place of their originals, ``data.probe_mode=replace``,
+   holds the defender's clean-probe copies (in place of their originals,
    as in the official code: each probe image is trained on once per epoch). After each epoch
    :class:`callbacks.loss_dynamics.LossDynamics` records every example's loss on the un-augmented training set
    (trajectories ``L in R^{N x E}``).
@@ -75,7 +75,6 @@ class BadlossLitModule(SuiteLitModule):
         two_class_k: Neighbours of the two-class kNN vote (MAP-D: 20).
         ss_eps: Spectral-signature poison-rate guess (removes ``1.5 * ss_eps`` of each class).
         ac_size_threshold: Activation clustering flags a cluster smaller than this share of its class.
-        ac_reduction: Activation clustering's reduction to 10 dimensions: ``ica`` (FastICA, Chen et al.) or ``pca``.
         abl_gamma: ABL flooding level of the LGA loss.
         abl_isolation: Share of lowest-loss examples ABL isolates.
         save_trajectories: Write ``badloss_detection.npz`` (trajectories, scores, masks) into the run folder.
@@ -98,7 +97,6 @@ class BadlossLitModule(SuiteLitModule):
         two_class_k: int = 20,
         ss_eps: float = 0.1,
         ac_size_threshold: float = 0.35,
-        ac_reduction: str = "ica",
         abl_gamma: float = 0.5,
         abl_isolation: float = 0.15,
         save_trajectories: bool = True,
@@ -124,14 +122,11 @@ class BadlossLitModule(SuiteLitModule):
             raise ConfigError(f"model.ss_eps={ss_eps}: 1.5 * ss_eps must be in (0, 1]")
         if not 0.0 < ac_size_threshold <= 0.5:
             raise ConfigError(f"model.ac_size_threshold={ac_size_threshold} must be in (0, 0.5]")
-        if ac_reduction not in baselines.AC_REDUCTIONS:
-            raise ConfigError(f"model.ac_reduction={ac_reduction!r} must be one of {list(baselines.AC_REDUCTIONS)}")
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         self.net = build_net(net, in_channels, num_classes, width)
         self.defence, self.detect_epochs, self.reject_frac = defence, detect_epochs, reject_frac
         self.k, self.eps, self.log_scores, self.use_filter = k, eps, log_scores, filter_epochs
         self.two_class_k, self.ss_eps, self.ac_size_threshold = two_class_k, ss_eps, ac_size_threshold
-        self.ac_reduction = ac_reduction
         self.abl_gamma, self.abl_isolation, self.save_trajectories = abl_gamma, abl_isolation, save_trajectories
         self.num_classes, self.in_channels = num_classes, in_channels
         self.phase = "detect" if defence != "none" else "train"
@@ -254,7 +249,7 @@ class BadlossLitModule(SuiteLitModule):
     def scored_rows(self) -> torch.Tensor:
         """Mask ``[N_orig]`` of the originals the detection phase trained on (ranked, and counted in the detection
         metrics): all of them, less the clean probes' originals when their copies replaced them
-        (``data.probe_mode=replace``; the official code leaves those never-visited rows out of the ranking too)."""
+        (the official code leaves those never-visited rows out of the ranking too)."""
         return scoring.scored_mask(self.dm.num_original, getattr(self.dm, "default_train_rows", None))
 
     def detection_scores(self) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
@@ -293,7 +288,6 @@ class BadlossLitModule(SuiteLitModule):
                     labels[:n],
                     size_threshold=self.ac_size_threshold,
                     seed=self.trainer.current_epoch,
-                    reduction=self.ac_reduction,
                 )
             keep = ~remove
         # The defender's own probes are known clean: their originals always stay, their copies always go.

@@ -154,7 +154,7 @@ def detection_aucs(
 def scored_mask(num_original: int, train_rows: torch.Tensor | None) -> torch.Tensor:
     """Mask ``[num_original]`` of the originals that are ranked and counted in the detection metrics: those the
     detection phase trained on (``train_rows``, full-set row indices; ``None``: all). With clean-probe copies that
-    replace their originals (``data.probe_mode=replace``) the originals are left out, as in the official code."""
+    replace their originals the originals are left out, as in the official code."""
     mask = torch.zeros(num_original, dtype=torch.bool)
     if train_rows is None:
         mask[:] = True

@@ -205,8 +205,8 @@ def test_train_keep_and_dynamics_loader_keep_full_indices():
 
 
 def test_probe_copies_replace_their_originals():
-    """Issue 18 item 1: in one epoch of the training loader every clean-probe image is seen exactly once (through its
-    copy; its original's row is not visited), every other row once; ``probe_mode=append`` trains it twice."""
+    """In one epoch of the training loader every clean-probe image is seen exactly once (through its copy; its
+    original's row is not visited), every other row once."""
     dm = digits_dm(num_backdoor_probes=5)
     probes = torch.nonzero(dm.probe_kind == 1).squeeze(1)
     src = dm.probe_source[probes]
@@ -225,13 +225,6 @@ def test_probe_copies_replace_their_originals():
     assert torch.cat([b[2] for b in dm.dynamics_dataloader()]).tolist() == list(range(len(dm.train_full)))
     dm.set_train_keep(None)
     assert torch.equal(torch.sort(torch.cat([b[2] for b in dm.train_dataloader()])).values, torch.nonzero(others)[:, 0])
-    twice = digits_dm(num_backdoor_probes=5, probe_mode="append")
-    seen = torch.cat([b[2] for b in twice.train_dataloader()])
-    imgs = twice.train_full.images[seen].flatten(1)
-    target = twice.train_full.images[probes[0]].flatten()
-    assert int((imgs == target).all(1).sum()) == 2
-    with pytest.raises(ConfigError, match="data.probe_mode='copy' must be one of"):
-        digits_dm(probe_mode="copy")
 
 
 def test_seeded_and_reproducible():

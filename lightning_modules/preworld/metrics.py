@@ -5,8 +5,12 @@ poses that the standard copy-last baseline needs. Accumulated with torchmetrics 
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torchmetrics
+
+from suite.errors import ConfigError
 
 IGNORE = 255
 
@@ -62,6 +66,7 @@ def collisions(waypoints: torch.Tensor, obstacles: torch.Tensor, pc_range) -> to
 
 # -- ST-P3 planning metric (as PreWorld's and OccWorld's evaluations load it) ---------------------------------------
 EGO_LENGTH, EGO_WIDTH, EGO_OFFSET = 4.084, 1.85, 0.5  # ST-P3's ego box, centred 0.5 m ahead of the ego origin
+COLLISION_RULES = ("cells", "official")
 
 
 def horizon_average(per_step: torch.Tensor) -> torch.Tensor:
@@ -78,11 +83,22 @@ def ego_box_collisions(
     length: float = EGO_LENGTH,
     width: float = EGO_WIDTH,
     offset: float = EGO_OFFSET,
+    rule: str = "cells",
 ) -> torch.Tensor:
     """ST-P3's box collision: 1 where the ego box at waypoint k covers a cell of the other agents' BEV map at step k.
 
     The box (``length`` x ``width``, centred ``offset`` ahead of the waypoint) stays aligned with the current ego
-    frame, as ST-P3 rasterises it (no heading), and covers the cells whose centres it contains.
+    frame, as ST-P3 rasterises it (no heading). ``rule`` says which cells it covers:
+
+    * ``cells``: the cells whose centres it contains (any raster resolution).
+    * ``official``: OccWorld's ``PlanningMetric.evaluate_single_coll`` (``utils/metric_stp3.py``, the code PreWorld
+      evaluates with), stated for a raster of this layout: the box is sampled at the points ``(i + 1/2) * cell``
+      of the ego frame that fall inside it (8 x 4 points at 0.5 m cells), the waypoint moves those points, and each
+      point reads the cell that contains it along x but the cell one further to the left (+y) across: the official
+      code indexes the raster's columns half a cell off its own rasteriser, so its box reads 0.5 m left of where it
+      sits at 0.5 m cells. Points beyond the raster read its edge cells (the official code clips the indices).
+      On a 0.5 m raster the ``cells`` box covers 8 or 9 cells along x (vs 8) and 3 or 4 across (vs 4) and sits
+      one cell to the right of the official one.
 
     Args:
         waypoints: [B, K, 2] ego positions in the current ego frame (m).
@@ -92,8 +108,12 @@ def ego_box_collisions(
     Returns:
         [B, K] float, 1 = collision.
     """
+    if rule not in COLLISION_RULES:
+        raise ConfigError(f"collision rule {rule!r} must be one of {list(COLLISION_RULES)}")
     b, k, h, w = agents.shape
     ext = extent.to(waypoints.dtype).reshape(-1, 4).expand(b, 4)
+    if rule == "official":
+        return _official_box_collisions(waypoints, agents, ext, length, width, offset)
     xs = ext[:, None, 0] + (ext[:, None, 2] - ext[:, None, 0]) * (torch.arange(h, device=agents.device) + 0.5) / h
     ys = ext[:, None, 1] + (ext[:, None, 3] - ext[:, None, 1]) * (torch.arange(w, device=agents.device) + 0.5) / w
     dx = (xs[:, None, :, None] - waypoints[..., 0, None, None] - offset).abs() <= length / 2  # [B, K, H, 1]
@@ -101,11 +121,37 @@ def ego_box_collisions(
     return (dx & dy & agents).flatten(2).any(-1).float()
 
 
+def _lattice(lo: float, hi: float, cell: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The points ``(i + 1/2) * cell`` (integer ``i``) in ``[lo, hi]``."""
+    first, last = math.ceil(lo / cell - 0.5), math.floor(hi / cell - 0.5)
+    return (torch.arange(first, last + 1, device=device, dtype=dtype) + 0.5) * cell
+
+
+def _official_box_collisions(
+    waypoints: torch.Tensor, agents: torch.Tensor, ext: torch.Tensor, length: float, width: float, offset: float
+) -> torch.Tensor:
+    """``ego_box_collisions(rule="official")`` (its docstring): [B, K] float."""
+    b, k, h, w = agents.shape
+    cx, cy = (ext[:, 2] - ext[:, 0]) / h, (ext[:, 3] - ext[:, 1]) / w  # [B] cell sizes
+    out = waypoints.new_zeros(b, k)
+    for i in range(b):
+        fx = _lattice(offset - length / 2, offset + length / 2, float(cx[i]), waypoints.dtype, waypoints.device)
+        fy = _lattice(-width / 2, width / 2, float(cy[i]), waypoints.dtype, waypoints.device)
+        px = waypoints[i, :, 0, None] + fx  # [K, nx]
+        py = waypoints[i, :, 1, None] + fy  # [K, ny]
+        hi = torch.floor((px - ext[i, 0]) / cx[i]).long().clamp(0, h - 1)
+        wi = (torch.floor((py - ext[i, 1]) / cy[i]).long() + 1).clamp(0, w - 1)
+        steps = torch.arange(k, device=agents.device)[:, None, None]
+        out[i] = agents[i][steps, hi[:, :, None], wi[:, None, :]].flatten(1).any(-1).to(out.dtype)
+    return out
+
+
 def stp3_collisions(
     plan: torch.Tensor, gt: torch.Tensor, agents: torch.Tensor, extent: torch.Tensor, **box
 ) -> torch.Tensor:
     """ST-P3's ``evaluate_coll``: box collisions of the plan [B, K], not counted at steps where the ground-truth
-    trajectory's own box collides (those steps count as no collision; the denominator keeps every sample)."""
+    trajectory's own box collides (those steps count as no collision; the denominator keeps every sample).
+    ``box``: :func:`ego_box_collisions`'s box and ``rule``."""
     gt_col = ego_box_collisions(gt, agents, extent, **box) > 0
     return ego_box_collisions(plan, agents, extent, **box) * (~gt_col).float()
 

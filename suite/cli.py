@@ -20,16 +20,47 @@ def _one_line(text: str) -> str:
     return " ".join(part.strip() for part in str(text).strip().splitlines() if part.strip())
 
 
+def unselected_blocks(node: object) -> set[str]:
+    """The settings blocks of ``node`` that its own choice leaves unused: where a string value names a sibling
+    mapping (leaderbot's ``optimizer: newton`` beside ``newton: {...}``), that mapping is the chosen option's
+    settings, and a sibling mapping of the same kind (sharing at least half of its keys with a chosen one:
+    ``lbfgs: {lr, max_iter, ...}``) belongs to an option not chosen; the module never reads it."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if not isinstance(node, DictConfig):
+        return set()
+    blocks: dict[str, set[str]] = {}
+    chosen: set[str] = set()
+    for key in node:
+        child = node._get_node(str(key))
+        if isinstance(child, DictConfig) and not OmegaConf.is_missing(node, str(key)):
+            blocks[str(key)] = {str(k) for k in child}
+    for key in node:
+        value = node._get_node(str(key))
+        raw = value._value() if value is not None and not isinstance(value, DictConfig) else None
+        if isinstance(raw, str) and raw in blocks:
+            chosen.add(raw)
+    if not chosen:
+        return set()
+    return {
+        name
+        for name, keys in blocks.items()
+        if name not in chosen and any(2 * len(keys & blocks[c]) >= len(keys) > 0 for c in chosen)
+    }
+
+
 def _dotted_keys(node: object, prefix: str = "", depth: int = 4) -> list[str]:
-    """Every key below ``node`` as a dotted path (``optimizer.lr``), a few levels deep."""
+    """Every key below ``node`` that the composed config uses, as a dotted path (``optimizer.lr``), a few levels
+    deep; the settings of an option the config does not choose are left out (:func:`unselected_blocks`)."""
     from omegaconf import DictConfig
 
     out: list[str] = []
     if not isinstance(node, DictConfig) or depth == 0:
         return out
+    unused = unselected_blocks(node)
     for key in node:
         key = str(key)
-        if key.startswith("_"):
+        if key.startswith("_") or key in unused:
             continue
         out.append(prefix + key)
         try:
@@ -239,6 +270,42 @@ def slurm_available(argv: list[str]) -> None:
         )
 
 
+HELP_FLAGS = ("-h", "--help")
+
+
+def training_groups(conf_dir: Path) -> set[str]:
+    """The config groups a run composes: those the defaults lists of the entry configs (``conf/train.yaml``,
+    ``conf/eval.yaml``) name (``data``, ``model``, ``trainer``, ``debug``, ...). Other folders of ``conf/`` hold
+    files that are not run configs (``claim/``: the claim specs ``make claim`` reads)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    groups: set[str] = set()
+    for entry in sorted(conf_dir.glob("*.yaml")):
+        for item in OmegaConf.load(entry).get("defaults", []):
+            if isinstance(item, DictConfig):
+                groups |= {str(key).split()[-1].strip("/").split("/")[0] for key in item}
+    return groups
+
+
+@contextlib.contextmanager
+def training_groups_in_help() -> Iterator[None]:
+    """``--help`` (and ``-h``, Hydra's short form) lists only the :func:`training_groups` under "Configuration
+    groups": Hydra lists every folder of the config directory, the claim specs included."""
+    from hydra._internal.hydra import Hydra
+
+    groups = training_groups(Path(__file__).resolve().parents[1] / "conf")
+    original = Hydra.format_config_groups
+
+    def format_config_groups(self: Hydra, predicate: Callable[[str], bool], compact: bool = True) -> str:
+        return original(self, lambda g: predicate(g) and g.split("/")[0] in groups | {"hydra"}, compact)
+
+    Hydra.format_config_groups = format_config_groups  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Hydra.format_config_groups = original  # type: ignore[method-assign]
+
+
 def run_main(hydra_main: Callable[[], object], resume: bool = False) -> None:
     """Call a ``@hydra.main`` function; print ``error: ...`` on one line and exit 2 for user errors.
 
@@ -247,6 +314,10 @@ def run_main(hydra_main: Callable[[], object], resume: bool = False) -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let exceptions reach us instead of Hydra's multi-line report
     try:
         slurm_available(sys.argv)
+        if set(HELP_FLAGS) & set(sys.argv[1:]):
+            with training_groups_in_help():
+                hydra_main()
+            return
         if resume:
             sys.argv = resume_in_place(learning_rate_alias(sys.argv))
         hydra_main()

@@ -1,4 +1,4 @@
-"""The shared callbacks under 2-process CPU DDP (gloo, ``trainer=ddp_cpu``), against one process (issue 50 item 6).
+"""The shared callbacks under 2-process CPU DDP (gloo, ``trainer=ddp_cpu``), against one process.
 
 Two runs through the train entry point with ``debug=fdr``, each once with ``trainer=ddp_cpu`` (a subprocess: Lightning
 relaunches the command for rank 1) and once with ``trainer=cpu`` (in this process), at the same global batch:

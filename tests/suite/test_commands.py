@@ -67,3 +67,36 @@ def test_make_test_gpu_without_cuda_says_nothing_was_tested_and_fails():
     assert proc.returncode != 0
     assert "no CUDA device: nothing tested" in proc.stderr.splitlines()
     assert "passed" not in proc.stdout and "deselected" not in proc.stdout, proc.stdout
+
+
+def _groups_listed(help_text: str) -> list[str]:
+    section = help_text.split("== Configuration groups ==")[1].split("== Config ==")[0]
+    return [line.split(":")[0] for line in section.splitlines()[2:] if line.strip()]
+
+
+def test_dash_h_is_help_and_lists_only_the_training_groups():
+    short, long = _make("train", "ARGS=-h"), _make("train", "ARGS=--help")
+    assert short.returncode == 0 and long.returncode == 0, short.stderr[-2000:]
+    assert short.stdout == long.stdout and "== Config ==" in short.stdout
+    groups = _groups_listed(short.stdout)
+    expected = {"callbacks", "data", "debug", "experiment", "launcher", "logger", "model", "paths", "trainer"}
+    if any((ROOT / "conf" / "local").glob("*.yaml")):  # git-ignored: a user's cluster settings
+        expected.add("local")
+    assert set(groups) == expected, groups  # conf/claim/ (claim specs, claim/gpu, claim/paper) is not a run's group
+    proc = subprocess.run([sys.executable, "evaluate.py", "-h"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert proc.returncode == 0 and set(_groups_listed(proc.stdout)) == expected, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        ("model.lrr=1", "model.newton.lr"),  # leaderbot's default optimizer=newton never reads model.lbfgs
+        ("model.optimizer=lbfgs model.lrr=1", "model.lbfgs.lr"),
+    ],
+)
+def test_a_typo_is_hinted_with_a_key_the_config_uses(args: str, hint: str):
+    proc = _make("train", "METHOD=leaderbot", f"ARGS={args}")
+    assert proc.returncode == 2
+    errors = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("error:")]
+    assert errors == [f"error: unknown config key 'model.lrr' (did you mean '{hint}'?)"], proc.stderr[-2000:]

@@ -1,5 +1,5 @@
-"""What issue 52 item 1 changed to cut the spine's per-step cost keeps what a user sees: the wandb history, the CSV
-curve and the progress bar's final position are the same as with per-step synchronous work."""
+"""The spine's cheap per-step path (asynchronous loggers, a throttled bar) keeps what a user sees: the wandb history,
+the CSV curve and the progress bar's final position are the same as with per-step synchronous work."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Gated delta rule forward+backward: chunked (WY/UT) vs token-by-token recurrence, side by side in one run.
 
 Also reports the achieved GFLOP/s of the chunked path (:func:`chunk_flops`) as a fraction of a plain
-``torch.matmul`` on the same machine (issue 52 goal: >= 50% at the defaults, one thread).
+``torch.matmul`` on the same machine (goal: >= 50% at the defaults, one thread).
 Run: ``python -m benchmarks.gated_delta_rule [--B 2 --H 4 --T 4096 --D 64 --chunk 64]`` (issue goal: >= 20x).
 Single-threaded by default (``--threads``). After one warm-up call each, the paths are timed in ``--repeat``
 interleaved rounds (each path once per round), and the speed-up is the median over rounds of the per-round ratio, with
@@ -52,8 +52,7 @@ def chunk_flops(b: int, h: int, t: int, d: int, c: int) -> float:
 
     Per chunk: ``K K^T`` and ``Q K^T`` (``2 c^2 d`` each), the UT transform applied to ``K`` and ``V`` (``T [K, V]``,
     ``2 x 2 c^2 d``), ``attn V_new`` (``2 c^2 d``), and three state products ``W S``, ``Q S`` and ``K^T V_new``
-    (``2 c d^2`` each). Until issue 52 this counted four state products (``8 c d^2``) where the algorithm has three,
-    which overstated the rate by 12.5% at ``c = d``.
+    (``2 c d^2`` each); counting a fourth state product (``8 c d^2``) would overstate the rate by 12.5% at ``c = d``.
     """
     n = t / c
     per_chunk = 2 * c * c * d * 2 + 2 * c * c * d * 2 + 2 * c * c * d + 2 * c * d * d * 3
@@ -161,7 +160,7 @@ def main() -> None:
         )
     print(
         f"chunked GFLOP/s {ck_gflops:.1f} (best C={a.chunk}) vs torch.matmul {n}^3 {mm_gflops:.1f} (best): "
-        f"{ck_gflops / mm_gflops:.1%} of matmul (issue 52 goal >= 50%); per round: median "
+        f"{ck_gflops / mm_gflops:.1%} of matmul (goal >= 50%); per round: median "
         f"{statistics.median(rate_ratios):.1%} ({min(rate_ratios):.1%}-{max(rate_ratios):.1%})"
     )
     if fla_fwd:

@@ -1,5 +1,5 @@
 """LiCE plain MIO: where the time per factual goes (model build, translation to HiGHS, HiGHS solve), Pyomo path vs
-the direct matrix-form highspy path (issue 52 item 3).
+the direct matrix-form highspy path.
 
 For one dataset it trains the claim's classifier (ReLU MLP [20, 10], AdamW, BCE-with-logits, seeded), picks 10 test
 factuals (desired class = the flipped prediction) and solves the plain MIO (distance only, no SPN) on each twice:

@@ -5,7 +5,7 @@ rows, and solves LiCE-optimise (alpha = 0.1) on each with HiGHS under several se
 objective, HiGHS's dual bound and the status:
 
 * ``base``: the suite's settings (``--time-limit`` seconds);
-* ``gap1e-4``: the former histogram upper-bin gap 1e-4 instead of the official 1e-6;
+* ``gap1e-4``: a histogram upper-bin gap of 1e-4 instead of the official 1e-6;
 * ``warm``: the same model, warm-started from the plain MIO counterfactual (a feasible point of LiCE-optimise);
 * ``heur``: HiGHS ``mip_heuristic_effort`` 0.3 (default 0.05);
 * ``long``: ``--long-limit`` seconds, the reference for "how good the time-limited solution is".

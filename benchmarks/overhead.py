@@ -73,7 +73,7 @@ DESCRIPTION = {
     "suite-no-lr-monitor": "  suite, no LR monitor",
     "suite-no-suite-callbacks": "  suite, no finite/preempt/config cb",
     "suite-log-every-1": "  suite, log_every_n_steps=1",
-    "suite-before": "the suite before issue 52 (sync loggers, per-batch bar)",
+    "suite-before": "  suite with sync loggers and a per-batch bar",
     "suite-sync-wandb": "  suite, synchronous wandb logging",
     "suite-csv-every-step": "  suite, CSV written every step",
     "suite-rich-bar": "  suite, Lightning's rich bar (per batch)",

@@ -90,7 +90,7 @@ class QuantCalibration(Callback):
         klt_centered: KLT init of the OSTQuant methods from the centred weight-row covariance (default) or the
             uncentred ``W^T W / N``.
         w_sym_scale: Weight scale, ``signed`` (official ``max(-min/8, max/7)`` on ``[-8, 7]``) or ``absmax``
-            (``max|w|/7``, the suite's earlier rule).
+            (``max|w|/7``, symmetric).
     """
 
     def __init__(

@@ -1,4 +1,4 @@
-"""W4A4 / W8A8 post-training quantization calibration of a classifier (issue 50 item 3; OSTQuant, ICLR 2025).
+"""W4A4 / W8A8 post-training quantization calibration of a classifier (OSTQuant, ICLR 2025).
 
 The classifier sibling of :class:`callbacks.quant_calibration.QuantCalibration`. At the start of ``trainer.test``
 (after fit), for each method in ``methods`` the callback swaps the module's ``nn.Linear`` / ``nn.Conv2d`` layers for

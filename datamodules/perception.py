@@ -1,4 +1,4 @@
-"""Dense perception data for ADDP (issue 25): monocular depth and referring segmentation.
+"""Dense perception data for ADDP: monocular depth and referring segmentation.
 
 Every item is a dict of tensors and strings (``S`` = ``image_size``, ``D`` = ``cond_dim``, ``M`` = objects per scene)::
 

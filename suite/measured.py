@@ -1,4 +1,4 @@
-"""Did a run measure what its paper's method is about? (issue 51: "a run that measured nothing says so in one line")
+"""Did a run measure what its paper's method is about? A run that measured nothing says so in one line.
 
 Each experiment names, in its root key ``method_metrics``, the metric keys (``fnmatch`` patterns) that only exist
 when the paper's method ran and measured something: MDA's attribution scores, OSTQuant's quantized perplexities,

@@ -46,7 +46,7 @@ def test_every_debug_mode_runs_through_the_train_entry_point(slug: str, mode: st
         assert "overfit check: PASSED: " in out.out or "overfit check: FAILED " in out.out, out.out[-2000:]
     if mode == "fdr":  # fast_dev_run writes no checkpoint (README, `make help`)
         assert not (run / "checkpoints").exists() or not any((run / "checkpoints").iterdir()), slug
-        # the method itself ran (issue 51 item 4): its own metrics are logged, finite, and no "measured nothing" line
+        # the method itself ran: its own metrics are logged, finite, and no "measured nothing" line
         for pattern in METHOD_ON[slug][1]:
             hits = [k for k, v in metrics.items() if fnmatchcase(k, pattern) and math.isfinite(v)]
             assert hits, f"{slug}: the default's debug=fdr run logged no finite {pattern} in {sorted(metrics)}"
@@ -69,7 +69,7 @@ def test_every_debug_mode_runs_through_the_train_entry_point(slug: str, mode: st
         assert 0 < state["global_step"] <= budget, state["global_step"]
 
 
-# -- issue 51 item 4: the default run of every method exercises the method it is named after -----------------------
+# -- the default run of every method exercises the method it is named after ---------------------------------------
 class OneOf(tuple):
     """A config value that must be one of these (a list value: must contain one of them)."""
 

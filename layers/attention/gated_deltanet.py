@@ -49,7 +49,7 @@ class GatedDeltaNet(nn.Module):
         conv_init_std: Init of the convolutions' weights: ``None`` keeps PyTorch's default (kaiming-uniform, bound
             ``1 / sqrt(conv_size)``, as the NVlabs code); ``0.02`` draws ``N(0, 0.02^2)``, as fla's
             ``GatedDeltaNetForCausalLM`` init does. q and k are L2-normalised after the convolution, so under Adam a
-            small init lets the convolution's taps turn much faster (see the results notes, issue 48 item 12).
+            small init lets the convolution's taps turn much faster.
         use_output_gate: ``RMSNorm(o) * SiLU(W_g x)`` (else ``RMSNorm(o)``).
         allow_neg_eigval: ``beta = 2 sigmoid`` (range ``[0, 2)``, fla option).
         a_init_range: ``A ~ U(lo, hi)`` at init (Mamba2's ``A_init_range``; fla / the paper's code: ``(0, 16)``).

@@ -175,7 +175,7 @@ class TGAT(nn.Module):
                   the discrepancy can move only the node's own embedding (the last row); here ``h^0 = W_in x``
                   (+ the memory for TGN), detached to keep that property.
                 * ``reembed``: each neighbour re-embedded by the full encoder at its own event time, with gradient
-                  (the suite's earlier composition: every row is trainable, so the discrepancy can move the whole
+                  (an ablation: every row is trainable, so the discrepancy can move the whole
                   neighbourhood).
 
         Returns:

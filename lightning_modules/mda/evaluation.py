@@ -11,10 +11,10 @@ Conventions (the paper comparison uses the official evaluation's, ``docs/methods
 
 * ``rise_ins`` / ``rise_del`` / ``rise_insdel``: :func:`~ops.attribution.metrics.auc` of the clipped, running-max
   (insertion) / running-min (deletion) normalised curve, as the official ``MDATest.py`` scores "Rise Ins/Del" (the
-  last output of ``mas_single_run``); ``rise_*_raw``: the AUC of the raw probability curve (Petsiuk et al.'s and the
-  suite's earlier convention), an extra column.
+  last output of ``mas_single_run``); ``rise_*_raw``: the AUC of the raw probability curve (Petsiuk et al.'s
+  convention), an extra column.
 * ``mono_pos`` / ``mono_neg``: patch-wise monotonicity, both on the blur substrate as the official script
-  (``mono_neg_substrate="black"``: negative mode deletes into black, the suite's earlier choice);
+  (``mono_neg_substrate="black"``: negative mode deletes into black);
   ``mono_pix_pos`` / ``mono_pix_neg``: the official maskless pixel-step monotonicity (``W`` pixels per step, the
   call ``MDATestMonotonicity.py`` makes), an extra column.
 

@@ -25,9 +25,9 @@ Correction Estimation", ICLR 2025.
     min-max normalised to [0, 1] (:func:`ops.semdice.tabular.official_density_reward`).
   - ``exact``: SGD on the exact policy gradient of the normalised return ``J(theta) = sum d^{pi_theta}_{T_hat}(s, a)
     r(s, a)`` (autograd through the linear solve), with ``pb_s``'s reward the unscaled ``-log p_D(s)`` of the
-    undiscounted state counts smoothed by 1e-4. A legitimate policy-gradient baseline (the suite's default before
-    issue 47): on the claim it is much slower than the official update early but ends level with it at 1,000
-    trajectories, where the official one oscillates.
+    undiscounted state counts smoothed by 1e-4. A legitimate policy-gradient baseline: on the claim it is much
+    slower than the official update early but ends level with it at 1,000 trajectories, where the official one
+    oscillates.
 * Data: the :class:`~callbacks.online_collection.OnlineDataCollection` callback rolls out one trajectory with the
   epsilon-soft policy (``epsilon = 1 / (i + 1)``) before each training step and calls :meth:`refresh_data`.
 * Metrics (every validation): ``val/entropy`` = ``H(d^pi_s)`` of the current policy in the TRUE MDP,

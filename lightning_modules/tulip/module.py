@@ -58,7 +58,7 @@ def _no_decay(name: str, p: nn.Parameter) -> bool:
 
 def _param_groups(named: list[tuple[str, nn.Parameter]], weight_decay: float) -> list[dict]:
     """AdamW groups of the official code: ``weight_decay`` on the rest, none on :func:`_no_decay` parameters (gains,
-    biases, LayerNorms, the temperature). (Before issue 48 positions were left out of decay too, labelled official.)"""
+    biases, LayerNorms, the temperature); position tables are decayed, as there."""
     decay = [p for n, p in named if not _no_decay(n, p)]
     rest = [p for n, p in named if _no_decay(n, p)]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]

@@ -44,7 +44,7 @@ def ema_(teacher: nn.Module, student: nn.Module, decay: float = 0.999) -> None:
 
     Written as ``theta_t += (1 - decay) (theta_s - theta_t)``: identical student and teacher stay bit-identical (the
     difference is exactly 0), whereas ``theta_t * decay + (1 - decay) theta_s`` leaves a float32 rounding gap of
-    ~1e-8 that the L1 self-supervision loss turns into full-size sign gradients (issue 47, item 5)."""
+    ~1e-8 that the L1 self-supervision loss turns into full-size sign gradients."""
     for pt, ps in zip(teacher.parameters(), student.parameters(), strict=True):
         pt.add_(ps.detach() - pt, alpha=1.0 - decay)
     for bt, bs in zip(teacher.buffers(), student.buffers(), strict=True):

@@ -1,6 +1,6 @@
 """Quantization Space Utilization Rate (QSUR), OSTQuant Sec. 3.
 
-Status of the definition (issue 18, item 8): **reconstructed, not verified against the equations.** The stored
+Status of the definition: **reconstructed, not verified against the equations.** The stored
 copies of arXiv 2501.13987 that could be searched give the abstract ("QSUR ... assesses the quantizability of
 transformed data by measuring the space utilization of the data in the quantization space") and the official
 README's Fig. 1 caption (``X ~ N(mu, Sigma)``; ``lambda_1, lambda_2`` the spread along the principal axes after the

@@ -10,8 +10,8 @@ and the Cayley retraction on the Stiefel manifold used to learn them.
 * KLT: the eigenvectors of a covariance, largest eigenvalue first. OSTQuant's ``--use_klt`` initialises
   ``R_res = KLT(rows of [W_q; W_k; W_v; W_up; W_gate]) @ random Hadamard`` (:func:`weight_klt`), with the
   covariance of the rows, centred: ``C = (W - 1 mu^T)^T (W - 1 mu^T) / N``, ``mu`` the mean row (the Karhunen-Loeve
-  transform diagonalises the covariance). ``centered=False`` keeps the uncentred second moment ``W^T W / N`` (the
-  suite's earlier choice; it differs only by the rank-one term ``mu mu^T``).
+  transform diagonalises the covariance). ``centered=False`` keeps the uncentred second moment ``W^T W / N`` (it
+  differs only by the rank-one term ``mu mu^T``).
 * Cayley retraction (Li, Li & Todorovic, ICLR 2020, the ``SGDG`` option of the official code): for a Euclidean gradient
   ``G`` at ``R``, the skew matrix ``A = G R^T - R G^T`` and ``R' = (I + lr/2 A)^{-1} (I - lr/2 A) R`` stays exactly
   orthogonal (``R'^T R' = I``) and moves along ``-grad`` to first order.

@@ -254,7 +254,7 @@ def expected_reward(
     return (d * r).sum()
 
 
-# -- the official code's baseline update (issue 47: the baselines as strong as the official ones) ---------------------
+# -- the official code's baseline update (the baselines as strong as the official ones) ------------------------------
 def discounted_state_distribution(discounted_counts: torch.Tensor) -> torch.Tensor:
     """``p_s [S]``: the *discounted* data state distribution of the official code, from the transition counts weighted
     by ``gamma^t`` (``t`` the step within its trajectory) ``[S, A, S]``, each initialised at

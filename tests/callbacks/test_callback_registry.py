@@ -1,4 +1,4 @@
-"""Which experiments each shared callback works with, found from the registry (issue 50 items 1-2).
+"""Which experiments each shared callback works with, found from the registry.
 
 Every ``conf/experiment/*.yaml`` is composed and its module instantiated as ``python -m train`` does; each shared
 callback's contract (:mod:`callbacks.contracts`) is checked on the module, and, where the module meets it, on the

@@ -1,4 +1,4 @@
-"""The embedded driving world is one where planning can fail (issue 49 item 7): the ego turns (curved roads) and
+"""The embedded driving world is one where planning can fail: the ego turns (curved roads) and
 changes lanes, other cars move and change lanes, and constant velocity collides under ST-P3's box definition at a
 rate of a few percent while the driven trajectory does not."""
 

@@ -1,4 +1,4 @@
-"""Classifier quantization (issue 50 item 3): the transforms are equivalences, the quantizer matches a naive twin,
+"""Classifier quantization: the transforms are equivalences, the quantizer matches a naive twin,
 W8A8 RTN keeps a trained classifier's accuracy and W4A4 changes its predictions."""
 
 from __future__ import annotations

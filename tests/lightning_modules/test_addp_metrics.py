@@ -1,4 +1,4 @@
-"""ADDP's depth metrics by the standard NYUv2 protocol (issue 48 item 10): metric depth, the Eigen crop, the 10 m cap
+"""ADDP's depth metrics by the standard NYUv2 protocol: metric depth, the Eigen crop, the 10 m cap
 and per-image means, on a synthetic 480 x 640 fixture with hand-computed AbsRel / RMSE / delta1; selected by
 ``model.depth_protocol``."""
 

@@ -1,4 +1,4 @@
-"""ADDP's expression encoder (issue 48 item 11): ``model.text_encoder=hash`` (the datamodule's bag-of-words hash, the
+"""ADDP's expression encoder: ``model.text_encoder=hash`` (the datamodule's bag-of-words hash, the
 embedded stand-in) or ``bert`` (a pretrained transformers encoder, frozen by default, projected to the denoiser's
 condition width). A tiny randomly initialised BertModel and a WordPiece tokenizer over a small vocabulary are saved
 to a temporary folder and loaded through ``model.text_encoder_path``, as a user's local weights would be: no network.

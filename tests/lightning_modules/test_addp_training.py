@@ -1,4 +1,4 @@
-"""ADDP learns the embedded task (issue 48 item 13): a tiny diffusion model trained for a few seconds on the rendered
+"""ADDP learns the embedded task: a tiny diffusion model trained for a few seconds on the rendered
 scenes scores a clearly better held-out metric, through the module's own validation path (sampling, decoding,
 torchmetrics), than the same model untrained. A loss with a flipped target, a decode on the wrong axis or an update
 that does nothing fails it; the op-level tests of ``test_addp.py`` do not."""

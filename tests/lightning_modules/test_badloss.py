@@ -132,7 +132,7 @@ def test_mismatches_are_reported_at_fit(tmp_path):
 
 
 def test_badloss_detects_a_strongly_detectable_attack(tmp_path):
-    """Issue 18 item 2: a case built to be detectable -- one slowly learnt dirty-label attack (random-pattern blend,
+    """A case built to be detectable -- one slowly learnt dirty-label attack (random-pattern blend,
     10% of 600 digits), 6 detection epochs, 30 probes. Over seeds 0-4 the AUC was 0.955-0.969 and 96-100% of the
     poisons were removed (at the fixed 40% rejection); an inverted detector (score sign flipped) gives AUC < 0.1
     and keeps most poisons, so it fails both assertions."""

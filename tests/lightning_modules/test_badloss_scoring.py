@@ -306,8 +306,8 @@ def test_claim_trajectory_plot_needs_its_npz(tmp_path):
 
 
 def test_knn_distances_are_float64_whatever_the_input():
-    """Issue 18 item 3: on float32 loss-sized trajectories the matrix-product cdist gave self-distances of ~0.008 and
-    swapped neighbour ranks; distances are now float64 differences, so a copy is at distance exactly 0."""
+    """kNN distances are float64 differences, so a copy is at distance exactly 0 (on float32 loss-sized trajectories
+    the matrix-product cdist gives self-distances of ~0.008 and swaps neighbour ranks)."""
     g = torch.Generator().manual_seed(0)
     ref = (2.3 + 0.01 * torch.rand(60, 30, generator=g)).float()  # > 25 rows: where cdist switches to matmul
     query = (2.3 + 0.01 * torch.rand(50, 30, generator=g)).float()

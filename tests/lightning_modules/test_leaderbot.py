@@ -175,7 +175,7 @@ def arena_full():
 
 
 def test_fit_matches_package_fits(arena_full):
-    """Item 4 of the issue on the full bundled data, against the package's recorded fits
+    """On the full bundled data, against the package's recorded fits
     (tests/fixtures/leaderbot_package_fits.py): the suite's default fit (Newton, the experiment's budget of 60
     steps) has NLL <= package + 1e-6 and a Kendall tau >= 0.99 with the package's ranking.
 

@@ -1,4 +1,4 @@
-"""End-to-end known answer (issue 48, item 4): a classifier whose decision provably depends on one patch only.
+"""End-to-end known answer: a classifier whose decision provably depends on one patch only.
 
 Hand-set weights: class 0's logit is ``5 * sum(pixels of patch K) - 12`` and every other weight is zero, so no other
 pixel can move the output. On an image where patch K is bright, MDA (from a prior that does not put K first) and

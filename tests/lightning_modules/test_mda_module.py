@@ -157,7 +157,7 @@ def test_binary_subject_metrics_take_one_score_per_image():
 
 
 def test_default_run_measures_mda_and_a_run_that_measured_nothing_says_so(tmp_path: Path, caplog):
-    """Issue 51, item 4: `make train METHOD=mda` scores MDA (attribution on by default); a benchmark whose images all
+    """`make train METHOD=mda` scores MDA (attribution on by default); a benchmark whose images all
     fail the paper's filters says so in one line instead of logging attr/n_images 0 silently."""
     import lightning.pytorch as pl
     from torch.utils.data import DataLoader, TensorDataset

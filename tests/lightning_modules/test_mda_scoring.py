@@ -1,4 +1,4 @@
-"""The benchmark's scoring conventions (issue 48, items 1-2): RISE as the official MDA test scores it, the raw AUC
+"""The benchmark's scoring conventions: RISE as the official MDA test scores it, the raw AUC
 beside it, negative monotonicity on the blur substrate, and the official pixel-step monotonicity; hand numbers."""
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def test_tgn_encoder_trains_nforgot_in_time_order_with_gradients_everywhere(tmp_
         NForGOTLitModule(encoder="gru")
 
 
-# -- issue 46: the discrepancy is wired as the official model (subtree rows, pairing, prototypes) ----------------
+# -- the discrepancy is wired as the official model (subtree rows, pairing, prototypes) -------------------------
 
 
 def neighbour_row_grad(model, b):
@@ -160,7 +160,7 @@ def test_discrepancy_neighbour_rows_carry_no_gradient_as_the_official_subtree(tm
     b = train.subset(torch.arange(len(train) - 40, len(train)))  # late queries: every row has neighbours
     nbr, own = neighbour_row_grad(model, b)
     assert nbr == 0.0 and own > 0  # official: only the node's own embedding moves
-    model.hparams.subtree_neighbours = "reembed"  # the suite's earlier composition: the whole neighbourhood moves
+    model.hparams.subtree_neighbours = "reembed"  # every row trainable: the whole neighbourhood moves
     nbr, own = neighbour_row_grad(model, b)
     assert nbr > 0 and own > 0
 

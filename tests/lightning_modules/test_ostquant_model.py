@@ -167,7 +167,7 @@ def test_bad_inputs():
 
 
 def test_freeze_searches_clip_ratios_by_default():
-    """Issue 18 item 6: frozen weights get the official 80-ratio, exponent-2.4 clip search unless switched off."""
+    """Frozen weights get the official 80-ratio, exponent-2.4 clip search unless switched off."""
     from ops.quant import rtn_weight
 
     net = _lm(MIXERS["softmax_variant"])
@@ -193,7 +193,7 @@ def test_freeze_searches_clip_ratios_by_default():
 
 
 def test_klt_init_uses_the_centred_row_covariance():
-    """Issue 18 item 7: R_res = KLT(centred covariance of the input-side weight rows) @ H and R_ov likewise."""
+    """R_res = KLT(centred covariance of the input-side weight rows) @ H and R_ov likewise."""
     from ops.quant import weight_klt
 
     net = _lm(MIXERS["softmax_variant"])

@@ -1,5 +1,5 @@
-"""PreWorld's baselines scored through the module's evaluation on a hand-built batch with hand-computed answers
-(issue 48 item 13): copy-last warped by the known ego poses (a whole-voxel shift and quarter / half turns), its
+"""PreWorld's baselines scored through the module's evaluation on a hand-built batch with hand-computed answers:
+copy-last warped by the known ego poses (a whole-voxel shift and quarter / half turns), its
 ground-truth and unwarped twins, and the constant-velocity planner's L2 and point collisions."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""PreWorld module: the rendering and loss conventions of issue 49 (items 1-3) as the module applies them: default
+"""PreWorld module: the rendering and loss conventions as the module applies them: default
 rendered depth on a known synthetic scene, the official 3D-loss forms by config, the trajectory loss summed over
 steps and the pre-train-only label offset."""
 
@@ -44,8 +44,8 @@ class _Fixed(torch.nn.Module):
 
 
 def test_module_default_renders_the_true_depth_of_a_synthetic_scene():
-    """Item 1 through the module's own hyper-parameters: radius 7.8 and centre z 1 of conf/model, background length
-    from pc_range, bin midpoints, metric depth through the contracted distance."""
+    """The rendered depth through the module's own hyper-parameters: radius 7.8 and centre z 1 of conf/model,
+    background length from pc_range, bin midpoints, metric depth through the contracted distance."""
     grid = (128, 128, 16)
     x, y, z = (torch.linspace(PC[k], PC[3 + k], grid[k] + 1)[:-1] + (PC[3 + k] - PC[k]) / grid[k] / 2 for k in range(3))
     gx, gy, gz = torch.meshgrid(x, y, z, indexing="ij")
@@ -75,7 +75,7 @@ def _occ_case(num_classes: int = 5):
 
 
 def test_3d_losses_unmasked_by_config():
-    """Item 2: the official trains the 3D losses without the camera mask (camera_mask=None)."""
+    """The official trains the 3D losses without the camera mask (camera_mask=None)."""
     logits, occ, mask = _occ_case()
     noise = torch.randn(logits.shape, generator=torch.Generator().manual_seed(1)) * 3
     moved = logits + noise * (~mask)[:, None]  # change only camera-invisible voxels
@@ -87,7 +87,7 @@ def test_3d_losses_unmasked_by_config():
 
 
 def test_official_focal_and_lovasz_forms_by_config():
-    """Item 2: focal_form=sigmoid is the official CustomFocalLoss (x100, class weights with free 0, radial weight);
+    """focal_form=sigmoid is the official CustomFocalLoss (x100, class weights with free 0, radial weight);
     lovasz_drop_free=true drops free voxels from the Lovasz term (official ignore=17)."""
     logits, occ, mask = _occ_case()
     m = _model(stage="finetune", loss_camera_mask=False, focal_form="sigmoid", lovasz_drop_free=True)
@@ -107,7 +107,7 @@ def test_official_focal_and_lovasz_forms_by_config():
 
 
 def test_trajectory_term_is_summed_over_steps(batch):
-    """Item 3: sum over forecast steps of the per-step loss (the official logs one loss_traj_{k}s per step and
+    """Sum over forecast steps of the per-step loss (the official logs one loss_traj_{k}s per step and
     mmdet sums them), not their mean."""
     m = _model(stage="finetune", curriculum=False)
     m.eval()  # BatchNorm on running statistics: the two forward passes below see the same volumes
@@ -121,7 +121,7 @@ def test_trajectory_term_is_summed_over_steps(batch):
 
 
 def test_official_label_offset_applies_to_the_pretrain_only_branch(batch):
-    """Item 3: the official +2 labels exist only in simple_test's non-fine-tuned branch (density threshold); the
+    """The official +2 labels exist only in simple_test's non-fine-tuned branch (density threshold); the
     fine-tuned branch labels step k as k. The flag therefore shifts pre-train-only evaluation only."""
     pre = _model(official_label_offset=True)
     pre._eval(batch, "val")  # k scored against frame k + 1: the last step (k = 2) has no target

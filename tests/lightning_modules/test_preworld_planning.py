@@ -1,4 +1,4 @@
-"""PreWorld evaluation by the official and standard conventions (issue 49 items 4, 5, 6, 8): unmasked 4D mIoU beside
+"""PreWorld evaluation by the official and standard conventions: unmasked 4D mIoU beside
 the camera-masked one, the ST-P3 planning metric (L2 and ego-box collisions averaged over the steps up to each
 horizon), copy-last warped by the known ego poses (exact on a static world), and the pretrain-only zero IoU
 explained."""

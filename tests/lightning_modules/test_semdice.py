@@ -108,7 +108,7 @@ def test_real_npz_loader(tmp_path):
         TabularMDPDataModule(source="real", data_dir=str(tmp_path), filename="absent.npz").setup("fit")
 
 
-# -- issue 47 items 1-2: the baselines' official update -----------------------------------------------------------
+# -- the baselines' official update --------------------------------------------------------------------------------
 def test_official_baseline_update_on_a_three_state_fixture():
     """One step of the official update on a 3-state, 2-action MDP, against values derived by hand: action 0 stays,
     action 1 moves to the next state (mod 3); uniform policy; state reward r = (1, 0, 0); gamma = 1/2.

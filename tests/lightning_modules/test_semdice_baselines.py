@@ -1,4 +1,4 @@
-"""SEMDICE's policy-gradient baselines improve their own objective (issue 48 item 13): every training step (one
+"""SEMDICE's policy-gradient baselines improve their own objective: every training step (one
 collected trajectory, then ``inner_steps`` updates) raises the baseline's normalised return ``J`` of its reward under
 the MLE model it was given, for both update rules. A sign flip or a no-op update fails this; "the logits moved"
 (``test_semdice.py``) does not.

@@ -40,7 +40,7 @@ def test_stages_chain_through_run_folders(tmp_path, capsys):
     assert code == 0, capsys.readouterr().err[-2000:]
     state = torch.load(first / "checkpoints" / "last.ckpt", weights_only=True)
     assert state["state_dict"]["done"].tolist() == [True, True, False] and state["global_step"] == 5
-    # metrics named for what they are (issue 51, item 5): no `val/loss` standing for minus R@1, no `lr-*` bookkeeping
+    # metrics named for what they are: no `val/loss` standing for minus R@1, no `lr-*` bookkeeping
     metrics = json.loads((first / "metrics.json").read_text())
     assert "val/long_r1" in metrics and "val/loss" not in metrics
     assert [k for k in metrics if k.startswith("lr-")] == [], sorted(metrics)

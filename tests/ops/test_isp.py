@@ -153,8 +153,8 @@ def test_ema_update():
 
 
 def test_ema_keeps_identical_weights_bit_identical():
-    """Issue 47, item 5: an EMA-only adaptation of identical student and teacher must change nothing; the old
-    ``mul_(d).add_(s, 1 - d)`` left float32 gaps of ~1e-8 on some of these weights (this test fails on it)."""
+    """An EMA-only adaptation of identical student and teacher must change nothing; the form
+    ``mul_(d).add_(s, 1 - d)`` leaves float32 gaps of ~1e-8 on some of these weights (this test fails on it)."""
     torch.manual_seed(0)
     s = torch.nn.Linear(64, 64)
     t = torch.nn.Linear(64, 64)

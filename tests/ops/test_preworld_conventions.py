@@ -1,4 +1,4 @@
-"""PreWorld conventions pinned against the official code (issue 49, items 1-3): rendered depth of a known synthetic
+"""PreWorld conventions pinned against the official code: rendered depth of a known synthetic
 scene, bin-midpoint samples and the official background length, the official 3D-loss forms (sigmoid focal, Lovasz
 without free voxels, unmasked), the trajectory loss summed over steps and the pre-train-only label offset."""
 
@@ -60,7 +60,7 @@ def float64():
 
 
 def test_default_rendered_depth_is_the_true_depth_of_a_synthetic_scene():
-    """Item 1: with the defaults (metric depth through the contracted distance, bin midpoints, background length
+    """With the defaults (metric depth through the contracted distance, bin midpoints, background length
     (half-extent - radius) / radius) every ray renders its true depth, the wall in the contracted shell included;
     the official s = t / (1 + t) convention compresses every depth."""
     vol, o, d, true = _scene()
@@ -74,7 +74,7 @@ def test_default_rendered_depth_is_the_true_depth_of_a_synthetic_scene():
 
 
 def test_background_length_and_bin_midpoints_are_the_official_ones():
-    """Item 1: bg_len = (half-extent - radius) / radius (1/39 for radius 39 of a 40 m grid) and sample distances at
+    """bg_len = (half-extent - radius) / radius (1/39 for radius 39 of a 40 m grid) and sample distances at
     the midpoints of the bins linspace(0, 2, n_inner + 1) and 2 / linspace(1, 1/64, n_outer + 1)."""
     assert math.isclose(R.background_length((-40.0, -40.0, -1.0, 40.0, 40.0, 5.4), 39.0), 1 / 39)
     assert math.isclose(R.background_length(PC, RADIUS), 0.2 / 7.8)
@@ -104,7 +104,7 @@ def test_sample_depths_match_their_loop_twin():
 
 
 def test_sigmoid_focal_matches_its_loop_twin_with_grads():
-    """Item 2: the official focal loss is a sigmoid focal loss over one-hot channels (alpha 0.25, gamma 2), weighted
+    """The official focal loss is a sigmoid focal loss over one-hot channels (alpha 0.25, gamma 2), weighted
     per channel by the class weight (free 0) and per voxel by the radial weight, summed over channels, averaged over
     voxels, x100."""
     g = torch.Generator().manual_seed(0)
@@ -131,7 +131,7 @@ def test_radial_weight_is_one_at_the_centre_and_two_at_the_corner():
 
 
 def test_lovasz_can_drop_the_free_class():
-    """Item 2: the official Lovasz term ignores free voxels (ignore=17): changing the logits of free voxels leaves
+    """The official Lovasz term ignores free voxels (ignore=17): changing the logits of free voxels leaves
     it unchanged, while the suite's default form sees them."""
     g = torch.Generator().manual_seed(0)
     logits, y = torch.randn(30, 4, generator=g), torch.randint(0, 4, (30,), generator=g)
@@ -147,7 +147,7 @@ def test_lovasz_can_drop_the_free_class():
 
 
 def test_trajectory_loss_sums_over_steps():
-    """Item 3: the official loss is one term per forecast step (loss_traj_{k}s), summed: sum_k sum_xy mean_b."""
+    """The official loss is one term per forecast step (loss_traj_{k}s), summed: sum_k sum_xy mean_b."""
     g = torch.Generator().manual_seed(0)
     pred, gt = torch.randn(4, 3, 2, generator=g), torch.randn(4, 3, 2, generator=g)
     per_step = [(pred[:, k] - gt[:, k]).pow(2).mean(0).sum() for k in range(3)]

@@ -174,7 +174,7 @@ def test_kl_top_definition():
         kl_top(zf, zq, k=0)
 
 
-# -- issue 18 items 5-7: signed 4-bit scale, official clip grid, centred KLT -------------------------------------------
+# -- signed 4-bit scale, official clip grid, centred KLT -----------------------------------------------------------
 def test_signed_scale_uses_level_minus_8_on_negative_dominated_rows():
     # [-8, -4, 1, 3]: s = max(8 / 8, 3 / 7) = 1, so every entry is on the grid [-8, 7] and quantizes exactly. The old
     # absmax/7 scale (8/7) gives x/s = [-7, -3.5, 0.875, 2.625] -> [-7, -4, 1, 3] * 8/7 (coarser, -8 never used).

@@ -141,7 +141,7 @@ def test_census_finds_a_planted_massive_activation_in_a_vit_and_a_cnn() -> None:
     rows = run_census(cnn, lambda: cnn(x), r"^1$", k=(20.0,))
     hook.remove()
     ratio = [r["value"] for r in rows if r["metric"] == "ratio"][0]
-    assert ratio > 1e3  # the feature map [B, C, H, W] was read (a 4-d output used to be skipped)
+    assert ratio > 1e3  # the feature map [B, C, H, W] is read, not skipped as a 4-d output
     assert [r["value"] for r in rows if r["metric"] == "dims_k20"] == ["2"]  # channel 2 holds it
     # capture=input: the head's input [B, 256] is read as tokens
     rows = run_census(cnn, lambda: cnn(x), r"^4$", k=(20.0,), capture="input")

@@ -1,5 +1,5 @@
 """`make claim ... PROFILE=paper` checks what its entries need before any starts (a CUDA device, the real dataset's
-folder, the packages of the config's classes) and never writes a page over docs/ from a failed run (issue 51, item 3).
+folder, the packages of the config's classes) and never writes a page over docs/ from a failed run.
 """
 
 from __future__ import annotations

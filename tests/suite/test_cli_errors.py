@@ -75,7 +75,7 @@ def test_wrong_value_type_is_one_line_naming_the_key(override: str, expected: st
     ],
 )  # fmt: skip
 def test_wrong_root_value_type_is_one_line_naming_the_key(override: str, expected: str, tmp_path, capsys):
-    """Typed values of the root config (issue 51, item 1): `seed=abc` was a 47-line traceback."""
+    """Typed values of the root config: `seed=abc` is one line naming the key, not a traceback."""
     code = run_entry(
         "train", [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", f"paths.log_dir={tmp_path}", override]
     )

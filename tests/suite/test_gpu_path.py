@@ -1,4 +1,4 @@
-"""The GPU path for a bare GPU machine (issues 52 item 4, 53): ``make gpu-wheels`` builds a wheel folder that installs
+"""The GPU path for a bare GPU machine: ``make gpu-wheels`` builds a wheel folder that installs
 with ``--no-index`` into a fresh target, from which the check's imports resolve; ``gpu_check.sh --bare --preflight``
 passes on it; the GPU claim profiles load and compose; ``benchmarks/gpu_claims.sh`` runs, packs and rebuilds a page
 (on the CPU here: ``--cpu``); the step timer leaves validation out of a step's time.

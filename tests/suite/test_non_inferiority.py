@@ -1,4 +1,4 @@
-"""`suite.report.non_inferior`: the verdict of "keeps" / "matches" claims (issue 48 item 7), on synthetic values."""
+"""`suite.report.non_inferior`: the verdict of "keeps" / "matches" claims, on synthetic values."""
 
 from __future__ import annotations
 

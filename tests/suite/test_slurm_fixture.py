@@ -1,5 +1,5 @@
 """The local SLURM cluster fixture (tests/suite/conftest.py) without SLURM: its precondition, the script's start
-deadlines that name the daemon's error line, and the cleanup of a failed or timed-out start (issue 51, item 8)."""
+deadlines that name the daemon's error line, and the cleanup of a failed or timed-out start."""
 
 from __future__ import annotations
 

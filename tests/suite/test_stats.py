@@ -1,5 +1,5 @@
 """The verdict statistics (suite.stats) against scipy.stats on hand-made samples, and the convergence rule on the
-curves that the former rules misread."""
+curves that simpler rules misread (two standard errors; a signed gain)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def test_two_standard_errors_is_not_a_95_interval():
     # three seeds a side: 2 s.e. is about an 82% interval; this difference clears 2 s.e. but not the t interval
     a, b = [1.0, 1.2, 1.4], [0.7, 0.8, 0.95]
     iv = stats.welch_interval(a, b)
-    assert iv.diff > 2 * iv.se  # decided under the former rule
+    assert iv.diff > 2 * iv.se  # two standard errors would call it decided
     assert stats.decide(iv)[0] == stats.NOISE
     assert ss.ttest_ind(a, b, equal_var=False).pvalue > 0.05
 
@@ -127,7 +127,7 @@ def test_too_few_values_raise():
         stats.welch_interval([1.0, float("nan")], [0.5, 0.7])
 
 
-# --- convergence: the curves the former signed-gain rule misread -----------------------------------------------------
+# --- convergence: the curves a signed-gain rule misreads -------------------------------------------------------------
 
 
 def _steps(ys):

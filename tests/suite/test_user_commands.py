@@ -20,7 +20,7 @@ from suite.compare import RunRecord, plot_curves
 from suite.compare import main as compare_main
 from tests.conftest import FIXTURE_CONF, ROOT, run_entry
 
-# Lines that are noise to a user (issue 17, item 11); none may reach the console.
+# Lines that are noise to a user; none may reach the console.
 NOISE = ("💡 Tip", "LeafSpec", "was configured so 100%", "`srun` command", "anonymous setting", "weights_only",
          "Images sizes do not match", "dirpath has changed", "Received SIGTERM")  # fmt: skip
 
@@ -42,19 +42,19 @@ def test_make_train_then_make_eval_then_make_compare(tmp_path):
     assert train.returncode == 0, train.stderr[-3000:]
     (run,) = (logs / "train" / "leaderbot" / "runs").iterdir()
     out = train.stdout
-    # Where the results went (item 5): folder, metrics file, checkpoint, leaderboard top, curves.
+    # Where the results went: folder, metrics file, checkpoint, leaderboard top, curves.
     assert f"run finished: {run}/" in out and f"metrics ({run}/metrics.json):" in out
     assert f"checkpoint: {run}/checkpoints/last.ckpt" in out and f"curves: {run}/csv/metrics.csv" in out
     assert f"leaderboard ({run}/leaderboard.csv), top 5:" in out and re.search(r"^\s+1\. \S+\s+\(score -?\d", out, re.M)
     trained = json.loads((run / "metrics.json").read_text())
     assert re.search(rf"^\s+test/kld\s+{trained['test/kld']:.6g}$", out, re.M)
-    # A quiet console (item 11): each INFO line once, no noise; one named column of metrics, no "DataLoader 0".
+    # A quiet console: each INFO line once, no noise; one named column of metrics, no "DataLoader 0".
     console = train.stdout + train.stderr
     assert console.count("GPU available") == 1, console[-3000:]
     assert [n for n in NOISE if n in console] == [] and "DataLoader 0" not in console
     assert "smaller than the logging interval Trainer(log_every_n_steps=1000)" in console  # real warnings stay
 
-    # `make eval` on that checkpoint, by a relative path (item 1): own run folder, same test metrics.
+    # `make eval` on that checkpoint, by a relative path: own run folder, same test metrics.
     ckpt = os.path.relpath(run / "checkpoints" / "last.ckpt", ROOT)
     ev = _make("eval", f"CKPT={ckpt}", f"ARGS=paths.log_dir={logs}")
     assert ev.returncode == 0, ev.stderr[-3000:]
@@ -65,7 +65,7 @@ def test_make_train_then_make_eval_then_make_compare(tmp_path):
     assert f"finished: {eval_run}/" in ev.stdout and "leaderboard (" in ev.stdout
     assert "weights_only" not in ev.stdout + ev.stderr
 
-    # `make compare`: by default the metrics the claim check reports (not all 27); METRICS= picks columns (item 9).
+    # `make compare`: by default the metrics the claim check reports (not all 27); METRICS= picks columns.
     cmp = _make("compare", "METHOD=leaderbot", f"LOGS={logs}")
     assert cmp.returncode == 0, cmp.stderr[-3000:]
     header = (logs / "compare" / "leaderbot" / "comparison.md").read_text().splitlines()[2]
@@ -75,7 +75,7 @@ def test_make_train_then_make_eval_then_make_compare(tmp_path):
     claim = [m for m in spec_metrics if m in logged]
     assert len(claim) >= 5 and len(claim) < len(logged)  # a selection, not every metric
     assert header == "| run | " + " | ".join(claim) + " |"
-    assert "(one seed)" in cmp.stdout and "±" not in cmp.stdout  # item 10: no "mean ± std" over one seed
+    assert "(one seed)" in cmp.stdout and "±" not in cmp.stdout  # no "mean ± std" over one seed
     cmp = _make("compare", "METHOD=leaderbot", f"LOGS={logs}", "METRICS=test/kld val/nll", f"OUT={tmp_path / 'c2'}")
     assert cmp.returncode == 0, cmp.stderr[-3000:]
     assert cmp.stdout.splitlines()[0] == "| run | test/kld | val/nll |"
@@ -216,7 +216,7 @@ def test_quiet_console_drops_named_noise_and_keeps_real_messages(capsys):
 @pytest.mark.parametrize(("method", "lr_key"), [("leaderbot", "newton"), ("semdice", "optimizer")])
 def test_readme_sweep_line_as_typed(method: str, lr_key: str, tmp_path):
     """`make sweep METHOD=x ARGS="seed=0,1,2 model.lr=1e-3,1e-4"` (README, `make help`): `model.lr` is every
-    experiment's learning rate (issue 51, item 2); debug=fdr keeps the six jobs to a batch each."""
+    experiment's learning rate; debug=fdr keeps the six jobs to a batch each."""
     args = f"ARGS=seed=0,1,2 model.lr=1e-3,1e-4 debug=fdr logger=csv paths.log_dir={tmp_path}"
     proc = _make("sweep", f"METHOD={method}", args)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -252,7 +252,7 @@ def test_model_lr_names_every_experiments_learning_rate():
 
 
 def test_overfit_verdict_states_pass_or_fail_against_its_threshold(tmp_path, capsys):
-    """debug=overfit says whether the batch was overfitted (issue 51, item 7), judged on the run's CSV curve."""
+    """debug=overfit says whether the batch was overfitted, judged on the run's CSV curve."""
     from suite.debug import overfit_verdict
 
     def curve(name: str, values: list[float], key: str = "train/loss_step") -> Path:
@@ -286,7 +286,7 @@ def test_a_run_whose_test_measured_nothing_says_so(tmp_path, capsys):
 
 def test_torch_geometric_jit_deprecation_stays_off_the_console():
     """torch_geometric scripts its helpers with `torch.jit.script` at import (a FutureWarning about its own code that
-    reached every graph run's console, issue 51 item 7); the entry points' filter drops exactly that message."""
+    would reach every graph run's console); the entry points' filter drops exactly that message."""
     code = "from suite.quiet import quiet_console; quiet_console(); import torch_geometric.nn"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)

@@ -35,7 +35,7 @@ ORDER = ("finetune", "joint", "ewc", "lwf", "replay", "nforgot", "nforgot_no_cla
          "nforgot_released", "nforgot_wl", "nforgot_reembed", "nforgot_mmd01")  # fmt: skip
 MIN_FORGETTING = 0.05  # Finetune's AF below this: there is (almost) no forgetting to prevent
 MIN_AP_GAP = 0.15  # Joint's AP minus Finetune's below this: too little lost to forgetting to rank the methods
-# The paper's tables were not retrievable (papers/nforgot.md), so the smallest effect of interest is stated, not
+# The paper's tables were not retrievable offline, so the smallest effect of interest is stated, not
 # taken from the paper: 2 points of AP or AF, the smallest gain a continual-learning table reports as one.
 DELTA = 0.02
 DELTA_WHY = "2 points, the smallest gain a continual-learning table reports (no paper table was retrievable)"

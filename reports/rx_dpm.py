@@ -57,9 +57,9 @@ The image models are small and CPU-trained (see their paragraphs): the Fashion-M
 plateau. Each run trains its own FID feature CNN (a classifier, not Inception), so an FID compares solvers within
 a run (same features, same noises), not seeds, and never published numbers; the tables average the runs.
 "Not better" at the lowest NFE on the EDM grid (sigma 80 -> 0.002) means the first coarse intervals span a huge
-sigma range, far outside the asymptotic regime that Richardson extrapolation assumes; the notes' own 1-D scratch
-check (`papers/rx_dpm.md`) saw the same crossover for RX-Euler and also found the naive coefficients slightly
-better than the adapted ones."""
+sigma range, far outside the asymptotic regime that Richardson extrapolation assumes; a 1-D scratch check made
+while reading the official code (https://github.com/jin01020/rx-dpm) saw the same crossover for RX-Euler and
+also found the naive coefficients slightly better than the adapted ones."""
 
 ERR_TOL = 0.01  # a budget counts as better or worse beyond 1% relative pathwise error (deterministic: exact score)
 FID_TOL = 0.05  # and beyond 5% relative FID (a few hundred samples per seed)

@@ -13,7 +13,9 @@
 #   bash benchmarks/gpu_check.sh --bare        a bare GPU machine: its own python3 (torch, lightning, torchmetrics,
 #                                              timm, torch-geometric) plus the wheels of `make gpu-wheels` (.whl/,
 #                                              carried with the tree), installed into a temporary target
-#   bash benchmarks/gpu_check.sh --bare --preflight   only step 0 without CUDA (works on any machine: test it here)
+#   bash benchmarks/gpu_check.sh --bare --preflight   only step 0, without CUDA: runs on any machine whose python3
+#                                              (or PY=<python>) has torch, lightning, torchmetrics, timm and
+#                                              torch-geometric, with the wheels of `make gpu-wheels` in .whl/
 # Fails at once, with one line, on a machine without CUDA or without a wheel it needs; a failing step 1-3 does not
 # stop the later ones (the script's exit code is 1 then).
 set -euo pipefail

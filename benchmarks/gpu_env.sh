@@ -12,6 +12,8 @@ WHEEL_TARGET=""
 if [ "$BARE" = 1 ]; then
   PY=${PY:-python3}
   command -v "$PY" >/dev/null || { echo "error: $PY not found (BARE=1 runs the machine's own Python)" >&2; exit 2; }
+  "$PY" -c 'import torch' 2>/dev/null || { echo "error: $PY has no torch: --bare runs the machine's own Python, which \
+must bring torch, lightning, torchmetrics, timm and torch-geometric (PY=<python> picks another one)" >&2; exit 2; }
   shopt -s nullglob
   wheels=("$GPU_WHEELS"/*.whl)
   shopt -u nullglob

@@ -100,3 +100,20 @@ def test_a_typo_is_hinted_with_a_key_the_config_uses(args: str, hint: str):
     assert proc.returncode == 2
     errors = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("error:")]
     assert errors == [f"error: unknown config key 'model.lrr' (did you mean '{hint}'?)"], proc.stderr[-2000:]
+
+
+def test_bare_preflight_states_that_its_python_needs_torch(tmp_path):
+    """`bash benchmarks/gpu_check.sh --bare --preflight` runs the machine's own Python (python3, or PY=...): one
+    without torch fails at once with one line that says what that Python must bring (here: this interpreter with
+    its site-packages switched off, so torch is not importable)."""
+    python = tmp_path / "python-without-torch"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    python.chmod(0o755)
+    env = {**os.environ, "PY": str(python), "GPU_WHEELS": str(tmp_path)}
+    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--bare", "--preflight"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {python} has no torch: --bare runs the machine's own Python, which must bring torch, lightning, "
+        "torchmetrics, timm and torch-geometric (PY=<python> picks another one)"
+    ]

@@ -82,8 +82,8 @@ claim: $(STAMP) ## Claim check: method + baselines over seeds, docs/results/METH
 slurm: $(STAMP) ## Submit to SLURM via submitit: make slurm METHOD=x ARGS="trainer=ddp trainer.devices=4 seed=0,1"
 	$(PY) -m train -m experiment=$(METHOD) launcher=slurm $(ARGS)
 
-compare: $(STAMP) ## Compare finished runs: make compare [METHOD=x | RUNS="dir1 dir2"] [METRICS="test/mae val/loss"] [OUT=dir]
-	$(PY) -m suite.compare $(if $(RUNS),--runs $(RUNS),--method $(METHOD)) $(if $(METRICS),--metrics $(METRICS),) $(if $(LOGS),--logs $(LOGS),) $(if $(OUT),--out $(OUT),)
+compare: $(STAMP) ## Compare finished runs: make compare [METHOD=x | RUNS="dir1 dir2"] [METRICS="test/mae val/loss"] [SPLIT=key] [OUT=dir]
+	$(PY) -m suite.compare $(if $(RUNS),--runs $(RUNS),--method $(METHOD)) $(if $(METRICS),--metrics $(METRICS),) $(if $(SPLIT),--split-by $(SPLIT),) $(if $(LOGS),--logs $(LOGS),) $(if $(OUT),--out $(OUT),)
 
 bench: $(STAMP) ## Run every CPU benchmark in benchmarks/ (GPU-only ones skipped, saying why); BENCH_LIST=1: list only
 	@# A script that cannot run here says why in a module-level line `BENCH_SKIP = "<why>"`. One that fails does not

@@ -91,7 +91,7 @@ from omegaconf import OmegaConf
 
 from suite import results_data
 from suite.claims import ClaimResult, ClaimSpec, HookResult, apply_holm, apply_weak_baselines, judge_claims
-from suite.compare import RunRecord, aggregate, find_runs, markdown_table, plot_curves, plot_final, read_run
+from suite.compare import RunRecord, aggregate, curve_keys, find_runs, markdown_table, plot_curves, plot_final, read_run
 from suite.errors import ConfigError, SuiteError
 from suite.page import glossary_link, hook_sections, per_seed_section, summary_section, verdict_section
 from suite.preflight import compose_run, preflight
@@ -502,7 +502,12 @@ def write_page(
         data["claims"] = [v.to_dict() for v in verdicts]
     keys, table = aggregate(records, raw.get("metrics"))
     plot = plot_final(records, keys, page.parent / f"{slug}.png") if records else None
-    curves = plot_curves(records, ["train/loss"], page.parent / f"{slug}_curves.png") if records else None
+    wanted = [t for v in verdicts for t in v.metric.split() if "/" in t]  # the curves of what the claims read
+    wanted += [cspec.sizing_metric or "", "train/loss"]
+    curves_png = page.parent / f"{slug}_curves.png"
+    curves = (
+        plot_curves(records, curve_keys(records, wanted), curves_png, shared=False, max_panels=12) if records else None
+    )
     data_rel = results_data.data_path(page).relative_to(page.parent)
     made = (data or {}).get("written") or datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     commit = (data or {}).get("commit")
@@ -550,7 +555,7 @@ def write_page(
     over = "mean ± std over seeds" if most >= 2 else "one seed per run: no spread"
     lines += ["", f"## Final metrics ({over})", "", markdown_table(keys, table) if records else "none"]
     if plot:
-        lines += ["", f"![final metrics]({plot.name})", "", f"![training loss]({curves.name})"]
+        lines += ["", f"![final metrics]({plot.name})", "", f"![curves of the metrics the claims read]({curves.name})"]
     lines += ["", "## Budget: the paper's and the one run here", "", budget_table(raw.get("budget"))]
     lines += ["", *sizing_section(slug, cspec, records, page.parent, convergence)]
     lines += ["", *weak_lines]

@@ -5,7 +5,10 @@ two or more) and PNG plots.
 (debug runs live in ``logs/debug/`` and are never read; runs without ``metrics.json`` — failed, interrupted or still
 running — are skipped); ``--runs DIR ...`` reads the given run folders (or folders containing runs);
 ``--wandb-project entity/project`` reads an online project. Each run is labelled by the overrides that tell it
-apart from the others (``model.neuron=lif``); seeds of one configuration are aggregated.
+apart from the others (``model.neuron=lif``); seeds of one configuration are aggregated. ``curves.png`` overlays
+the configurations on shared axes, one panel per metric and one colour per configuration (a sweep's
+``model.optimizer.lr=0.001`` beside ``model.optimizer.lr=0.0001``); ``--split-by KEY`` gives one row of panels per
+value of the override ``KEY``.
 Sources per run, in order: ``metrics.json`` (final metrics written by the runner), the CSV log
 (``csv/metrics.csv``: curves), the wandb offline file (summary + history) when there is no CSV.
 """
@@ -37,6 +40,7 @@ class RunRecord:
     metrics: dict[str, float] = field(default_factory=dict)
     curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
+    varies: dict[str, str] = field(default_factory=dict)  # the overrides that differ between the compared runs
 
 
 def _overrides(run_dir: Path) -> list[str]:
@@ -152,9 +156,9 @@ def label_by_difference(records: list[RunRecord]) -> None:
     keys = list(dict.fromkeys(k for o in opts for k in o))
     varying = [k for k in keys if len({o.get(k) for o in opts}) > 1]
     for r, o in zip(records, opts, strict=True):
+        r.varies = {k.lstrip("+~"): o.get(k, "(default)") for k in varying}
         if varying:
-            parts = [f"{k.lstrip('+~')}={o[k]}" if k in o else f"{k.lstrip('+~')}=(default)" for k in varying]
-            r.name = " ".join(parts)
+            r.name = " ".join(f"{k}={v}" for k, v in r.varies.items())
         else:  # every run has the same configuration (only seeds differ): one group, named by that configuration
             r.name = " ".join(f"{k}={v}" for k, v in o.items()) or "default"
 
@@ -244,10 +248,23 @@ def markdown_table(
 
 
 def _wrap(label: str, width: int = 36) -> str:
-    """A legend/tick label in full, wrapped at spaces (never cut: the differing part is often at the end)."""
+    """A legend/tick label or title in full, wrapped at spaces only (a word longer than ``width`` stays whole: the
+    differing part of a label is often at its end)."""
     import textwrap
 
-    return "\n".join(textwrap.wrap(label, width)) or label
+    return "\n".join(textwrap.wrap(label, width, break_long_words=False, break_on_hyphens=False)) or label
+
+
+def plain_axes(ax: Any) -> None:
+    """Tick labels as plain numbers: no offset (``+7.719e2``) and no ``1e5`` multiplier above the axis, so a value
+    is read off its tick alone."""
+    from matplotlib.ticker import ScalarFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):
+        if axis.get_scale() == "linear":
+            fmt = ScalarFormatter(useOffset=False)
+            fmt.set_scientific(False)
+            axis.set_major_formatter(fmt)
 
 
 def plot_final(records: list[RunRecord], keys: list[str], out: Path) -> Path:
@@ -268,7 +285,8 @@ def plot_final(records: list[RunRecord], keys: list[str], out: Path) -> Path:
                 ax.barh(i, statistics.fmean(vals), color="C0", alpha=0.4)
                 ax.plot(vals, [i] * len(vals), "k.", ms=5)
         ax.set_yticks(range(len(names)), [_wrap(n) for n in names], fontsize=7)
-        ax.set_title(k, fontsize=9)
+        ax.set_title(_wrap(k, 44), fontsize=9)
+        plain_axes(ax)
     for ax in list(axes.flat)[len(keys) :]:
         ax.axis("off")
     fig.tight_layout()
@@ -333,10 +351,68 @@ def settings_and_methods(names: list[str]) -> dict[str, tuple[str, str]]:
     return out
 
 
-def curves_figure(records: list[RunRecord], keys: list[str]) -> Any:
-    """The curves as small multiples: one row of panels per setting (:func:`settings_and_methods`), one panel per
-    metric (``keys`` the runs logged, then every validation metric the runs share), one colour per method, each
-    seed a thin line of its own and the mean over seeds bold; the legend sits outside the panels, right."""
+def curve_keys(records: list[RunRecord], wanted: list[str]) -> list[str]:
+    """The curves to draw for the metric keys ``wanted``, in their order, each once: the key where a run logged it
+    as a curve (``val/loss_epoch`` counts as ``val/loss``), else the validation twin of a test metric (``test/acc``
+    is drawn as ``val/acc``); keys with neither are left out."""
+    logged = {k.removesuffix("_epoch").removesuffix("_step") for r in records for k, v in r.curves.items() if v}
+    out: list[str] = []
+    for key in wanted:
+        for candidate in (key, "val/" + key.removeprefix("test/") if key.startswith("test/") else None):
+            if candidate in logged:
+                if candidate not in out:
+                    out.append(candidate)
+                break
+    return out
+
+
+def sweep_layout(records: list[RunRecord], split_by: str | None = None) -> dict[str, tuple[str, str]]:
+    """Run group -> (row of panels, colour) for runs labelled by :func:`label_by_difference`: every group in one row,
+    one colour per configuration (``model.optimizer.lr=0.001``); with ``split_by`` (an override that differs
+    between the runs) one row per value of it, coloured by the other overrides that differ.
+
+    Raises:
+        SuiteError: ``split_by`` is not among the overrides that differ (the message lists those that do).
+    """
+    if split_by is None:
+        return {r.name: ("", r.name) for r in records}
+    key = split_by.lstrip("+~")
+    varying = list(dict.fromkeys(k for r in records for k in r.varies))
+    if key not in varying:
+        listed = " ".join(varying) or "none: only seeds differ"
+        raise SuiteError(f"--split-by {split_by}: not an override that differs between these runs ({listed})")
+    out = {}
+    for r in records:
+        rest = " ".join(f"{k}={v}" for k, v in r.varies.items() if k != key)
+        out[r.name] = (f"{key}={r.varies[key]}", rest or "runs")
+    return out
+
+
+def curves_figure(
+    records: list[RunRecord],
+    keys: list[str],
+    *,
+    layout: dict[str, tuple[str, str]] | None = None,
+    shared: bool = True,
+    max_panels: int | None = None,
+) -> Any:
+    """The curves on shared axes: one panel per metric, one colour per run group, each seed a thin line of its own
+    and the mean over seeds bold; the legend sits outside the panels, right.
+
+    Args:
+        records: the runs; seeds of one group share its ``name``.
+        keys: the curves to draw, in order (those no run logged are left out); with ``shared``, every validation
+            metric all runs logged follows them.
+        layout: run group -> (row, colour): one row of panels per distinct row value (``""``: no title prefix), one
+            colour per colour value, the same in every row. Default: :func:`settings_and_methods` of the group names
+            (a claim's entries ``school_ewc``, ``school_ci_ewc``: rows ``school`` and ``school_ci``, colour ``ewc``)
+            where every row holds two groups or more, else one row with a colour per group; :func:`sweep_layout`
+            for runs labelled by their overrides. Groups that logged none of the curves are left out.
+        max_panels: at most this many panels: the first metrics that fit in every row; where the rows would leave
+            fewer than two metrics each, one row holding every group.
+
+    Titles are wrapped at spaces, never cut; tick labels are plain numbers (:func:`plain_axes`).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -344,18 +420,27 @@ def curves_figure(records: list[RunRecord], keys: list[str]) -> Any:
     import numpy as np
     from matplotlib.ticker import MaxNLocator
 
-    shared = shared_validation_metrics(records)
-    metrics = [k for k in keys if any(_series(r, k) for r in records) and k not in shared] + shared or keys[:1]
-    groups = list(dict.fromkeys(r.name for r in records))
-    split = settings_and_methods(groups)
+    extra = [k for k in shared_validation_metrics(records) if k not in keys] if shared else []
+    metrics = [k for k in [*keys, *extra] if any(_series(r, k) for r in records)] or keys[:1]
+    names = list(dict.fromkeys(r.name for r in records))
+    groups = [g for g in names if any(_series(r, k) for r in records if r.name == g for k in metrics)] or names
+    split = layout or settings_and_methods(groups)
     settings = list(dict.fromkeys(split[g][0] for g in groups))
+    if layout is None and min(sum(split[g][0] == s for g in groups) for s in settings) < 2:
+        split = {g: ("", g) for g in groups}  # a row of one run group compares nothing: every group on one row
+        settings = [""]
+    if max_panels is not None and len(settings) * min(2, len(metrics)) > max_panels:
+        split = {g: ("", g) for g in groups}  # rows of fewer than two metrics each would not compare: one row
+        settings = [""]
+    if max_panels is not None:
+        metrics = metrics[: max(1, max_panels // len(settings))]
     methods = list(dict.fromkeys(split[g][1] for g in groups))
     palette = plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")
     colour = {m: palette(i % palette.N) for i, m in enumerate(methods)}
     cols = min(4, len(metrics))
     per_setting = math.ceil(len(metrics) / cols)
     rows = per_setting * len(settings)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.5 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows), squeeze=False)
     handles: dict[str, Any] = {}
     for si, setting in enumerate(settings):
         for mi, key in enumerate(metrics):
@@ -377,14 +462,17 @@ def curves_figure(records: list[RunRecord], keys: list[str]) -> Any:
                 if mean:
                     (line,) = ax.plot(*zip(*mean, strict=True), lw=2.0, ms=3, label=_wrap(method), **style)
                     handles.setdefault(method, line)
-            ax.set_title(f"{setting}: {key}" if setting else key, fontsize=8)
+            if not ax.lines:
+                ax.text(0.5, 0.5, "not logged here", ha="center", va="center", transform=ax.transAxes, fontsize=7)
+            ax.set_title(_wrap(f"{setting}: {key}" if setting else key, 44), fontsize=8)
             ax.tick_params(labelsize=7)
             ax.xaxis.set_major_locator(MaxNLocator(4, integer=True))
             ax.yaxis.set_major_locator(MaxNLocator(5))
+            plain_axes(ax)
             if si == len(settings) - 1 and mi // cols == per_setting - 1:
                 ax.set_xlabel("step", fontsize=7)
-        for extra in range(len(metrics), per_setting * cols):
-            axes[si * per_setting + extra // cols][extra % cols].axis("off")
+        for extra_ax in range(len(metrics), per_setting * cols):
+            axes[si * per_setting + extra_ax // cols][extra_ax % cols].axis("off")
     fig.tight_layout()
     if handles:
         title = "mean over seeds (bold); each seed (thin)"
@@ -393,27 +481,37 @@ def curves_figure(records: list[RunRecord], keys: list[str]) -> Any:
     return fig
 
 
-def plot_curves(records: list[RunRecord], keys: list[str], out: Path) -> Path:
-    """Write :func:`curves_figure` (``keys``, e.g. ``train/loss``, plus every shared validation metric) to ``out``."""
+def plot_curves(records: list[RunRecord], keys: list[str], out: Path, **options: Any) -> Path:
+    """Write :func:`curves_figure` (``keys``, e.g. ``train/loss``, plus every shared validation metric unless
+    ``shared=False``; ``options`` are its keyword arguments) to ``out``."""
     import matplotlib.pyplot as plt
 
-    fig = curves_figure(records, keys)
+    fig = curves_figure(records, keys, **options)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110, bbox_inches="tight")  # the legend outside the panels is kept
     plt.close(fig)
     return out
 
 
-def compare(records: list[RunRecord], out_dir: str | Path, metrics: list[str] | None = None) -> str:
-    """Write ``comparison.md``, ``final_metrics.png`` and ``curves.png`` into ``out_dir``; return the table."""
+def compare(
+    records: list[RunRecord], out_dir: str | Path, metrics: list[str] | None = None, split_by: str | None = None
+) -> str:
+    """Write ``comparison.md``, ``final_metrics.png`` and ``curves.png`` into ``out_dir``; return the table.
+
+    ``curves.png`` overlays the run groups on shared axes (:func:`sweep_layout`): one panel for ``train/loss`` and
+    one per table metric logged as a curve (a test metric by its validation twin), or every shared validation
+    metric when none is; one row of panels per value of ``split_by`` when given."""
     if not records:
         raise SuiteError("no finished runs to compare")
     out_dir = Path(out_dir)
+    layout = sweep_layout(records, split_by)
     keys, table = aggregate(records, metrics)
     md = markdown_table(keys, table, seeds=seeds_of(records, keys))
     out_dir.mkdir(parents=True, exist_ok=True)
     plot_final(records, keys, out_dir / "final_metrics.png")
-    plot_curves(records, ["train/loss"], out_dir / "curves.png")  # plus every validation metric the runs share
+    drawn = curve_keys(records, ["train/loss", *keys])
+    with_curves = [k for k in drawn if k != "train/loss"]
+    plot_curves(records, drawn or ["train/loss"], out_dir / "curves.png", layout=layout, shared=not with_curves)
     (out_dir / "comparison.md").write_text(
         f"# Comparison of {len(records)} runs\n\n{md}\n\n![final](final_metrics.png)\n\n![curves](curves.png)\n"
     )
@@ -467,6 +565,13 @@ def main(argv: list[str] | None = None) -> None:
         help="metric keys for the table, space or comma separated (default: the metrics the method's claim check "
         "reports, conf/claim/<slug>.yaml; else every val/test metric)",
     )
+    parser.add_argument(
+        "--split-by",
+        default=None,
+        metavar="KEY",
+        help="an override that differs between the runs (model.optimizer.lr): one row of curve panels per value of "
+        "it (default: every run group on the same panels, one colour each)",
+    )
     args = parser.parse_args(argv)
     try:
         metrics = [m for part in args.metrics or [] for m in part.replace(",", " ").split()] or None
@@ -496,7 +601,7 @@ def main(argv: list[str] | None = None) -> None:
                     "run folders skipped; a run is finished once it has written metrics.json)"
                 )
         out = Path(args.out or Path(args.logs) / "compare" / (args.method or "runs"))
-        print(compare(records, out, metrics))
+        print(compare(records, out, metrics, split_by=args.split_by))
         if skipped:
             print(f"skipped {len(skipped)} unfinished or debug run folder(s) (no metrics.json, or debug=)")
         print(f"wrote {out}/comparison.md, final_metrics.png, curves.png")

@@ -57,27 +57,51 @@ STD = torch.tensor([0.26862954, 0.26130258, 0.27577711]).view(3, 1, 1)
 DATASETS = ("sharegpt4v", "urban1k", "long_dci")
 SHAREGPT4V_FILE = "share-captioner_coco_lcs_sam_1246k_1107.json"
 
-COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220), "yellow": (235, 215, 40),
-           "purple": (140, 60, 180), "orange": (240, 140, 30), "white": (245, 245, 245),
-           "black": (20, 20, 20)}  # fmt: skip
-BACKGROUNDS = {"grey": (128, 128, 128), "beige": (225, 205, 165), "teal": (40, 128, 128), "pink": (235, 170, 190),
-               "navy": (20, 30, 90), "olive": (110, 120, 40)}  # fmt: skip
+COLOURS = {
+    "red": (220, 40, 40),
+    "green": (40, 170, 60),
+    "blue": (40, 80, 220),
+    "yellow": (235, 215, 40),
+    "purple": (140, 60, 180),
+    "orange": (240, 140, 30),
+    "white": (245, 245, 245),
+    "black": (20, 20, 20),
+}
+BACKGROUNDS = {
+    "grey": (128, 128, 128),
+    "beige": (225, 205, 165),
+    "teal": (40, 128, 128),
+    "pink": (235, 170, 190),
+    "navy": (20, 30, 90),
+    "olive": (110, 120, 40),
+}
 SHAPES = ("circle", "square", "triangle", "diamond", "cross")
 SIZES = ("small", "large")
 TEXTURES = ("solid", "striped", "dotted")
 POSITIONS = ("top left", "top", "top right", "left", "centre", "right", "bottom left", "bottom", "bottom right")
-WHERE = {"top left": "in the top left corner", "top": "at the top", "top right": "in the top right corner",
-         "left": "on the left", "centre": "in the centre", "right": "on the right",
-         "bottom left": "in the bottom left corner", "bottom": "at the bottom",
-         "bottom right": "in the bottom right corner"}  # fmt: skip
-FIRST = ("A {size} {colour} {shape} with a {texture} fill lies {where} of a {bg} canvas.",
-         "On a {bg} background there is a {size} {texture} {colour} {shape} {where}.",
-         "This picture shows a {size} {colour} {shape}, {texture}, {where} on {bg}.")  # fmt: skip
-OTHERS = ("There is also a {size} {colour} {shape} with a {texture} pattern {where}.",
-          "{Where}, one can see a {texture} {colour} {shape} of {size} size.",
-          "A {size} {texture} {colour} {shape} has been placed {where}.",
-          "Next, {where}, the artist drew a {colour} {shape} that is {size} and {texture}.",
-          "We can also notice a {colour} {size} {shape} {where}, filled in a {texture} way.")  # fmt: skip
+WHERE = {
+    "top left": "in the top left corner",
+    "top": "at the top",
+    "top right": "in the top right corner",
+    "left": "on the left",
+    "centre": "in the centre",
+    "right": "on the right",
+    "bottom left": "in the bottom left corner",
+    "bottom": "at the bottom",
+    "bottom right": "in the bottom right corner",
+}
+FIRST = (
+    "A {size} {colour} {shape} with a {texture} fill lies {where} of a {bg} canvas.",
+    "On a {bg} background there is a {size} {texture} {colour} {shape} {where}.",
+    "This picture shows a {size} {colour} {shape}, {texture}, {where} on {bg}.",
+)
+OTHERS = (
+    "There is also a {size} {colour} {shape} with a {texture} pattern {where}.",
+    "{Where}, one can see a {texture} {colour} {shape} of {size} size.",
+    "A {size} {texture} {colour} {shape} has been placed {where}.",
+    "Next, {where}, the artist drew a {colour} {shape} that is {size} and {texture}.",
+    "We can also notice a {colour} {size} {shape} {where}, filled in a {texture} way.",
+)
 
 
 class SentenceCachedTokenizer:
@@ -149,8 +173,13 @@ def first_sentence(text: str) -> str:
 # embedded: rendered scenes
 # ---------------------------------------------------------------------------------------------------------------
 def _random_object(rng: np.random.Generator, position: str) -> dict:
-    return {"shape": SHAPES[rng.integers(len(SHAPES))], "colour": list(COLOURS)[rng.integers(len(COLOURS))],
-            "size": SIZES[rng.integers(2)], "texture": TEXTURES[rng.integers(3)], "position": position}  # fmt: skip
+    return {
+        "shape": SHAPES[rng.integers(len(SHAPES))],
+        "colour": list(COLOURS)[rng.integers(len(COLOURS))],
+        "size": SIZES[rng.integers(2)],
+        "texture": TEXTURES[rng.integers(3)],
+        "position": position,
+    }
 
 
 _SHAPE_MASKS = {
@@ -234,9 +263,14 @@ def _shared_prefix(
 
 
 def scene_families(
-    n_families: int, group_size: int, short_context: int, min_details: int, max_details: int, seed: int,
+    n_families: int,
+    group_size: int,
+    short_context: int,
+    min_details: int,
+    max_details: int,
+    seed: int,
     tokenizer: Any = None,
-) -> list[dict]:  # fmt: skip
+) -> list[dict]:
     """Scene specs, ``group_size`` per family: shared background + objects whose text ends 2-8 tokens
     (``PREFIX_VISIBLE``) before the end of a caption cut at ``short_context``, then ``min_details`` ..
     ``max_details`` objects per member. Each member opens its details with a different sentence template (the
@@ -256,16 +290,30 @@ def scene_families(
             details = [_random_object(rng, POSITIONS[p]) for p in picks]
             detail_t = [openers[member % len(OTHERS)], *(int(rng.integers(15)) for _ in details[1:])]
             objects = shared + details
-            scenes.append({"bg": bg, "objects": objects, "caption": describe_scene(bg, objects, templates + detail_t),
-                           "group": family})  # fmt: skip
+            scenes.append(
+                {
+                    "bg": bg,
+                    "objects": objects,
+                    "caption": describe_scene(bg, objects, templates + detail_t),
+                    "group": family,
+                }
+            )
     return scenes
 
 
 class PairDataset(Dataset):
     """Items of ``group_size`` pairs each (one family), stacked: ``image [G, 3, S, S]``, ``long [G, E]``, ..."""
 
-    def __init__(self, images: torch.Tensor | list, long: torch.Tensor, short: torch.Tensor, lengths: torch.Tensor,
-                 groups: torch.Tensor, group_size: int = 1, image_size: int = 64) -> None:  # fmt: skip
+    def __init__(
+        self,
+        images: torch.Tensor | list,
+        long: torch.Tensor,
+        short: torch.Tensor,
+        lengths: torch.Tensor,
+        groups: torch.Tensor,
+        group_size: int = 1,
+        image_size: int = 64,
+    ) -> None:
         self.images, self.long, self.short, self.lengths, self.groups = images, long, short, lengths, groups
         self.group_size, self.image_size = group_size, image_size
 
@@ -280,9 +328,13 @@ class PairDataset(Dataset):
 
     def __getitem__(self, idx: int) -> dict[str, torch.Tensor]:
         rows = range(idx * self.group_size, (idx + 1) * self.group_size)
-        return {"image": torch.stack([self._image(i) for i in rows]), "long": self.long[list(rows)],
-                "short": self.short[list(rows)], "length": self.lengths[list(rows)],
-                "group": self.groups[list(rows)]}  # fmt: skip
+        return {
+            "image": torch.stack([self._image(i) for i in rows]),
+            "long": self.long[list(rows)],
+            "short": self.short[list(rows)],
+            "length": self.lengths[list(rows)],
+            "group": self.groups[list(rows)],
+        }
 
 
 def collate_families(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -384,12 +436,26 @@ class CaptionsDataModule(SuiteDataModule):
     """
 
     def __init__(
-        self, source: str = "embedded", data_dir: str = "data", batch_size: int = 64, num_workers: int = 0,
-        seed: int = 0, long_context: int = 128, short_context: int = 32, image_size: int = 64, group_size: int = 4,
-        train_families: int = 512, val_families: int = 32, test_families: int = 64, min_details: int = 2,
-        max_details: int = 5, dataset: str = "sharegpt4v", test_dataset: str | None = None,
-        sharegpt4v_file: str = SHAREGPT4V_FILE, val_size: int = 1000,
-    ) -> None:  # fmt: skip
+        self,
+        source: str = "embedded",
+        data_dir: str = "data",
+        batch_size: int = 64,
+        num_workers: int = 0,
+        seed: int = 0,
+        long_context: int = 128,
+        short_context: int = 32,
+        image_size: int = 64,
+        group_size: int = 4,
+        train_families: int = 512,
+        val_families: int = 32,
+        test_families: int = 64,
+        min_details: int = 2,
+        max_details: int = 5,
+        dataset: str = "sharegpt4v",
+        test_dataset: str | None = None,
+        sharegpt4v_file: str = SHAREGPT4V_FILE,
+        val_size: int = 1000,
+    ) -> None:
         super().__init__(source, data_dir, batch_size, num_workers, seed)
         check(dataset in DATASETS, f"data.dataset={dataset!r} must be one of {list(DATASETS)}")
         check(
@@ -414,8 +480,9 @@ class CaptionsDataModule(SuiteDataModule):
     def items_per_sample(self) -> int:
         return self.group_size if self.source == "embedded" else 1
 
-    def _pairs(self, images: list, captions: list[str], name: str, groups: torch.Tensor | None = None,
-               group_size: int = 1) -> PairDataset:  # fmt: skip
+    def _pairs(
+        self, images: list, captions: list[str], name: str, groups: torch.Tensor | None = None, group_size: int = 1
+    ) -> PairDataset:
         tok = _tokenizer()
         long, lengths = tokenize(captions, self.long_context, tok, warn_as=name)
         short, _ = tokenize([first_sentence(c) for c in captions], self.short_context, tok)
@@ -425,8 +492,15 @@ class CaptionsDataModule(SuiteDataModule):
     def load_embedded(self) -> dict[str, Any]:
         out, tok = {}, _tokenizer()
         for offset, (split, n) in enumerate(self.families.items()):
-            scenes = scene_families(n, self.group_size, self.short_context, self.min_details, self.max_details,
-                                    self.seed * 1000 + offset, tok)  # fmt: skip
+            scenes = scene_families(
+                n,
+                self.group_size,
+                self.short_context,
+                self.min_details,
+                self.max_details,
+                self.seed * 1000 + offset,
+                tok,
+            )
             images = torch.stack([_to_tensor(render_scene(s["bg"], s["objects"], self.image_size)) for s in scenes])
             groups = torch.tensor([s["group"] for s in scenes])
             out[split] = self._pairs(

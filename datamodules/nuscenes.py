@@ -35,13 +35,46 @@ from datamodules.driving_world import CLASSES, PALETTE, SKY, DrivingWorld, camer
 from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 DEVKIT = "nuscenes-devkit==1.2.0"
-TABLES = ("category", "attribute", "visibility", "instance", "sensor", "calibrated_sensor", "ego_pose", "log",
-          "scene", "sample", "sample_data", "sample_annotation", "map")  # fmt: skip
+TABLES = (
+    "category",
+    "attribute",
+    "visibility",
+    "instance",
+    "sensor",
+    "calibrated_sensor",
+    "ego_pose",
+    "log",
+    "scene",
+    "sample",
+    "sample_data",
+    "sample_annotation",
+    "map",
+)
 CAMERAS = ("CAM_FRONT", "CAM_FRONT_RIGHT", "CAM_FRONT_LEFT", "CAM_BACK", "CAM_BACK_LEFT", "CAM_BACK_RIGHT")
 # nuScenes-lidarseg's 32 classes -> Occ3D's 17 (0 others ... 16 vegetation); 255 = not a training class.
 LIDARSEG_TO_OCC3D = np.full(32, 255, dtype=np.int64)
-for _src, _dst in {2: 7, 3: 7, 4: 7, 6: 7, 9: 1, 12: 8, 14: 2, 15: 3, 16: 3, 17: 4, 18: 5, 21: 6, 22: 9, 23: 10,
-                   24: 11, 25: 12, 26: 13, 27: 14, 28: 15, 30: 16}.items():  # fmt: skip
+for _src, _dst in {
+    2: 7,
+    3: 7,
+    4: 7,
+    6: 7,
+    9: 1,
+    12: 8,
+    14: 2,
+    15: 3,
+    16: 3,
+    17: 4,
+    18: 5,
+    21: 6,
+    22: 9,
+    23: 10,
+    24: 11,
+    25: 12,
+    26: 13,
+    27: 14,
+    28: 15,
+    30: 16,
+}.items():
     LIDARSEG_TO_OCC3D[_src] = _dst
 OCC3D_DRIVABLE = (11, 12, 13, 14)  # flat classes: not obstacles for the collision rate
 # Occ3D's agents (bicycle, bus, car, construction vehicle, motorcycle, pedestrian, trailer, truck): their voxel
@@ -193,25 +226,45 @@ class NuScenesDataModule(SuiteDataModule):
                 base = PALETTE[cls.clamp_min(0)] * shade[:, None]
                 rgb = torch.where((cls >= 0)[:, None], base * fog + SKY * (1 - fog), SKY.expand_as(base))
                 rgb = (rgb + 0.02 * torch.randn(rgb.shape, generator=gen)).clamp(0, 1)
-                rays = {"rays_o": ro, "rays_d": rd, "ray_depth": depth, "ray_rgb": rgb, "ray_valid": cls >= 0,
-                        "ray_sem": torch.where(cls >= 0, cls, torch.full_like(cls, 255))}  # fmt: skip
+                rays = {
+                    "rays_o": ro,
+                    "rays_d": rd,
+                    "ray_depth": depth,
+                    "ray_rgb": rgb,
+                    "ray_valid": cls >= 0,
+                    "ray_sem": torch.where(cls >= 0, cls, torch.full_like(cls, 255)),
+                }
                 frames[f] = (occ, vis, _pad_rays(rays, self.max_rays, gen), rgb)
             items = []
             for f in range(self.frames_per_scene):
                 fut = range(f, f + self.horizon + 1)
                 img = frames[f][3].reshape(self.n_cams, h, w, 3).permute(0, 3, 1, 2).contiguous()
-                obst = torch.stack(
-                    [_obstacle_bev(world.occupancy(sc, f + k, origin_frame=f), (0,), empty) for k in fut[1:]]
-                ) if self.horizon else torch.zeros(0, *self.grid[:2], dtype=torch.bool)  # fmt: skip
-                agents = torch.stack(
-                    [world.agent_bev(sc, f + k, f, extent, cells) for k in fut[1:]]
-                ) if self.horizon else torch.zeros(0, cells, cells, dtype=torch.bool)  # fmt: skip
-                item = {"img": img, "intrins": intrins, "cam2ego": cam2ego,
-                        "occ": torch.stack([frames[k][0] for k in fut]),
-                        "mask_camera": torch.stack([frames[k][1] for k in fut]),
-                        "ego_state": world.ego_state(sc, f), "waypoints": world.waypoints(sc, f, self.horizon),
-                        "ego_poses": world.ego_poses(sc, f, self.horizon), "obstacles": obst, "agents": agents,
-                        "agents_range": torch.tensor(extent), "labelled": torch.tensor(True)}  # fmt: skip
+                obst = (
+                    torch.stack(
+                        [_obstacle_bev(world.occupancy(sc, f + k, origin_frame=f), (0,), empty) for k in fut[1:]]
+                    )
+                    if self.horizon
+                    else torch.zeros(0, *self.grid[:2], dtype=torch.bool)
+                )
+                agents = (
+                    torch.stack([world.agent_bev(sc, f + k, f, extent, cells) for k in fut[1:]])
+                    if self.horizon
+                    else torch.zeros(0, cells, cells, dtype=torch.bool)
+                )
+                item = {
+                    "img": img,
+                    "intrins": intrins,
+                    "cam2ego": cam2ego,
+                    "occ": torch.stack([frames[k][0] for k in fut]),
+                    "mask_camera": torch.stack([frames[k][1] for k in fut]),
+                    "ego_state": world.ego_state(sc, f),
+                    "waypoints": world.waypoints(sc, f, self.horizon),
+                    "ego_poses": world.ego_poses(sc, f, self.horizon),
+                    "obstacles": obst,
+                    "agents": agents,
+                    "agents_range": torch.tensor(extent),
+                    "labelled": torch.tensor(True),
+                }
                 for key in frames[f][2]:
                     item[key] = torch.stack([frames[k][2][key] for k in fut])
                 items.append(item)
@@ -295,8 +348,9 @@ class _NuScenesReader:
     def _file(self, rel: str) -> Path:
         path = self.root / rel
         if not path.exists():
-            raise MissingDataError(f"missing data file(s): {path} (named in {self.dm.version}/sample_data.json). "
-                                   f"{HOW_TO_GET}")  # fmt: skip
+            raise MissingDataError(
+                f"missing data file(s): {path} (named in {self.dm.version}/sample_data.json). {HOW_TO_GET}"
+            )
         return path
 
     def _pose(self, sample_token: str) -> np.ndarray:
@@ -358,8 +412,10 @@ class _NuScenesReader:
             out["ray_sem"].append(labels[ok][keep])
             px = uv[:, ok][:, keep].astype(int)
             out["ray_rgb"].append(rgb[px[1], px[0]])
-        rays = {k: torch.from_numpy(np.concatenate(v)).to(torch.int64 if k == "ray_sem" else torch.float32)
-                for k, v in out.items()}  # fmt: skip
+        rays = {
+            k: torch.from_numpy(np.concatenate(v)).to(torch.int64 if k == "ray_sem" else torch.float32)
+            for k, v in out.items()
+        }
         rays["ray_valid"] = torch.ones(rays["ray_depth"].shape[0], dtype=torch.bool)
         return _pad_rays(rays, dm.max_rays, self.gen)
 
@@ -405,13 +461,20 @@ class _NuScenesReader:
             obst.append(_warp_bev(_obstacle_bev(occs[k][0], OCC3D_DRIVABLE, empty), rel[7 + k], dm.grid, dm.pc_range))
             agents.append(_warp_bev(_class_bev(occs[k][0], OCC3D_AGENTS), rel[7 + k], dm.grid, dm.pc_range))
         none = torch.zeros(0, *dm.grid[:2], dtype=torch.bool)
-        item = {"img": img, "intrins": intrins, "cam2ego": cam2ego,
-                "occ": torch.stack([o[0] for o in occs]), "mask_camera": torch.stack([o[1] for o in occs]),
-                "ego_state": torch.tensor(state, dtype=torch.float32), "waypoints": wps,
-                "ego_poses": torch.tensor(np.stack(rel[7:]), dtype=torch.float32),
-                "obstacles": torch.stack(obst) if obst else none, "agents": torch.stack(agents) if agents else none,
-                "agents_range": torch.tensor([dm.pc_range[i] for i in (0, 1, 3, 4)], dtype=torch.float32),
-                "labelled": torch.tensor(True)}  # fmt: skip
+        item = {
+            "img": img,
+            "intrins": intrins,
+            "cam2ego": cam2ego,
+            "occ": torch.stack([o[0] for o in occs]),
+            "mask_camera": torch.stack([o[1] for o in occs]),
+            "ego_state": torch.tensor(state, dtype=torch.float32),
+            "waypoints": wps,
+            "ego_poses": torch.tensor(np.stack(rel[7:]), dtype=torch.float32),
+            "obstacles": torch.stack(obst) if obst else none,
+            "agents": torch.stack(agents) if agents else none,
+            "agents_range": torch.tensor([dm.pc_range[i] for i in (0, 1, 3, 4)], dtype=torch.float32),
+            "labelled": torch.tensor(True),
+        }
         for key in rays[0]:
             item[key] = torch.stack([r[key] for r in rays])
         return item

@@ -117,8 +117,7 @@ def verdicts(records: list[Any], judged: dict[str, tuple[bool, str]]) -> list[Cl
     )
 
     def unfit(*names: str) -> dict[str, str]:
-        return {n: judged.get(n, (False, "no validation curve"))[1] for n in names
-                if not judged.get(n, (False,))[0]}  # fmt: skip
+        return {n: judged.get(n, (False, "no validation curve"))[1] for n in names if not judged.get(n, (False,))[0]}
 
     bad = per["badloss"]
     common = [s for s in bad if all(s in per[n] for n in others)]
@@ -136,8 +135,14 @@ def verdicts(records: list[Any], judged: dict[str, tuple[bool, str]]) -> list[Cl
         published=PAPER_GAP,
         paired=True,
     )
-    avg = judge_values(avg_claim, {s: bad[s] for s in common}, average, paired=True,
-                       unconverged=unfit("badloss", *others), absent=absent)  # fmt: skip
+    avg = judge_values(
+        avg_claim,
+        {s: bad[s] for s in common},
+        average,
+        paired=True,
+        unconverged=unfit("badloss", *others),
+        absent=absent,
+    )
     avg.against, avg.evidence = tuple(others), context
     # the strictest single comparison: the other defence with the lowest mean ASR on these runs
     best = min(others, key=lambda n: statistics.fmean(per[n].values()))
@@ -165,17 +170,26 @@ def summary_table(records: list[Any], reference: str = "none") -> Table:
     for name in dict.fromkeys(r.name for r in records):
         acc = seed_values(records, name, "test/acc")
         cost = [ref[s] - acc[s] for s in acc if s in ref]
-        rows.append([
-            name,
-            sum(r.name == name for r in records),
-            _pct(seed_values(records, name, "test/asr_mean").values()),
-            _pct(acc.values()),
-            "0" if name == reference else _pct(cost),
-            _pct(seed_values(records, name, "detect/poison_removed").values()),
-            _pct(seed_values(records, name, "detect/clean_removed").values()),
-        ])  # fmt: skip
-    columns = ["defence", "seeds", "mean ASR %", "clean acc %", f"clean-acc cost vs {reference} (points, paired)",
-               "poisons removed %", "clean removed %"]  # fmt: skip
+        rows.append(
+            [
+                name,
+                sum(r.name == name for r in records),
+                _pct(seed_values(records, name, "test/asr_mean").values()),
+                _pct(acc.values()),
+                "0" if name == reference else _pct(cost),
+                _pct(seed_values(records, name, "detect/poison_removed").values()),
+                _pct(seed_values(records, name, "detect/clean_removed").values()),
+            ]
+        )
+    columns = [
+        "defence",
+        "seeds",
+        "mean ASR %",
+        "clean acc %",
+        f"clean-acc cost vs {reference} (points, paired)",
+        "poisons removed %",
+        "clean removed %",
+    ]
     return Table("Mean ASR and clean-accuracy cost (mean ± sd over seeds; `_long`: 4x sizing checks)", columns, rows)
 
 
@@ -183,11 +197,17 @@ def asr_table(records: list[Any]) -> Table:
     """Clean accuracy, mean and per-attack ASR, detection AUC, in %, mean ± sd over seeds."""
     attacks = attacks_of(records)
     keys = ["test/acc", "test/asr_mean", *(f"test/asr_{a}" for a in attacks), "detect/auc"]
-    rows = [[name, *(_pct(seed_values(records, name, k).values()) for k in keys)]
-            for name in dict.fromkeys(r.name for r in records)]  # fmt: skip
+    rows = [
+        [name, *(_pct(seed_values(records, name, k).values()) for k in keys)]
+        for name in dict.fromkeys(r.name for r in records)
+    ]
     columns = ["defence", "clean acc", "mean ASR", *(f"ASR {a}" for a in attacks), "detection AUC"]
-    return Table("Attack success rate per attack (%, mean ± sd over seeds)", columns, rows,
-                 "ASR: accuracy towards the attack's target on its triggered non-target test images.")  # fmt: skip
+    return Table(
+        "Attack success rate per attack (%, mean ± sd over seeds)",
+        columns,
+        rows,
+        "ASR: accuracy towards the attack's target on its triggered non-target test images.",
+    )
 
 
 def detection_table(records: list[Any]) -> Table:
@@ -196,9 +216,12 @@ def detection_table(records: list[Any]) -> Table:
     keys = ["detect/auc", *(f"detect/auc_{a}" for a in attacks)]
     names = [n for n in dict.fromkeys(r.name for r in records) if seed_values(records, n, "detect/auc")]
     rows = [[n, *(_pct(seed_values(records, n, k).values()) for k in keys)] for n in names]
-    return Table("Detection AUC per attack (%, mean ± sd over seeds; poisons of that attack vs clean examples)",
-                 ["defence", "AUC (all)", *(f"AUC {a}" for a in attacks)], rows,
-                 "" if rows else "No run logged `detect/auc`.")  # fmt: skip
+    return Table(
+        "Detection AUC per attack (%, mean ± sd over seeds; poisons of that attack vs clean examples)",
+        ["defence", "AUC (all)", *(f"AUC {a}" for a in attacks)],
+        rows,
+        "" if rows else "No run logged `detect/auc`.",
+    )
 
 
 def plot_trajectories(npz: Path, out_png: Path, max_per_group: int = 40) -> Path:
@@ -254,8 +277,10 @@ def claim_report(records: list[Any], spec: ClaimSpec, out_dir: Path) -> HookResu
         png = plot_trajectories(Path(npzs[0].path) / NPZ, Path(out_dir) / "badloss_trajectories.png")
         figures.append(Figure(f"Loss trajectories (BaDLoss detection phase, seed {npzs[0].seed})", png))
     else:
-        notes.append(f"No `{NPZ}` in the BaDLoss run folders (binary, not kept in the results data file): the "
-                     "trajectory plot is left out.")  # fmt: skip
+        notes.append(
+            f"No `{NPZ}` in the BaDLoss run folders (binary, not kept in the results data file): the "
+            "trajectory plot is left out."
+        )
     return HookResult(
         verdicts=verdicts(records, judged),
         tables=[summary_table(records), asr_table(main), detection_table(main)],

@@ -69,8 +69,10 @@ def convergence(records: list[Any], spec: ClaimSpec) -> dict[str, tuple[bool, st
     rule = spec.convergence(rep.main_runs(records), spec.sizing_metric or "val/acc")
     checks = longer_checks(records)
     judged = rep.apply_longer_checks(rule, checks)
-    return {n: (ok, why + ("; 4x check passed" if ok and checks.get(n, (False,))[0] else "")) for n, (ok, why) in
-            judged.items()}  # fmt: skip
+    return {
+        n: (ok, why + ("; 4x check passed" if ok and checks.get(n, (False,))[0] else ""))
+        for n, (ok, why) in judged.items()
+    }
 
 
 def tta_values(records: list[Any], variant: str, key: str = "acc") -> dict[str, float]:
@@ -111,8 +113,15 @@ def stability(records: list[Any], conv: dict[str, tuple[bool, str]]) -> list[Cla
         theirs = _stability(records, base)
         if theirs:
             text = f"SuMi is more stable than {label} over the stream (accuracy of the last quarter minus the first)"
-            c = Claim(f"sumi_vs_{base}_stability", text, "tta/*/acc_q4 - acc_q1", (METHOD, base), True, delta=DELTA,
-                      delta_why=DELTA_WHY)  # fmt: skip
+            c = Claim(
+                f"sumi_vs_{base}_stability",
+                text,
+                "tta/*/acc_q4 - acc_q1",
+                (METHOD, base),
+                True,
+                delta=DELTA,
+                delta_why=DELTA_WHY,
+            )
             out.append(judge_values(c, ours, theirs, paired=True, unconverged=unconv))
     return out
 
@@ -149,8 +158,16 @@ def stream_table(records: list[Any]) -> Table:
         stab, sel = _stability(records, v), tta_values(records, v, "selected")
         gap = [tta_values(records, v)[s] - ours[s] for s in tta_values(records, v) if s in ours]
         gap_stab = [stab[s] - ours_stab[s] for s in stab if s in ours_stab]
-        rows.append([v, *(_pct(x) for x in vals), _pct(list(stab.values()), True), _pct(list(sel.values())),
-                     _pct(gap, True), _pct(gap_stab, True)])  # fmt: skip
+        rows.append(
+            [
+                v,
+                *(_pct(x) for x in vals),
+                _pct(list(stab.values()), True),
+                _pct(list(sel.values())),
+                _pct(gap, True),
+                _pct(gap_stab, True),
+            ]
+        )
     cols = ["variant", "online acc", "Q1", "Q2", "Q3", "Q4", "Q4 - Q1", "selected", "acc - SuMi", "(Q4 - Q1) - SuMi's"]
     return Table("Test-time adaptation on the stream (percent, mean ± sd over seeds; gaps paired by seed)", cols, rows)
 
@@ -163,8 +180,11 @@ def source_table(records: list[Any]) -> Table | None:
     if not any(rep.values(records, n, "val/acc_audio") for n in names):
         return None
     rows = [[n, *(_pct(rep.values(records, n, k)) for k, _ in keys)] for n in names]
-    return Table("Source models: clean validation accuracy (percent, mean ± sd over seeds)",
-                 ["entry", *(k[1] for k in keys)], rows)  # fmt: skip
+    return Table(
+        "Source models: clean validation accuracy (percent, mean ± sd over seeds)",
+        ["entry", *(k[1] for k in keys)],
+        rows,
+    )
 
 
 def _tta_acc(record: Any) -> dict[str, float]:
@@ -193,8 +213,15 @@ def longer_table(records: list[Any], checks: dict[str, tuple[bool, str]]) -> Tab
             cells = [_pct([runs[s][v] for s in both]) for runs in by_seed]
             cells += [_pct([runs[s][v] - runs[s][METHOD] for s in paired], signed=True) for runs in by_seed]
             rows.append([base, ", ".join(map(str, both)), v, *cells])
-    cols = ["entry", "seeds", "variant", "online acc (1x)", "online acc (4x)", "variant - SuMi (1x)",
-            "variant - SuMi (4x)"]  # fmt: skip
+    cols = [
+        "entry",
+        "seeds",
+        "variant",
+        "online acc (1x)",
+        "online acc (4x)",
+        "variant - SuMi (1x)",
+        "variant - SuMi (4x)",
+    ]
     return Table("4x check: the source model trained 4x longer (percent)", cols, rows, " ".join(notes))
 
 
@@ -245,9 +272,17 @@ def claim_report(records: list[Any], spec: ClaimSpec, out_dir: Path) -> HookResu
         note = "No TTA comparison metrics found (was `callbacks.tta_compare.enabled=true`?)."
         return HookResult(notes=[note], convergence=conv)
     unimodal = unimodal_mask(records, spec, {**spec.convergence(records), **conv})
-    tables = [t for t in (source_table(records), stream_table(records), longer_table(records, longer_checks(records)))
-              if t is not None]  # fmt: skip
+    tables = [
+        t
+        for t in (source_table(records), stream_table(records), longer_table(records, longer_checks(records)))
+        if t is not None
+    ]
     fig = _curves(rep.main_runs(records), out_dir)
     notes = [] if fig else ["No `tta_compare.csv` in the runs: the accuracy-over-the-stream figure is left out."]
-    return HookResult(verdicts=stability(records, conv) + ([unimodal] if unimodal else []), tables=tables,
-                      figures=[fig] if fig else [], notes=notes, convergence=conv)  # fmt: skip
+    return HookResult(
+        verdicts=stability(records, conv) + ([unimodal] if unimodal else []),
+        tables=tables,
+        figures=[fig] if fig else [],
+        notes=notes,
+        convergence=conv,
+    )

@@ -99,8 +99,13 @@ def headline_spec(spec: Any) -> dict[str, Any]:
             raise ConfigError(f"headline.reference={ref!r} must be a number or {{value|entry|metric: ..., what: ...}}")
         if "entry" in ref and ref["entry"] not in names:
             raise ConfigError(f"headline.reference.entry={ref['entry']!r} is not a run of the claim (runs: {names})")
-    return {"start": start, "metric": raw.get("metric") or start, "higher_is_better": hib,
-            "baselines": list(baselines), "reference": ref}  # fmt: skip
+    return {
+        "start": start,
+        "metric": raw.get("metric") or start,
+        "higher_is_better": hib,
+        "baselines": list(baselines),
+        "reference": ref,
+    }
 
 
 def _no_better(gains: Sequence[float], scale: float) -> tuple[bool, float]:
@@ -148,8 +153,10 @@ def baseline_checks(records: list[Any], spec: dict | str | None) -> dict[str, Ba
                 bad, gain = _no_better([sign * (b - a) for a, b in pairs], s0)
                 weak = bad
                 word = "ends no better than its start" if bad else "improves on its start"
-                parts.append(f"{word}: `{start}` {s0:.4g} at step 0 -> {s1:.4g} at the end (gain {gain:+.3g}, "
-                             f"{len(pairs)} seed{'s' * (len(pairs) > 1)})")  # fmt: skip
+                parts.append(
+                    f"{word}: `{start}` {s0:.4g} at step 0 -> {s1:.4g} at the end (gain {gain:+.3g}, "
+                    f"{len(pairs)} seed{'s' * (len(pairs) > 1)})"
+                )
         if ref is not None:
             bad, text = _reference_check(runs, records, metric, ref, sign)
             if bad is not None:
@@ -205,24 +212,34 @@ def baseline_section(records: list[Any], spec: dict | str | None) -> tuple[list[
         what = ref.get("what") or ref.get("entry") or ref.get("metric")
         ref_text = f", or whose `{head['metric']}` is no better than {what}"
     direction = "higher" if head["higher_is_better"] else "lower"
-    start_text = (f"its own start (`{head['start']}` of the untrained model, recorded at step 0 by `eval_at_start`; "
-                  f"{direction} is better)" if head["start"] else "its own start (not judged here: `headline.start: "
-                  "null`)")  # fmt: skip
+    start_text = (
+        f"its own start (`{head['start']}` of the untrained model, recorded at step 0 by `eval_at_start`; "
+        f"{direction} is better)"
+        if head["start"]
+        else "its own start (not judged here: `headline.start: null`)"
+    )
     lines.append(
         f"A baseline that ends no better than {start_text}{ref_text} is a weak baseline: a verdict that reads "
         f"`{REPRODUCED}` against it reads `{WEAK}` instead. No better: the 95% Student-t interval on the mean gain "
         "over seeds reaches 0, or the gain is at most 1% of the start (the reference)."
     )
     if not head["baselines"]:  # the spec says so: `headline: {baselines: []}`
-        return [lines[0], "", "The claim's entries are not baselines of one another (`headline.baselines: []`): "
-                "its baselines are computed inside each run, so the rule has nothing to judge here."], {}  # fmt: skip
+        return [
+            lines[0],
+            "",
+            "The claim's entries are not baselines of one another (`headline.baselines: []`): "
+            "its baselines are computed inside each run, so the rule has nothing to judge here.",
+        ], {}
     if not checks:
         return [*lines, "", "No baseline has runs."], {}
     unrecorded = [c for c in checks.values() if "start not recorded" in c.reading]
     if unrecorded:
         which = "These runs" if len(unrecorded) == len(checks) else "Some of these runs"
-        tail = ("no verdict is changed by the rule" if all(c.weak is None for c in checks.values())
-                else "only the reference can mark them weak")  # fmt: skip
+        tail = (
+            "no verdict is changed by the rule"
+            if all(c.weak is None for c in checks.values())
+            else "only the reference can mark them weak"
+        )
         lines += ["", f"{which} recorded no step-0 value (runs from before the rule): start not recorded, and {tail}."]
     lines += ["", "| baseline | weak | reading |", "|---|---|---|"]
     for c in checks.values():
@@ -265,8 +282,11 @@ def compare(
         threshold = rel_tol * max(abs(b), 1e-12)
         return REPRODUCED if margin > threshold else NOT_REPRODUCED if margin < -threshold else NOISE
     try:
-        iv = _stats.interval(list(method), list(baseline), paired=False, sign=sign) if not paired else (
-            _stats.paired_interval([sign * v for v in method], [sign * v for v in baseline]))  # fmt: skip
+        iv = (
+            _stats.interval(list(method), list(baseline), paired=False, sign=sign)
+            if not paired
+            else (_stats.paired_interval([sign * v for v in method], [sign * v for v in baseline]))
+        )
     except ValueError:
         return NOISE
     return _stats.decide(iv)[0]
@@ -297,8 +317,11 @@ def non_inferior(
         iv = _stats.exact_interval([sign * m], [sign * r])
     else:
         try:
-            iv = _stats.interval(list(method), list(reference), paired=False, sign=sign) if not paired else (
-                _stats.paired_interval([sign * v for v in method], [sign * v for v in reference]))  # fmt: skip
+            iv = (
+                _stats.interval(list(method), list(reference), paired=False, sign=sign)
+                if not paired
+                else (_stats.paired_interval([sign * v for v in method], [sign * v for v in reference]))
+            )
         except ValueError:
             return NOISE
     if iv.lo > -margin:
@@ -355,8 +378,10 @@ def patience_plateau(curves: list[Curve], *, patience: int, higher_is_better: bo
         last_steps.append(s[-1][0])
         rising += len(s) - 1 - best < patience
     seeds = f"{len(series)} seed{'s' if len(series) != 1 else ''}"
-    where = (f"best at step {', '.join(f'{b:g}' for b in best_steps)}, last validation at "
-             f"{', '.join(f'{x:g}' for x in last_steps)}")  # fmt: skip
+    where = (
+        f"best at step {', '.join(f'{b:g}' for b in best_steps)}, last validation at "
+        f"{', '.join(f'{x:g}' for x in last_steps)}"
+    )
     if rising:
         news = f"{rising} of {seeds} set a new best in the last {patience} validations"
         return False, f"still improving: {news} ({where})"
@@ -469,8 +494,11 @@ def longer_run_check(
     """
 
     def by_seed(name: str) -> dict[Any, float]:
-        return {r.seed: float(r.metrics[key]) for r in records
-                if r.name == name and key in r.metrics and (seed is None or r.seed == seed)}  # fmt: skip
+        return {
+            r.seed: float(r.metrics[key])
+            for r in records
+            if r.name == name and key in r.metrics and (seed is None or r.seed == seed)
+        }
 
     longer, main = by_seed(base + suffix), by_seed(base)
     seeds = sorted(set(longer) & set(main), key=str)
@@ -493,8 +521,10 @@ def longer_run_check(
         values_read = f"{main[seeds[0]]:.4g} -> {longer[seeds[0]]:.4g}"
     else:
         mean = statistics.fmean
-        values_read = (f"mean {mean(main[s] for s in seeds):.4g} -> {mean(longer[s] for s in seeds):.4g}; change "
-                       "per seed " + ", ".join(f"{longer[s] - main[s]:+.3g}" for s in seeds))  # fmt: skip
+        values_read = (
+            f"mean {mean(main[s] for s in seeds):.4g} -> {mean(longer[s] for s in seeds):.4g}; change "
+            "per seed " + ", ".join(f"{longer[s] - main[s]:+.3g}" for s in seeds)
+        )
         moved += " on average"
     return ok, (
         f"{'converged' if ok else 'not converged'}: the longer run ({base}{suffix}) {moved} on {which} "

@@ -136,24 +136,47 @@ class LiceLitModule(SuiteLitModule):
         LearnSPN(["binary"], [2], spn_bins, spn_min_instances, spn_max_depth, spn_alpha)
         # plain Python values only (Hydra passes ListConfig, which a weights_only checkpoint load rejects)
         self.save_hyperparameters(
-            {"hidden_sizes": [int(h) for h in hidden_sizes], "methods": [str(m) for m in methods],
-             "num_counterfactuals": int(num_counterfactuals), "time_limit": float(time_limit), "alpha": float(alpha),
-             "threshold": threshold if isinstance(threshold, str) else float(threshold), "spn_bins": int(spn_bins),
-             "spn_min_instances": int(spn_min_instances), "spn_max_depth": int(spn_max_depth),
-             "spn_alpha": float(spn_alpha), "spn_max_rows": int(spn_max_rows), "mad_floor": float(mad_floor),
-             "bin_gap": float(bin_gap), "warm_start": bool(warm_start),
-             "mio_backend": str(mio_backend), "dice_samples": int(dice_samples),
-             "seed": int(seed)}
-        )  # fmt: skip
+            {
+                "hidden_sizes": [int(h) for h in hidden_sizes],
+                "methods": [str(m) for m in methods],
+                "num_counterfactuals": int(num_counterfactuals),
+                "time_limit": float(time_limit),
+                "alpha": float(alpha),
+                "threshold": threshold if isinstance(threshold, str) else float(threshold),
+                "spn_bins": int(spn_bins),
+                "spn_min_instances": int(spn_min_instances),
+                "spn_max_depth": int(spn_max_depth),
+                "spn_alpha": float(spn_alpha),
+                "spn_max_rows": int(spn_max_rows),
+                "mad_floor": float(mad_floor),
+                "bin_gap": float(bin_gap),
+                "warm_start": bool(warm_start),
+                "mio_backend": str(mio_backend),
+                "dice_samples": int(dice_samples),
+                "seed": int(seed),
+            }
+        )
         self.hidden_sizes, self.methods = list(hidden_sizes), list(methods)
         self.num_counterfactuals, self.time_limit, self.alpha, self.threshold = (
-            num_counterfactuals, time_limit, alpha, threshold)  # fmt: skip
-        self.spn_kwargs = {"n_bins": spn_bins, "min_instances_slice": spn_min_instances, "max_depth": spn_max_depth,
-                           "alpha": spn_alpha, "seed": seed}  # fmt: skip
+            num_counterfactuals,
+            time_limit,
+            alpha,
+            threshold,
+        )
+        self.spn_kwargs = {
+            "n_bins": spn_bins,
+            "min_instances_slice": spn_min_instances,
+            "max_depth": spn_max_depth,
+            "alpha": spn_alpha,
+            "seed": seed,
+        }
         self.spn_max_rows, self.mad_floor, self.dice_samples = spn_max_rows, mad_floor, dice_samples
         self.bin_gap, self.warm_start, self.mio_backend = bin_gap, bool(warm_start), str(mio_backend)
         self.fast_dev_counterfactuals, self.fast_dev_time_limit, self.seed = (
-            fast_dev_counterfactuals, fast_dev_time_limit, seed)  # fmt: skip
+            fast_dev_counterfactuals,
+            fast_dev_time_limit,
+            seed,
+        )
         self.net: nn.Sequential | None = None
         self.train_metrics = classification_metrics(2, "train")
         self.val_metrics = classification_metrics(2, "val")
@@ -279,11 +302,26 @@ class LiceLitModule(SuiteLitModule):
         return summary
 
     def _record(
-        self, row: int, method: str, x0: np.ndarray, desired: int, res: CounterfactualResult, spn: SPN,
-        costs: np.ndarray, logit: Any, dm: Any, features: Sequence[Any],
-    ) -> dict[str, Any]:  # fmt: skip
-        rec: dict[str, Any] = {"row": row, "method": method, "desired": desired, "status": res.status,
-                               "seconds": res.seconds, "found": res.found}  # fmt: skip
+        self,
+        row: int,
+        method: str,
+        x0: np.ndarray,
+        desired: int,
+        res: CounterfactualResult,
+        spn: SPN,
+        costs: np.ndarray,
+        logit: Any,
+        dm: Any,
+        features: Sequence[Any],
+    ) -> dict[str, Any]:
+        rec: dict[str, Any] = {
+            "row": row,
+            "method": method,
+            "desired": desired,
+            "status": res.status,
+            "seconds": res.seconds,
+            "found": res.found,
+        }
         if res.x is None:
             return rec
         z = np.r_[res.x, desired][None]

@@ -39,32 +39,73 @@ def write_nuscenes(root: Path, n_samples: int = 3, version: str = "v1.0-mini", g
     back = np.array([[-1.0, 0.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, 1.0]]) @ cam_r
     k = [[20.0, 0.0, 32.0], [0.0, 20.0, 24.0], [0.0, 0.0, 1.0]]
     sensors = [{"token": "s_lidar", "channel": "LIDAR_TOP", "modality": "lidar"}]
-    calib = [{"token": "c_lidar", "sensor_token": "s_lidar", "translation": [0.0, 0.0, 1.8],
-              "rotation": [1.0, 0.0, 0.0, 0.0], "camera_intrinsic": []}]  # fmt: skip
+    calib = [
+        {
+            "token": "c_lidar",
+            "sensor_token": "s_lidar",
+            "translation": [0.0, 0.0, 1.8],
+            "rotation": [1.0, 0.0, 0.0, 0.0],
+            "camera_intrinsic": [],
+        }
+    ]
     for cam, r in zip(CAMS, (cam_r, back)):
         sensors.append({"token": f"s_{cam}", "channel": cam, "modality": "camera"})
-        calib.append({"token": f"c_{cam}", "sensor_token": f"s_{cam}", "translation": [0.0, 0.0, 1.5],
-                      "rotation": _quat(r), "camera_intrinsic": k})  # fmt: skip
-    cats = [{"token": "k0", "name": "noise", "description": "", "index": 0},
-            {"token": "k17", "name": "vehicle.car", "description": "", "index": 17},
-            {"token": "k24", "name": "flat.driveable_surface", "description": "", "index": 24}]  # fmt: skip
+        calib.append(
+            {
+                "token": f"c_{cam}",
+                "sensor_token": f"s_{cam}",
+                "translation": [0.0, 0.0, 1.5],
+                "rotation": _quat(r),
+                "camera_intrinsic": k,
+            }
+        )
+    cats = [
+        {"token": "k0", "name": "noise", "description": "", "index": 0},
+        {"token": "k17", "name": "vehicle.car", "description": "", "index": 17},
+        {"token": "k24", "name": "flat.driveable_surface", "description": "", "index": 24},
+    ]
     samples, sdata, poses, segs = [], [], [], []
     for i in range(n_samples):
         ts = 1_000_000 * i
         nxt = f"smp{i + 1}" if i < n_samples - 1 else ""
-        samples.append({"token": f"smp{i}", "timestamp": ts, "scene_token": "scene0",
-                        "prev": f"smp{i - 1}" if i else "", "next": nxt})  # fmt: skip
+        samples.append(
+            {
+                "token": f"smp{i}",
+                "timestamp": ts,
+                "scene_token": "scene0",
+                "prev": f"smp{i - 1}" if i else "",
+                "next": nxt,
+            }
+        )
         for ch, ext in (("LIDAR_TOP", "pcd.bin"), *((c, "jpg") for c in CAMS)):
             tok = f"sd_{ch}_{i}"
-            poses.append({"token": f"ep_{tok}", "timestamp": ts, "rotation": [1.0, 0.0, 0.0, 0.0],
-                          "translation": [float(i), 0.0, 0.0]})  # fmt: skip
+            poses.append(
+                {
+                    "token": f"ep_{tok}",
+                    "timestamp": ts,
+                    "rotation": [1.0, 0.0, 0.0, 0.0],
+                    "translation": [float(i), 0.0, 0.0],
+                }
+            )
             folder = root / "samples" / ch
             folder.mkdir(parents=True, exist_ok=True)
             rel = f"samples/{ch}/{tok}.{ext}"
-            sdata.append({"token": tok, "sample_token": f"smp{i}", "ego_pose_token": f"ep_{tok}",
-                          "calibrated_sensor_token": f"c_{'lidar' if ch == 'LIDAR_TOP' else ch}", "timestamp": ts,
-                          "fileformat": ext.split(".")[0], "is_key_frame": True, "height": 48, "width": 64,
-                          "filename": rel, "prev": "", "next": ""})  # fmt: skip
+            sdata.append(
+                {
+                    "token": tok,
+                    "sample_token": f"smp{i}",
+                    "ego_pose_token": f"ep_{tok}",
+                    "calibrated_sensor_token": f"c_{'lidar' if ch == 'LIDAR_TOP' else ch}",
+                    "timestamp": ts,
+                    "fileformat": ext.split(".")[0],
+                    "is_key_frame": True,
+                    "height": 48,
+                    "width": 64,
+                    "filename": rel,
+                    "prev": "",
+                    "next": "",
+                }
+            )
             if ext == "jpg":
                 Image.fromarray(np.full((48, 64, 3), 40 * (i + 1), np.uint8)).save(root / rel)
             else:  # a car 6 m ahead and road 6 m behind (lidar frame: 1.8 m above the ego origin)
@@ -79,17 +120,34 @@ def write_nuscenes(root: Path, n_samples: int = 3, version: str = "v1.0-mini", g
         occ.mkdir(parents=True, exist_ok=True)
         sem = np.full(grid, 17, np.uint8)
         sem[..., 0] = 11
-        np.savez_compressed(occ / "labels.npz", semantics=sem, mask_lidar=np.ones(grid, np.uint8),
-                            mask_camera=np.ones(grid, np.uint8))  # fmt: skip
+        np.savez_compressed(
+            occ / "labels.npz", semantics=sem, mask_lidar=np.ones(grid, np.uint8), mask_camera=np.ones(grid, np.uint8)
+        )
     tables = {
-        "category": cats, "attribute": [], "visibility": [], "instance": [], "sensor": sensors,
-        "calibrated_sensor": calib, "ego_pose": poses,
+        "category": cats,
+        "attribute": [],
+        "visibility": [],
+        "instance": [],
+        "sensor": sensors,
+        "calibrated_sensor": calib,
+        "ego_pose": poses,
         "log": [{"token": "log0", "logfile": "", "vehicle": "", "date_captured": "", "location": "boston"}],
-        "scene": [{"token": "scene0", "log_token": "log0", "nbr_samples": n_samples, "first_sample_token": "smp0",
-                   "last_sample_token": f"smp{n_samples - 1}", "name": "scene-0001", "description": ""}],
-        "sample": samples, "sample_data": sdata, "sample_annotation": [],
+        "scene": [
+            {
+                "token": "scene0",
+                "log_token": "log0",
+                "nbr_samples": n_samples,
+                "first_sample_token": "smp0",
+                "last_sample_token": f"smp{n_samples - 1}",
+                "name": "scene-0001",
+                "description": "",
+            }
+        ],
+        "sample": samples,
+        "sample_data": sdata,
+        "sample_annotation": [],
         "map": [{"token": "map0", "log_tokens": ["log0"], "category": "semantic_prior", "filename": "maps/m.png"}],
-    }  # fmt: skip
+    }
     if lidarseg:
         tables["lidarseg"] = segs
     for name, rows in tables.items():
@@ -97,8 +155,19 @@ def write_nuscenes(root: Path, n_samples: int = 3, version: str = "v1.0-mini", g
 
 
 def _dm(root: Path, **kw) -> NuScenesDataModule:
-    args = dict(source="real", data_dir=str(root), cameras=list(CAMS), grid=GRID, pc_range=PC, num_classes=18,
-                horizon=1, max_rays=8, image_size=(12, 16), batch_size=1, label_fraction=1.0)  # fmt: skip
+    args = dict(
+        source="real",
+        data_dir=str(root),
+        cameras=list(CAMS),
+        grid=GRID,
+        pc_range=PC,
+        num_classes=18,
+        horizon=1,
+        max_rays=8,
+        image_size=(12, 16),
+        batch_size=1,
+        label_fraction=1.0,
+    )
     args.update(kw)
     return NuScenesDataModule(**args)
 
@@ -179,8 +248,9 @@ def test_embedded_world_is_consistent():
     assert (got == it["ray_sem"][0][ok]).float().mean() > 0.97
     # the future frames differ (cars move, the ego moves) and waypoints follow the ego velocity
     assert not torch.equal(it["occ"][0], it["occ"][2])
-    assert torch.allclose(it["waypoints"][0], it["ego_state"][:2] + (it["ego_state"][:2] - it["ego_state"][3:5]),
-                          atol=0.15)  # fmt: skip
+    assert torch.allclose(
+        it["waypoints"][0], it["ego_state"][:2] + (it["ego_state"][:2] - it["ego_state"][3:5]), atol=0.15
+    )
     again = NuScenesDataModule(n_scenes=3, frames_per_scene=2, horizon=2, batch_size=2)
     again.setup("fit")
     assert torch.equal(again.datasets["train"][0]["img"], it["img"])

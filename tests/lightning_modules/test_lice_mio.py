@@ -48,13 +48,17 @@ def setup() -> dict:
     table = _table(1500, 0)
     labels = (table[:, 0] + 0.3 * table[:, 1] > 0.6).astype(float)
     spn = LearnSPN(
-        ["continuous", "continuous", "continuous", "categorical", "binary", "binary"], [0, 0, 0, 3, 2, 2],
-        n_bins=8, min_instances_slice=150, max_depth=4,
-    ).fit(np.concatenate([table, labels[:, None]], 1))  # fmt: skip
+        ["continuous", "continuous", "continuous", "categorical", "binary", "binary"],
+        [0, 0, 0, 3, 2, 2],
+        n_bins=8,
+        min_instances_slice=150,
+        max_depth=4,
+    ).fit(np.concatenate([table, labels[:, None]], 1))
     # a small ReLU MLP trained on the rule: class 1 is reachable by moving the mutable feature "a"
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(7, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4), torch.nn.ReLU(),
-                              torch.nn.Linear(4, 1)).double()  # fmt: skip
+    net = torch.nn.Sequential(
+        torch.nn.Linear(7, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1)
+    ).double()
     x_t, y_t = torch.from_numpy(encode(table, FEATURES)), torch.from_numpy(labels)
     opt = torch.optim.Adam(net.parameters(), lr=0.03)
     for _ in range(200):
@@ -231,12 +235,27 @@ def _parity_case(seed: int) -> tuple[list, np.ndarray, np.ndarray]:
     """A random ReLU MLP [12, 6] on PARITY_FEATURES, its costs and 6 random factuals."""
     rng = np.random.default_rng(seed)
     n = 6
-    table = np.stack([rng.random(n), rng.random(n), rng.integers(0, 11, n) / 10, rng.integers(0, 21, n) / 20,
-                      rng.random(n), rng.integers(0, 2, n), rng.integers(0, 2, n), rng.integers(0, 4, n),
-                      rng.integers(0, 3, n), rng.integers(0, 2, n)], 1).astype(float)  # fmt: skip
+    table = np.stack(
+        [
+            rng.random(n),
+            rng.random(n),
+            rng.integers(0, 11, n) / 10,
+            rng.integers(0, 21, n) / 20,
+            rng.random(n),
+            rng.integers(0, 2, n),
+            rng.integers(0, 2, n),
+            rng.integers(0, 4, n),
+            rng.integers(0, 3, n),
+            rng.integers(0, 2, n),
+        ],
+        1,
+    ).astype(float)
     d = encode(table, PARITY_FEATURES).shape[1]
-    layers = [(rng.normal(size=(12, d)), rng.normal(size=12) * 0.3), (rng.normal(size=(6, 12)), rng.normal(size=6)),
-              (rng.normal(size=(1, 6)), rng.normal(size=1))]  # fmt: skip
+    layers = [
+        (rng.normal(size=(12, d)), rng.normal(size=12) * 0.3),
+        (rng.normal(size=(6, 12)), rng.normal(size=6)),
+        (rng.normal(size=(1, 6)), rng.normal(size=1)),
+    ]
     costs = np.r_[1.0 / rng.uniform(0.05, 0.3, 5), rng.uniform(0.5, 2.0, 5)]
     return layers, costs, table
 
@@ -342,8 +361,14 @@ def test_solver_output_never_reaches_a_broken_log_handler():
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     try:
-        proc = subprocess.run([sys.executable, "-c", _BROKEN_HANDLER_SCRIPT], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=60)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", _BROKEN_HANDLER_SCRIPT],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("appsi's output capture hung with a broken root log handler (the solver output propagates)")
     assert proc.returncode == 0 and proc.stdout.strip() == "returned", proc.stderr[-2000:]
@@ -420,8 +445,11 @@ def test_histogram_upper_bin_gap_is_where_a_lower_bin_ends(gap):
     x = 0.5 - gap exactly, with that objective: the gap (official default 1e-6) is the CE's distance below a break."""
     features = [FeatureSpec("a", "continuous")]
     hist = HistogramLeaf([0], breaks=np.array([0.0, 0.5, 1.0]), densities=np.array([1.6, 0.4]))
-    spn = SPN(ProductNode([0, 1], children=[hist, CategoricalLeaf([1], probs=np.array([0.5, 0.5]))]),
-              ["continuous", "binary"], [0, 2])  # fmt: skip
+    spn = SPN(
+        ProductNode([0, 1], children=[hist, CategoricalLeaf([1], probs=np.array([0.5, 0.5]))]),
+        ["continuous", "binary"],
+        [0, 2],
+    )
     layers = [(np.array([[1e-3]]), np.array([1.0]))]  # logit 1 + 0.001 x > 0 everywhere
     kwargs = {"objective": "optimize", "alpha": 1.0, "time_limit": 20.0}
     mio = LiceMIO(features, layers, np.ones(1), spn, bin_gap=gap, **kwargs)
@@ -442,8 +470,11 @@ def test_optimise_is_warm_started_from_a_given_counterfactual(monkeypatch):
 
     features = [FeatureSpec("a", "continuous")]
     hist = HistogramLeaf([0], breaks=np.array([0.0, 0.5, 1.0]), densities=np.array([1.6, 0.4]))
-    spn = SPN(ProductNode([0, 1], children=[hist, CategoricalLeaf([1], probs=np.array([0.5, 0.5]))]),
-              ["continuous", "binary"], [0, 2])  # fmt: skip
+    spn = SPN(
+        ProductNode([0, 1], children=[hist, CategoricalLeaf([1], probs=np.array([0.5, 0.5]))]),
+        ["continuous", "binary"],
+        [0, 2],
+    )
     layers = [(np.array([[1e-3]]), np.array([1.0]))]
     mio = LiceMIO(features, layers, np.ones(1), spn, objective="optimize", alpha=1.0, time_limit=20.0)
     calls, real = [], Highs.solve

@@ -28,9 +28,14 @@ def _census(folder: Path, ratio: float, sink0: float, step: int = 500) -> None:
             {"step": step, "kind": "act", "name": f"net.blocks.{layer}", "metric": "ratio", "value": r},
             {"step": step, "kind": "act", "name": f"net.blocks.{layer}", "metric": "token_frac_k100", "value": 0.0},
             {"step": step, "kind": "attn", "name": f"net.blocks.{layer}.mixer", "metric": "sink_share", "value": s},
-            {"step": step, "kind": "weight", "name": f"net.blocks.{layer}.mlp.down_proj", "metric": "ratio",
-             "value": 9},
-        ]  # fmt: skip
+            {
+                "step": step,
+                "kind": "weight",
+                "name": f"net.blocks.{layer}.mlp.down_proj",
+                "metric": "ratio",
+                "value": 9,
+            },
+        ]
     rows.append({"step": 0, "kind": "act", "name": "net.blocks.0", "metric": "ratio", "value": 1.0})  # earlier step
     with (folder / "outlier_census.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["step", "kind", "name", "metric", "value"])
@@ -46,8 +51,16 @@ def _outlier_runs(root: Path, variants: dict[str, list[tuple[float, float, float
             folder = root / f"{name}{seed}"
             _census(folder / "csv", ratio, sink)
             curve = (curves or {}).get(name, FLAT)
-            recs.append(RunRecord(folder, name, seed, {"test/loss": loss}, {"val/loss": curve},
-                                  {"data": {"seed": seed, "seq_len": 64}}))  # fmt: skip
+            recs.append(
+                RunRecord(
+                    folder,
+                    name,
+                    seed,
+                    {"test/loss": loss},
+                    {"val/loss": curve},
+                    {"data": {"seed": seed, "seq_len": 64}},
+                )
+            )
     return recs
 
 
@@ -65,10 +78,13 @@ def no_minilm(monkeypatch):
 def test_outlier_verdicts_tables_and_figure(tmp_path, no_minilm):
     """Massive activations and a sink in softmax (on every seed), both halved by (e) on every seed: the phenomenon
     checks and the (e) removals are reproduced, the declared test-loss claim is judged paired by seed."""
-    recs = _outlier_runs(tmp_path, {
-        "softmax": [(400.0, 0.60, 2.40), (420.0, 0.62, 2.50), (380.0, 0.58, 2.45)],
-        "ca_scale": [(20.0, 0.06, 2.30), (25.0, 0.08, 2.41), (22.0, 0.07, 2.34)],
-    })  # fmt: skip
+    recs = _outlier_runs(
+        tmp_path,
+        {
+            "softmax": [(400.0, 0.60, 2.40), (420.0, 0.62, 2.50), (380.0, 0.58, 2.45)],
+            "ca_scale": [(20.0, 0.06, 2.30), (25.0, 0.08, 2.41), (22.0, 0.07, 2.34)],
+        },
+    )
     by_id, result = _judge("systematic_outliers", recs, tmp_path)
     assert by_id["softmax_massive"].verdict == "reproduced" and by_id["softmax_sink"].verdict == "reproduced"
     sink = by_id["ca_scale_removes_sink"]
@@ -92,11 +108,14 @@ def test_outlier_absent_phenomenon_noise_and_underfit(tmp_path, no_minilm):
     """No massive activations (top1/median 50 < 100): the massive claims are absent with no interval; the sink is
     removed on one seed only: within noise; the fixed bias (b) keeps the sink: reproduced; a variant still improving
     at the end makes its claims underfit."""
-    recs = _outlier_runs(tmp_path, {
-        "softmax": [(50.0, 0.60, 2.0), (50.0, 0.60, 2.2), (50.0, 0.62, 2.1)],
-        "ca_scale": [(40.0, 0.06, 1.8), (40.0, 0.55, 2.3), (40.0, 0.50, 2.0)],
-        "fixed_bias": [(40.0, 0.58, 2.0), (40.0, 0.61, 2.2), (40.0, 0.55, 2.1)],
-    })  # fmt: skip
+    recs = _outlier_runs(
+        tmp_path,
+        {
+            "softmax": [(50.0, 0.60, 2.0), (50.0, 0.60, 2.2), (50.0, 0.62, 2.1)],
+            "ca_scale": [(40.0, 0.06, 1.8), (40.0, 0.55, 2.3), (40.0, 0.50, 2.0)],
+            "fixed_bias": [(40.0, 0.58, 2.0), (40.0, 0.61, 2.2), (40.0, 0.55, 2.1)],
+        },
+    )
     by_id, _ = _judge("systematic_outliers", recs, tmp_path)
     assert by_id["softmax_massive"].verdict == "inconclusive: phenomenon absent"
     assert by_id["ca_scale_removes_massive"].verdict == "inconclusive: phenomenon absent"
@@ -112,10 +131,14 @@ def test_outlier_absent_phenomenon_noise_and_underfit(tmp_path, no_minilm):
             (Path(r.path) / "csv").rmdir()
             _census(Path(r.path) / "csv", 40.0, 0.1 + 0.01 * r.seed)
     assert _judge("systematic_outliers", recs, tmp_path)[0]["fixed_bias_keeps_sink"].verdict == "not reproduced"
-    falling = _outlier_runs(tmp_path / "f", {
-        "softmax": [(50.0, 0.60, 2.0), (50.0, 0.60, 2.2), (50.0, 0.62, 2.1)],
-        "ca_scale": [(40.0, 0.06, 1.8), (40.0, 0.07, 2.0), (40.0, 0.08, 2.0)],
-    }, curves={"ca_scale": FALLING})  # fmt: skip
+    falling = _outlier_runs(
+        tmp_path / "f",
+        {
+            "softmax": [(50.0, 0.60, 2.0), (50.0, 0.60, 2.2), (50.0, 0.62, 2.1)],
+            "ca_scale": [(40.0, 0.06, 1.8), (40.0, 0.07, 2.0), (40.0, 0.08, 2.0)],
+        },
+        curves={"ca_scale": FALLING},
+    )
     by_id, _ = _judge("systematic_outliers", falling, tmp_path)
     assert by_id["ca_scale_removes_sink"].verdict == "inconclusive: underfit"
     assert by_id["ca_scale_lower_loss"].verdict == "inconclusive: underfit"
@@ -124,29 +147,39 @@ def test_outlier_absent_phenomenon_noise_and_underfit(tmp_path, no_minilm):
     assert _judge("systematic_outliers", nosink, tmp_path)[0]["softmax_sink"].verdict == "inconclusive: underfit"
 
 
-def _quant_runs(root: Path, subject: str, gaps: dict[str, list[float]], fp: float = 10.0, ratio: float = 400.0,
-                curve=FLAT) -> list[RunRecord]:  # fmt: skip
+def _quant_runs(
+    root: Path, subject: str, gaps: dict[str, list[float]], fp: float = 10.0, ratio: float = 400.0, curve=FLAT
+) -> list[RunRecord]:
     """One run per seed of ``subject``: ``method -> ppl gap per seed`` logged (``quant/<method>_<key>``, what the
     declared claims read) and in ``quant_calibration.json`` (the tables), and a census."""
     recs = []
     for seed in range(len(next(iter(gaps.values())))):
         folder = root / f"{subject}{seed}"
         res = {"fp": {"ppl": fp, "kl": 0.0, "ppl_gap": 0.0}}
-        res |= {m: {"ppl": fp + g[seed], "kl": g[seed] / 100, "ppl_gap": g[seed], "log_qsur": -50.0}
-                for m, g in gaps.items()}  # fmt: skip
+        res |= {
+            m: {"ppl": fp + g[seed], "kl": g[seed] / 100, "ppl_gap": g[seed], "log_qsur": -50.0}
+            for m, g in gaps.items()
+        }
         _census(folder / "csv", ratio, 0.3)
         (folder / "quant_calibration.json").write_text(json.dumps({"bits": {"w_bits": 4}, "results": res}))
         logged = {f"quant/{m}_{k}": v for m, r in res.items() for k, v in r.items()}  # what the callback logs
-        recs.append(RunRecord(folder, subject, seed, {"test/loss": 2.0, **logged}, {"val/loss": curve},
-                              {"data": {"seed": seed}}))  # fmt: skip
+        recs.append(
+            RunRecord(
+                folder, subject, seed, {"test/loss": 2.0, **logged}, {"val/loss": curve}, {"data": {"seed": seed}}
+            )
+        )
     return recs
 
 
 def test_ostquant_method_verdicts_are_paired_and_need_the_subject_converged(tmp_path):
     """OSTQuant below QuaRot by 0.1 ppl on every seed although the seeds' gaps spread 0.5 apart: the paired interval
     decides; KL-Top identical to full KL: the ablation cannot be made (absent); a still-falling subject: underfit."""
-    gaps = {"rtn": [0.5, 1.0, 1.5], "quarot": [0.30, 0.80, 1.30], "ostquant": [0.20, 0.71, 1.19],
-            "ostquant_kl": [0.20, 0.71, 1.19]}  # fmt: skip
+    gaps = {
+        "rtn": [0.5, 1.0, 1.5],
+        "quarot": [0.30, 0.80, 1.30],
+        "ostquant": [0.20, 0.71, 1.19],
+        "ostquant_kl": [0.20, 0.71, 1.19],
+    }
     recs = _quant_runs(tmp_path, "softmax", gaps)
     recs += _quant_runs(tmp_path, "ca_scale", {"rtn": [0.1, 0.55, 1.1]}, ratio=20.0)
     by_id, result = _judge("ostquant", recs, tmp_path)
@@ -191,14 +224,22 @@ def _minilm_runs(
     for seed, (f, d) in enumerate(zip(fp, ostquant_minus_quarot, strict=True)):
         folder = tmp_path / f"{name}{seed}"
         folder.mkdir()
-        losses = {"fp": f, "rtn": f + 1.0, "gptq": f + 0.9, "smoothquant": f + 0.6, "quarot": f + 0.3,
-                  "ostquant": f + 0.3 + d, "ostquant_kl": f + 0.3 + d + 0.01 * seed}  # fmt: skip
+        losses = {
+            "fp": f,
+            "rtn": f + 1.0,
+            "gptq": f + 0.9,
+            "smoothquant": f + 0.6,
+            "quarot": f + 0.3,
+            "ostquant": f + 0.3 + d,
+            "ostquant_kl": f + 0.3 + d + 0.01 * seed,
+        }
         res = {m: {"loss": v, "ppl": v, "kl": v - f} for m, v in losses.items()}
         (folder / "quant_calibration.json").write_text(json.dumps({"bits": {"w_bits": 4}, "results": res}))
         curve = [(s, f + o) for s, o in (MINILM_FALLING if falling else MINILM_FLAT)]
         logged = {f"quant/{m}_{k}": v for m, r in res.items() for k, v in r.items()}  # what the callback logs
-        recs.append(RunRecord(folder, name, seed, metrics=logged, curves={"val/loss": curve},
-                              config={"data": {"seed": seed}}))  # fmt: skip
+        recs.append(
+            RunRecord(folder, name, seed, metrics=logged, curves={"val/loss": curve}, config={"data": {"seed": seed}})
+        )
     return recs
 
 
@@ -282,8 +323,11 @@ def test_minilm_head_check_with_fp_only_longer_runs(tmp_path):
         folder.mkdir()
         res = {"fp": {"loss": f, "ppl": f, "kl": 0.0}}
         (folder / "quant_calibration.json").write_text(json.dumps({"bits": {"w_bits": 4}, "results": res}))
-        recs.append(RunRecord(folder, "minilm_long", seed, metrics={"quant/fp_loss": f},
-                              curves={"val/loss": [(0, f - 0.1), (400, f)]}))  # fmt: skip
+        recs.append(
+            RunRecord(
+                folder, "minilm_long", seed, metrics={"quant/fp_loss": f}, curves={"val/loss": [(0, f - 0.1), (400, f)]}
+            )
+        )
     by_id, result, conv = _minilm(recs, tmp_path)
     assert conv["minilm"][0] and "change per seed +0.02, +0.03, -0.01" in conv["minilm"][1]
     assert by_id["ost_vs_quarot"].verdict == "reproduced" and "with the 4x head" not in by_id["ost_vs_quarot"].evidence

@@ -22,7 +22,14 @@ all are paired by seed (seed ``s`` of both entries trains on the same poisoned s
 2. ``carry_<attack>``: the ViT's detection AUC is no worse than the CNN's by more than :data:`MARGIN` (0.05 AUC;
    non-inferiority). ``inconclusive: phenomenon absent`` when the CNN does not detect the attack at all (mean AUC
    below :data:`CNN_MIN`, 0.7): there is nothing to carry over.
-3. ``carry_all``: as 2 on all attacks pooled (``detect/auc``): the study's headline (primary).
+3. ``carry_detected``: as 2 on the poisons of the attacks the CNN detects, pooled (primary: the study's headline).
+   "Detects" is the rule that makes a claim of 2 ``phenomenon absent``: the CNN's mean AUC over seeds at least
+   :data:`CNN_MIN`; it reads the CNN alone, never the ViT. An attack the CNN cannot detect has nothing to carry over,
+   and pooling it in would let the ViT's detection of it (or its failure) decide the headline. The pooled AUC of a set
+   of attacks is computed exactly from the per-attack AUCs: every attack's AUC compares its poisons with the same
+   clean originals, so the Mann-Whitney count over the pooled poisons is the sum of the attacks' counts, and the
+   pooled AUC is their average weighted by the number of scored poisons (:func:`pooled_auc`).
+4. ``carry_all``: as 3 on all attacks pooled (``detect/auc``), exploratory.
 
 A claim reads ``inconclusive: underfit`` when an entry it reads (1: the CNN; 2-3: both) has a clean test accuracy
 below :data:`MIN_ACC` (0.5) or has not converged by the spec's rule (``val/loss``). The claims judge the detection of
@@ -31,6 +38,12 @@ of each group at the first and last recorded epoch as context (a poison can be f
 than clean data, a learned backdoor, or because it is not learned at all, a mislabelled example). An AUC near 0.5 or
 below, or a near-constant score, is checked before it is believed: the page lists, per architecture, the score spread
 and the clean probes' mean score against the clean originals'.
+
+Trigger overlap (:data:`OVERLAP`): on 28x28 images with one-pixel squares (``datamodules.poisoned``, the official
+layout) the ``patch`` trigger's four squares and the ``single_pix`` square share the pixel (26, 26), with different
+target labels, and with the ViT's 4x4 patches all of them fall in one token (6, 6). The page says so beside the
+per-attack AUCs: a model that cannot tell the two triggers apart learns neither backdoor cleanly, and a poison that
+is not learned is flagged as a mislabelled example rather than as a backdoor.
 """
 
 from __future__ import annotations
@@ -53,6 +66,13 @@ DETECTS = 0.9  # claim 1: "detects" = AUC above this
 MARGIN = 0.05  # claims 2-3: the ViT may lose at most this much AUC to the CNN (non-inferiority margin)
 CNN_MIN = 0.7  # claims 2-3: below this the CNN does not detect the attack: nothing to carry over
 CACHE = "badloss_vit_detect.json"  # a run's detection numbers, kept in the results data file (spec: data_files)
+OVERLAP = (
+    "The `patch` and `single_pix` triggers overlap (the official layout on 28x28 images): the patch's four one-pixel "
+    "squares sit at (24|26, 24|26) and the single pixel at (26, 26), with different target labels; with the ViT's 4x4 "
+    "patches both triggers fall in one token, (6, 6). A model that cannot separate them learns neither backdoor "
+    "cleanly (see the ASR row), and a poison it does not learn is flagged as a mislabelled example, not as a learned "
+    "backdoor: an AUC of the ViT on these two attacks reads its failure to learn them as much as the detector."
+)
 MIN_ACC = 0.5  # a 10-class classifier below this clean top-1 is underfit for the question
 K, EPS = 50, 0.01  # the BaDLoss defaults (conf/model/badloss.yaml): kNN neighbours, log offset
 
@@ -97,8 +117,18 @@ def _score(file: Path, k: int, eps: float) -> dict[str, Any]:
     for g, m in groups.items():
         if m.any():
             out[f"loss0/{g}"], out[f"loss1/{g}"] = float(t[m, 0].mean()), float(t[m, -1].mean())
+    for i, name in enumerate(names):  # the scored poisons of each attack: the weights of a pooled AUC
+        out[f"n/{name}"] = int((a == i).sum())
     out["attacks"] = names
     return out
+
+
+def pooled_auc(aucs: dict[str, float], counts: dict[str, int]) -> float:
+    """AUC of the pooled poisons of the attacks in ``aucs`` (name -> that attack's AUC against the clean originals)
+    against the clean originals: the attacks' AUCs weighted by their numbers of scored poisons (``counts``). Exact,
+    ties included, because every per-attack AUC counts pairs with the same clean set; NaN when no poison is counted."""
+    total = sum(counts[a] for a in aucs)
+    return sum(counts[a] * aucs[a] for a in aucs) / total if total else math.nan
 
 
 Data = dict[str, dict[str, Any]]
@@ -117,7 +147,7 @@ def collect(records: list[Any]) -> Data:
             if key == "attacks":
                 d["attacks"] = list(v)
             elif isinstance(v, int | float) and math.isfinite(v):  # an empty class gives a NaN AUC: left out
-                d[key][seed] = float(v)
+                d[key][seed] = v if key.startswith("n/") else float(v)
         for key, v in (rec.metrics or {}).items():
             if (key == "test/acc" or key.startswith("test/asr_")) and math.isfinite(float(v)):
                 d[key][seed] = float(v)
@@ -134,6 +164,15 @@ def verdicts(data: Data, convergence: dict[str, tuple[bool, str]]) -> list[Claim
     cnn, vit = data.get("cnn"), data.get("vit")
     if not cnn or not vit or not cnn.get("detect/auc") or not vit.get("detect/auc"):
         return []
+    attacks = list(cnn.get("attacks") or [])
+    detected = [a for a in attacks if cnn.get(f"detect/auc_{a}") and _mean(cnn[f"detect/auc_{a}"]) >= CNN_MIN]
+    for d in (cnn, vit):  # the pooled AUC over the attacks the CNN detects, per seed (needs each run's counts)
+        seeds = set.intersection(*(set(d.get(f"detect/auc_{a}", {})) & set(d.get(f"n/{a}", {})) for a in detected)) \
+            if detected else set()  # fmt: skip
+        d["detect/auc_detected"] = {
+            s: pooled_auc({a: d[f"detect/auc_{a}"][s] for a in detected}, {a: d[f"n/{a}"][s] for a in detected})
+            for s in sorted(seeds)
+        }
     unfit = {}
     for arch in ("cnn", "vit"):
         acc = data[arch].get("test/acc") or {}
@@ -143,7 +182,6 @@ def verdicts(data: Data, convergence: dict[str, tuple[bool, str]]) -> list[Claim
         elif _mean(acc) < MIN_ACC or not acc:
             unfit[arch] = f"clean test accuracy {mean_sd(acc.values())} below {MIN_ACC}"
     out = []
-    attacks = list(cnn.get("attacks") or [])
     for a in attacks:
         c = cnn.get(f"detect/auc_{a}", {})
         if c:
@@ -153,10 +191,17 @@ def verdicts(data: Data, convergence: dict[str, tuple[bool, str]]) -> list[Claim
             bar = dict.fromkeys(c, DETECTS)  # the per-seed AUC against the bar: a one-sample interval
             under = {k: v for k, v in unfit.items() if k == "cnn"}
             out.append(judge_values(claim, c, bar, paired=True, unconverged=under))
-    for key, cid, what in [*((f"detect/auc_{a}", f"carry_{a}", f"the {a} poisons") for a in attacks),
-                           ("detect/auc", "carry_all", "all poisons")]:  # fmt: skip
+    pooled = [
+        (
+            "detect/auc_detected",
+            "carry_detected",
+            f"the poisons of the attacks the CNN detects ({', '.join(detected) or 'none'}), pooled",
+        ),
+        ("detect/auc", "carry_all", "all poisons, pooled"),
+    ]
+    for key, cid, what in [*((f"detect/auc_{a}", f"carry_{a}", f"the {a} poisons") for a in attacks), *pooled]:
         c, v = cnn.get(key, {}), vit.get(key, {})
-        if not c or not v:
+        if (not c or not v) and (cid != "carry_detected" or detected):  # nothing detected: the headline is absent
             continue
         claim = Claim(
             cid,
@@ -168,10 +213,15 @@ def verdicts(data: Data, convergence: dict[str, tuple[bool, str]]) -> list[Claim
             kind="non_inferior",
             delta=MARGIN,
             delta_why="the study's non-inferiority margin, stated before the runs",
-            primary=cid == "carry_all",
+            primary=cid == "carry_detected",
             paired=True,
         )
-        absent = f"the CNN does not detect them (mean AUC {_mean(c):.3f} < {CNN_MIN})" if _mean(c) < CNN_MIN else None
+        if cid == "carry_detected":
+            absent = None if detected else f"the CNN detects none of the attacks (mean AUC >= {CNN_MIN})"
+        else:
+            absent = (
+                f"the CNN does not detect them (mean AUC {_mean(c):.3f} < {CNN_MIN})" if _mean(c) < CNN_MIN else None
+            )
         out.append(judge_values(claim, v, c, paired=True, unconverged=unfit, absent=absent))
     for r in out:
         r.against = ()  # the entries are the two architectures, not baselines of a method
@@ -230,4 +280,5 @@ def claim_report(records: list[Any], spec: ClaimSpec, out_dir: Path) -> HookResu
     archs = [a for a in ("cnn", "vit") if data.get(a, {}).get("detect/auc")]
     if not archs:
         return HookResult(notes=[f"No run with `loss_dynamics.pt` or `{CACHE}` found: no detection to judge."])
-    return HookResult(verdicts=verdicts(data, spec.convergence(records)), tables=tables(data, archs))
+    notes = [OVERLAP] if {"patch", "single_pix"} <= set(data[archs[0]].get("attacks") or []) else []
+    return HookResult(verdicts=verdicts(data, spec.convergence(records)), tables=tables(data, archs), notes=notes)

@@ -83,10 +83,13 @@ def test_verdicts_follow_the_aucs(tmp_path: Path) -> None:
     # both architectures separate both attacks: the CNN detects them and the detection carries over
     by_id = _judge(_records(tmp_path / "a", cnn=strong, vit=strong), tmp_path)
     # the page puts the primary claim first, then the hook's order
-    assert list(by_id) == ["carry_all", "cnn_detects_patch", "cnn_detects_blend_r", "carry_patch", "carry_blend_r"]
+    assert list(by_id) == [
+        "carry_detected", "cnn_detects_patch", "cnn_detects_blend_r", "carry_patch", "carry_blend_r", "carry_all"
+    ]  # fmt: skip
     assert {v.verdict for v in by_id.values()} == {rep.REPRODUCED}, by_id
-    pooled = by_id["carry_all"]
+    pooled = by_id["carry_detected"]
     assert pooled.primary and pooled.paired and pooled.kind == "non_inferior" and pooled.delta == bv.MARGIN
+    assert not by_id["carry_all"].primary
     assert pooled.entries == ("vit", "cnn") and set(pooled.values["vit"]) == {"0", "1", "2"}
     assert not by_id["carry_patch"].primary and by_id["cnn_detects_patch"].lo > 0  # above the bar on every seed
     # the ViT's patch poisons look like clean ones (AUC ~0.5): that carry-over fails, blend_r's holds
@@ -98,12 +101,38 @@ def test_verdicts_follow_the_aucs(tmp_path: Path) -> None:
     assert (words["cnn_detects_blend_r"], words["carry_blend_r"]) == (rep.NOT_REPRODUCED, rep.ABSENT), words
 
 
+def test_the_headline_pools_only_the_attacks_the_cnn_detects(tmp_path: Path) -> None:
+    # the CNN detects patch only; the ViT fails blend_r: the pooled-over-all verdict would charge the ViT with an
+    # attack that has nothing to carry over, the headline pools patch alone (its values are carry_patch's)
+    by_id = _judge(_records(tmp_path / "a", cnn={"patch": 3.0, "blend_r": 0.0}, vit={"patch": 3.0, "blend_r": 0.0}),
+                   tmp_path)  # fmt: skip
+    head = by_id["carry_detected"]
+    assert "(patch)" in head.text and head.verdict == rep.REPRODUCED, head
+    for side, vals in by_id["carry_patch"].values.items():
+        assert head.values[side] == pytest.approx(vals, abs=1e-12)
+    # nothing detected: the headline is absent, not judged on undetectable attacks
+    by_id = _judge(_records(tmp_path / "b", cnn={"patch": 0.0, "blend_r": 0.0}, vit={"patch": 3.0, "blend_r": 3.0}),
+                   tmp_path)  # fmt: skip
+    assert by_id["carry_detected"].verdict == rep.ABSENT and by_id["carry_detected"].primary
+
+
+def test_pooled_auc_is_the_auc_of_the_pooled_poisons(tmp_path: Path) -> None:
+    # every attack pooled: the weighted per-attack AUCs give back the directly computed detect/auc, exactly
+    torch.save(_matrix(3, {"patch": 0.3, "blend_r": 0.1}, hidden=4), tmp_path / "loss_dynamics.pt")
+    got = bv.detect_run(tmp_path)
+    aucs = {a: got[f"detect/auc_{a}"] for a in ATTACKS}
+    assert got["n/patch"] == got["n/blend_r"] == 30
+    assert bv.pooled_auc(aucs, {a: got[f"n/{a}"] for a in ATTACKS}) == pytest.approx(got["detect/auc"], abs=1e-12)
+    # unequal counts weigh the attacks: an unweighted mean is not the pooled AUC
+    assert bv.pooled_auc({"x": 1.0, "y": 0.5}, {"x": 3, "y": 1}) == pytest.approx(0.875)
+
+
 def test_underfit_entries_and_the_page_tables(tmp_path: Path) -> None:
     strong = {"patch": 3.0, "blend_r": 3.0}
     # an entry still improving, or a near-chance classifier: the verdicts that read it are underfit
     words = _words(_records(tmp_path / "d", cnn=strong, vit=strong, vit_curve=RISING), tmp_path)
     assert [words[f"cnn_detects_{a}"] for a in ATTACKS] == [rep.REPRODUCED] * 2
-    assert {words[c] for c in ("carry_patch", "carry_blend_r", "carry_all")} == {rep.UNDERFIT}
+    assert {words[c] for c in ("carry_patch", "carry_blend_r", "carry_all", "carry_detected")} == {rep.UNDERFIT}
     assert set(_words(_records(tmp_path / "e", cnn=strong, vit=strong, acc=0.2), tmp_path).values()) == {rep.UNDERFIT}
     recs = _records(tmp_path / "f", cnn=strong, vit=strong)
     spec = ClaimSpec.from_dict("badloss_vit", load_spec("badloss_vit"))
@@ -117,7 +146,7 @@ def test_underfit_entries_and_the_page_tables(tmp_path: Path) -> None:
         (Path(r.path) / "loss_dynamics.pt").unlink()
         assert (Path(r.path) / bv.CACHE).is_file()
     again = bv.claim_report(recs, spec, tmp_path)
-    assert again.tables[0].rows == auc.rows and [v.verdict for v in again.verdicts] == [rep.REPRODUCED] * 5
+    assert again.tables[0].rows == auc.rows and [v.verdict for v in again.verdicts] == [rep.REPRODUCED] * 6
     for r in recs:
         (Path(r.path) / bv.CACHE).unlink()
     assert bv.claim_report(recs, spec, tmp_path).verdicts == []

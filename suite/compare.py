@@ -421,7 +421,7 @@ def curves_figure(
     from matplotlib.ticker import MaxNLocator
 
     extra = [k for k in shared_validation_metrics(records) if k not in keys] if shared else []
-    metrics = [k for k in [*keys, *extra] if any(_series(r, k) for r in records)] or keys[:1]
+    metrics = [k for k in [*keys, *extra] if any(_series(r, k) for r in records)] or keys[:1] or ["train/loss"]
     names = list(dict.fromkeys(r.name for r in records))
     groups = [g for g in names if any(_series(r, k) for r in records if r.name == g for k in metrics)] or names
     split = layout or settings_and_methods(groups)

@@ -29,6 +29,18 @@ _NOISE_WARNINGS = (
     r"`torch\.jit\.script` is deprecated",  # torch_geometric scripts its own helpers at import time
 )
 
+# Lightning's DDP advice "use `self.log(<key>, ..., sync_dist=True)`" for values that are already the same on every
+# rank when they are logged: only these keys, each with why it holds; the advice stays for every other key (a
+# per-shard validation loss is a rank's own number).
+_SYNCED_ANYWAY = (
+    # callbacks/tta.py sums the ranks' counts (callbacks.distributed.sum_over_ranks) before it logs these
+    r"tta/acc_q\d+|tta/selected|tta/resets|tta/param_shift",
+    # callbacks/quant_calibration.py and quant_classifier.py calibrate and score on the ranks' pooled batches
+    # (callbacks.distributed.gather_batches / sum_over_ranks): every rank logs the one-process value
+    r"quant/[^']+",
+)
+_SYNC_DIST_ADVICE = r"It is recommended to use `self\.log\('(?:{keys})', \.\.\., sync_dist=True\)`"
+
 
 class _DropMessages(logging.Filter):
     def __init__(self, patterns: tuple[str, ...]) -> None:
@@ -59,3 +71,4 @@ def quiet_console() -> None:
             handler.addFilter(_FILTER)
     for pattern in _NOISE_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
+    warnings.filterwarnings("ignore", message=_SYNC_DIST_ADVICE.format(keys="|".join(_SYNCED_ANYWAY)))

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import ROOT
+from tests.conftest import PORTS, ROOT
 
 BENCHMARKS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))
 
@@ -117,3 +117,34 @@ def test_bare_preflight_states_that_its_python_needs_torch(tmp_path):
         f"error: {python} has no torch: --bare runs the machine's own Python, which must bring torch, lightning, "
         "torchmetrics, timm and torch-geometric (PY=<python> picks another one)"
     ]
+
+
+#: The MDA subject with test-time adaptation and quantization (tests/callbacks/test_callbacks_ddp.py), one batch.
+MDA_DDP = (
+    "trainer=ddp_cpu debug=fdr logger=csv trainer.enable_progress_bar=false data.subset=1000 data.test_subset=200 "
+    "callbacks=quant_classifier callbacks.quant_calibration.methods=[fp,rtn] "
+    "callbacks.quant_calibration.calib_batches=1 "
+    "++callbacks.tta._target_=callbacks.tta.TestTimeAdaptation ++callbacks.tta.method=tent ++callbacks.tta.lr=0.01"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.spine
+@pytest.mark.xdist_group(PORTS)
+def test_ddp_on_cpu_gives_the_sync_dist_advice_only_for_per_rank_values(tmp_path):
+    """`make train METHOD=mda ARGS="trainer=ddp_cpu ..."`: Lightning advises `sync_dist=True` for every tensor logged
+    per epoch under DDP. The test-time adaptation and quantization numbers are pooled over the ranks before they are
+    logged, so the advice is noise there and is gone; MDA's own val/loss and test/loss are each rank's shard mean,
+    and the advice for them stays."""
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        ["make", "-s", "--no-print-directory", "train", "METHOD=mda", f"ARGS={MDA_DDP} paths.log_dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    advised = set(re.findall(r"It is recommended to use `self\.log\('([^']+)', \.\.\., sync_dist=True\)`", proc.stderr))
+    assert {"val/loss", "test/loss"} <= advised, advised
+    synced = sorted(k for k in advised if k.startswith(("tta/", "quant/")))
+    assert synced == [], synced
+    metrics = (next((tmp_path / "debug" / "mda" / "runs").iterdir()) / "metrics.json").read_text()
+    assert '"tta/acc_q1"' in metrics and '"quant/rtn_acc"' in metrics  # they were logged, only the advice is gone

@@ -1,35 +1,29 @@
 """What each shared callback needs from a LightningModule and its LightningDataModule: the opt-in contracts.
 
 A paper's module opts in to a shared callback by meeting that callback's contract; there is no registration and the
-callback never imports the module. Each contract is written twice: as typed protocols (what the objects must
-expose, below) and as a pure check ``<callback>_problems(module, datamodule) -> list[str]`` (empty: the pair meets
-it) that needs no Trainer. The callbacks run their check at ``setup`` and refuse a pair that fails with one
-:class:`~suite.errors.ConfigError` line naming what is missing; ``tests/callbacks/test_callback_registry.py`` runs it
-over every ``conf/experiment/*.yaml`` to find, and then train, the pairs each callback works with.
+callback never imports the module. Each contract lives here once:
 
-==============================  ==========================================  ============================================
-callback                        module                                      datamodule
-==============================  ==========================================  ============================================
-``TestTimeAdaptation``          :class:`Classifier` (``num_classes >= 2``,  test batches ``(x, y, ...)``, ``y`` integer
-                                ``module(x) -> logits [B, C]``) with        class labels ``[B]``
-                                normalisation layers (``params=norm``);
-                                :class:`MultimodalTTA` for ``method=sumi``
-``LossDynamics``                ``module(x) -> logits [B, K]``              :class:`DynamicsData` (batches
-                                                                            ``(x, y, index)``) or a map-style ``train``
-                                                                            split with items ``(x, y)`` (row = index)
-``QuantCalibration``            ``module.<net_attr>`` a :class:`CausalLMNet` train / val batches ``{input_ids, labels}``
-``MaskedLMQuantCalibration``    ``module.<net_attr>`` a :class:`MaskedLMNet` the same (labels ``-100`` off the masks)
-``ClassifierQuantCalibration``  ``module(x) -> logits [B, C]`` with at least train / test batches ``(x, y, ...)``, ``y``
-                                one ``nn.Linear`` / ``nn.Conv2d``          integer class labels ``[B]``
-==============================  ==========================================  ============================================
+* the typed protocols (:class:`Classifier`, :class:`MultimodalTTA`, :class:`DynamicsData`, :class:`CausalLMNet`,
+  :class:`MaskedLMNet`) name what the objects must expose; the checks read those names from the protocols
+  (:func:`protocol_members`, :func:`missing_members`, ``isinstance`` on the runtime-checkable ones);
+* a pure check per callback, ``<callback>_problems(module, datamodule) -> list[str]`` (empty: the pair meets it),
+  that needs no Trainer. The callbacks run it at ``setup`` (their ``contract_problems``) and refuse a pair that
+  fails with one :class:`~suite.errors.ConfigError` line naming what is missing;
+* :data:`CONTRACTS`, one :class:`Contract` per callback: its check and the one-line summary of what the module and
+  the datamodule provide. :func:`contract_table` renders them as the table of ``docs/extending.md``
+  (``tests/callbacks/test_contract_table.py`` fails when that table, or the README's list of callbacks with a
+  contract, disagrees with :data:`CONTRACTS`).
 
-The data checks look at one small batch (two examples of the split's dataset, collated by its loader); the module
-checks run one forward pass on it in eval mode, without gradients and without consuming the global random state.
+``tests/callbacks/test_callback_registry.py`` runs the checks over every ``conf/experiment/*.yaml`` to find, and
+then train, the pairs each callback works with. The data checks look at one small batch (two examples of the split's
+dataset, collated by its loader); the module checks run one forward pass on it in eval mode, without gradients and
+without consuming the global random state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -42,7 +36,6 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from suite.errors import ConfigError
 
 NORM_TYPES = (nn.LayerNorm, _BatchNorm, nn.GroupNorm, nn.modules.instancenorm._InstanceNorm)
-CAUSAL_LM_PARTS = ("embed", "blocks", "norm", "lm_head")
 
 
 # -- the protocols ---------------------------------------------------------------------------------------------------
@@ -90,6 +83,22 @@ class MaskedLMNet(Protocol):
 
     encoder: nn.Module
     head: nn.Module
+
+
+def protocol_members(proto: type) -> tuple[str, ...]:
+    """The attributes (annotated) and then the methods a protocol declares itself, in declaration order (dunder
+    methods such as ``__call__`` left out: :func:`has_forward` and the probes check those)."""
+    names = list(vars(proto).get("__annotations__", {}))
+    names += [n for n, v in vars(proto).items() if callable(v) and not n.startswith("_") and n not in names]
+    return tuple(names)
+
+
+def missing_members(obj: Any, proto: type) -> list[str]:
+    """The members of ``proto`` (:func:`protocol_members`) that ``obj`` does not have."""
+    return [n for n in protocol_members(proto) if not hasattr(obj, n)]
+
+
+CAUSAL_LM_PARTS = protocol_members(CausalLMNet)
 
 
 # -- shared helpers --------------------------------------------------------------------------------------------------
@@ -239,9 +248,10 @@ def tta_problems(
     """
     name = type(module).__name__
     problems = []
-    c = num_classes or getattr(module, "num_classes", None)
+    (attr,) = protocol_members(Classifier)
+    c = num_classes or getattr(module, attr, None)
     if not isinstance(c, int) or isinstance(c, bool) or c < 2:
-        problems.append(f"model {name} has no integer num_classes >= 2 (or set callbacks.tta.num_classes)")
+        problems.append(f"model {name} has no integer {attr} >= 2 (or set callbacks.tta.{attr})")
         c = None
     if not has_forward(module):
         problems.append(f"model {name} has no forward(x) -> logits [B, C]")
@@ -251,7 +261,8 @@ def tta_problems(
             "or callbacks.tta.params=all)"
         )
     if tta_forward and not isinstance(module, MultimodalTTA):
-        problems.append(f"model {name} has no tta_forward(x): method='sumi' needs a multimodal module with tta_forward")
+        (meth,) = protocol_members(MultimodalTTA)
+        problems.append(f"model {name} has no {meth}(x): method='sumi' needs a multimodal module with {meth}")
     if datamodule is None:
         return problems
     dname = type(datamodule).__name__
@@ -371,13 +382,14 @@ def loss_dynamics_problems(module: nn.Module, datamodule: Any = None, *, probe: 
 # -- QuantCalibration / MaskedLMQuantCalibration ---------------------------------------------------------------------
 def _lm_net_problems(net: nn.Module, where: str, masked: bool) -> list[str]:
     if masked:
-        enc = getattr(net, "encoder", None)
+        encoder, head = protocol_members(MaskedLMNet)
+        enc = getattr(net, encoder, None)
         if enc is None or not hasattr(enc, "embeddings") or not hasattr(getattr(enc, "encoder", None), "layer"):
-            return [f"{where} has no BERT encoder (encoder.embeddings + encoder.encoder.layer): not a masked LM"]
-        if not isinstance(getattr(net, "head", None), nn.Module):
-            return [f"{where} has no masked-LM head"]
+            return [f"{where} has no BERT {encoder} (encoder.embeddings + encoder.encoder.layer): not a masked LM"]
+        if not isinstance(getattr(net, head, None), nn.Module):
+            return [f"{where} has no masked-LM {head}"]
         return []
-    missing = [p for p in CAUSAL_LM_PARTS if not hasattr(net, p)]
+    missing = missing_members(net, CausalLMNet)
     if missing:
         return [f"{where} is not a causal LM: no {', '.join(missing)} (needs {', '.join(CAUSAL_LM_PARTS)})"]
     problems = []
@@ -465,3 +477,78 @@ def refuse(what: str, problems: Sequence[str]) -> None:
     """Raise the one-line :class:`ConfigError` ``<what>: <problem>; <problem>`` when ``problems`` is not empty."""
     if problems:
         raise ConfigError(f"{what}: " + "; ".join(problems))
+
+
+# -- the contracts, one per callback ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Contract:
+    """One callback's contract: its check and what the module and the datamodule provide (one line each, markdown).
+
+    Attributes:
+        callback: The callback class's name (in ``callbacks/``).
+        module: What the module provides.
+        datamodule: What the datamodule provides.
+        check: The pure check, ``check(module, datamodule, **settings) -> list[str]``.
+        settings: Keyword arguments of ``check`` that select this callback's variant of it.
+    """
+
+    callback: str
+    module: str
+    datamodule: str
+    check: Callable[..., list[str]]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def problems(self, module: nn.Module, datamodule: Any = None) -> list[str]:
+        """What the pair lacks under the callback's default settings (empty: it meets the contract)."""
+        return self.check(module, datamodule, **self.settings)
+
+
+def _names(proto: type, suffix: str = "") -> str:
+    return ", ".join(f"`{n}{suffix}`" for n in protocol_members(proto))
+
+
+_LABELLED = "`(x, y, ...)`, `y` integer labels `[B]`"
+CONTRACTS: tuple[Contract, ...] = (
+    Contract(
+        "TestTimeAdaptation",
+        f"{_names(Classifier, ': int >= 2')}; `forward(x) -> logits [B, C]`; LayerNorm / BatchNorm / GroupNorm / "
+        f"InstanceNorm layers (`params=norm`); {_names(MultimodalTTA, '(x)')} for `method=sumi`",
+        f"test batches {_LABELLED} (optional: a `val` split, EATA's Fisher anchor)",
+        tta_problems,
+    ),
+    Contract(
+        "LossDynamics",
+        "`forward(x) -> logits [B, K]`",
+        f"{_names(DynamicsData, '()')} yielding `(x, y, index)` over the un-augmented training rows, or a map-style "
+        "`train` split of `(x, y)` (scored in order, row = index)",
+        loss_dynamics_problems,
+    ),
+    Contract(
+        "QuantCalibration",
+        f"a causal LM at `module.net` ({_names(CausalLMNet)}; `blocks` of `norm1`/`mixer`/`norm2`/`mlp` with "
+        "`nn.Linear`s: `layers.lm.CausalLM`)",
+        'train / val batches `{"input_ids", "labels"}`',
+        quant_calibration_problems,
+    ),
+    Contract(
+        "MaskedLMQuantCalibration",
+        f"a masked LM at `module.net` ({_names(MaskedLMNet)}: a BERT encoder and an MLM head)",
+        "the same, labels `-100` off the masked positions",
+        quant_calibration_problems,
+        {"masked": True},
+    ),
+    Contract(
+        "ClassifierQuantCalibration",
+        "`forward(x) -> logits [B, C]` with at least one `nn.Linear` / `nn.Conv2d` (every one is quantized; grouped "
+        "convolutions get no SmoothQuant scale)",
+        f"train (calibration) and test (scoring) batches {_LABELLED}",
+        classifier_quant_problems,
+    ),
+)
+
+
+def contract_table() -> str:
+    """:data:`CONTRACTS` as the markdown table of ``docs/extending.md``."""
+    rows = ["| callback | the module provides | the datamodule provides |", "|---|---|---|"]
+    rows += [f"| `{c.callback}` | {c.module} | {c.datamodule} |" for c in CONTRACTS]
+    return "\n".join(rows)

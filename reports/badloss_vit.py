@@ -191,14 +191,9 @@ def verdicts(data: Data, convergence: dict[str, tuple[bool, str]]) -> list[Claim
             bar = dict.fromkeys(c, DETECTS)  # the per-seed AUC against the bar: a one-sample interval
             under = {k: v for k, v in unfit.items() if k == "cnn"}
             out.append(judge_values(claim, c, bar, paired=True, unconverged=under))
-    pooled = [
-        (
-            "detect/auc_detected",
-            "carry_detected",
-            f"the poisons of the attacks the CNN detects ({', '.join(detected) or 'none'}), pooled",
-        ),
-        ("detect/auc", "carry_all", "all poisons, pooled"),
-    ]
+    names = ", ".join(detected) or "none"
+    pooled = [("detect/auc_detected", "carry_detected", f"the pooled poisons of the attacks the CNN detects ({names})"),
+              ("detect/auc", "carry_all", "the pooled poisons of all attacks")]  # fmt: skip
     for key, cid, what in [*((f"detect/auc_{a}", f"carry_{a}", f"the {a} poisons") for a in attacks), *pooled]:
         c, v = cnn.get(key, {}), vit.get(key, {})
         if (not c or not v) and (cid != "carry_detected" or detected):  # nothing detected: the headline is absent

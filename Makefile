@@ -37,7 +37,7 @@ ifneq ($(filter-out cpu paper gpu,$(PROFILE)),)
 $(error error: unknown PROFILE '$(PROFILE)'; valid: cpu paper gpu)
 endif
 
-.PHONY: help install train eval sweep claim compare bench test test-gpu gpu-wheels lint format clean slurm
+.PHONY: help install train eval sweep claim compare bench test test-fast test-gpu gpu-wheels lint format clean slurm
 
 help: ## Show this help
 	@echo "Usage: make <target> [METHOD=<slug>] [ARGS='hydra overrides'] [PROFILE=cpu|paper|gpu (claim)]"
@@ -96,8 +96,17 @@ bench: $(STAMP) ## Run every CPU benchmark in benchmarks/ (GPU-only ones skipped
 	done; \
 	echo "bench: $$ran $(if $(BENCH_LIST),to run,run), $$skipped skipped$${failed:+, failed:$$failed}"; [ -z "$$failed" ]
 
-test: $(STAMP) ## Run the test suite (CPU; what CI runs)
-	$(PY) -m pytest $(PYTEST_ARGS)
+# Two pytest-xdist workers; --dist loadgroup runs each xdist_group (tests/conftest.py GROUPS: the tests that bind
+# ports, ...) on one worker, and a worker that crashes or times out ends the run, as it ends a serial one, instead of
+# rerunning its test on a fresh worker.
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadgroup --max-worker-restart 0
+
+test: $(STAMP) ## Run the whole test suite on 2 workers (CPU; what CI runs); TEST_WORKERS=0: one process
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
+
+test-fast: $(STAMP) ## The inner loop: every test except the slow and spine ones (< 3 min idle)
+	$(PY) -m pytest $(XDIST) -m "not slow and not spine and not gpu" $(PYTEST_ARGS)
 
 test-gpu: $(STAMP) ## Run the GPU tests (needs CUDA: without a device it says so and fails)
 	@$(PY) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \

@@ -20,6 +20,100 @@ FIXTURE_CONF = "hydra.searchpath=[file://tests/fixtures/conf]"
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
+#: The pytest-xdist group of the tests that bind TCP ports: the local SLURM cluster's daemons listen on fixed ports,
+#: and a DDP run's rendezvous port, once Lightning has put it in a worker's ``MASTER_PORT``, stays fixed for every
+#: later run from that worker.
+PORTS = "ports"
+
+#: Tests that must share one pytest-xdist worker, by group. ``--dist loadgroup`` (`make test`) runs a group on one
+#: worker, one test at a time. An entry is a test module or one test (``path::name``, every parametrization); a test
+#: that uses the ``slurm`` fixture joins ``PORTS`` without an entry.
+GROUPS = {
+    # Ports (see PORTS): every test that starts DDP processes.
+    "tests/suite/test_ddp.py": PORTS,
+    "tests/callbacks/test_callbacks_ddp.py": PORTS,
+    "tests/callbacks/test_loss_dynamics.py::test_ddp_two_processes_record_the_single_process_matrix": PORTS,
+    "tests/suite/test_startup_watch.py::test_two_slurm_tasks_one_failing_at_startup": PORTS,
+    # The leaderbot package compiles its losses with numba in every process (no disk cache): one worker compiles
+    # them once instead of both.
+    "tests/lightning_modules/test_leaderbot.py": "leaderbot_numba",
+    "tests/lightning_modules/test_leaderbot_parity.py": "leaderbot_numba",
+}
+
+#: Spine tests: those that run whole experiments end to end as a user does (the CLI or the train entry point, ``make``
+#: as typed, several processes, a claim's runs, training on embedded data). Marked ``spine`` at collection, so
+#: `make test-fast` (``-m "not slow and not spine"``) leaves them out; `make test` runs them. Entries as in GROUPS;
+#: a test may also say ``pytest.mark.spine`` itself.
+SPINE = (
+    "tests/test_experiments.py",
+    "tests/callbacks/test_callback_registry.py::test_callback_does_its_work_through_train",
+    "tests/callbacks/test_callback_registry.py::test_each_callback_works_with_three_experiments_the_vit_and_the_cnn_among_them",
+    "tests/callbacks/test_callback_resume.py",
+    "tests/callbacks/test_callbacks_ddp.py",
+    "tests/callbacks/test_loss_dynamics.py::test_ddp_two_processes_record_the_single_process_matrix",
+    "tests/datamodules/test_unreadable_files.py",
+    "tests/lightning_modules/test_addp_training.py::test_training_on_the_embedded_task_beats_the_untrained_model",
+    "tests/suite/test_best_weights.py",
+    "tests/suite/test_claim_compare.py",
+    "tests/suite/test_claim_preflight.py::test_a_failed_paper_run_writes_its_page_beside_the_runs_never_into_docs",
+    "tests/suite/test_claim_preflight.py::test_smoke_of_a_paper_profile_runs_one_batch_on_cpu_into_logs",
+    "tests/suite/test_cli_errors.py",
+    "tests/suite/test_ddp.py",
+    "tests/suite/test_devices.py::test_a_gpu_asked_for_on_a_cpu_machine_is_one_line_and_leaves_no_folder",
+    "tests/suite/test_finished_runs.py",
+    "tests/suite/test_gpu_path.py",
+    "tests/suite/test_last_is_final.py",
+    "tests/suite/test_nan_and_checkpoints.py",
+    "tests/suite/test_no_hang.py",
+    "tests/suite/test_paper_profiles.py::test_one_training_step_at_reduced_width_on_real_format_fixture",
+    "tests/suite/test_refused_runs.py",
+    "tests/suite/test_resume.py",
+    "tests/suite/test_slurm.py",
+    "tests/suite/test_slurm_claim.py",
+    "tests/suite/test_user_commands.py",
+    "tests/suite/test_wandb_offline.py",
+)
+
+
+def _names(nodeid: str, entry: str) -> bool:
+    """Whether ``entry`` (a module path or ``path::name``) names the test ``nodeid``."""
+    return nodeid == entry or nodeid.startswith((f"{entry}::", f"{entry}["))
+
+
+def tier_marks(nodeid: str, fixturenames: list[str] | tuple[str, ...]) -> list[pytest.MarkDecorator]:
+    """The marks the tiers add to the test ``nodeid`` (relative to the repository root) that uses ``fixturenames``:
+    ``spine`` when an entry of ``SPINE`` names it, ``xdist_group`` when one of ``GROUPS`` does or it uses the SLURM
+    cluster."""
+    marks = []
+    if any(_names(nodeid, entry) for entry in SPINE):
+        marks.append(pytest.mark.spine)
+    groups = {group for entry, group in GROUPS.items() if _names(nodeid, entry)}
+    if "slurm" in fixturenames:
+        groups.add(PORTS)
+    if len(groups) > 1:
+        raise ValueError(f"{nodeid} is in two xdist groups: {sorted(groups)}")
+    marks += [pytest.mark.xdist_group(group) for group in groups]
+    return marks
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for mark in tier_marks(item.nodeid, getattr(item, "fixturenames", ())):
+            item.add_marker(mark)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, each worker's torch (and the runs its tests start) gets its share of the cores: two workers
+    with two threads each on two cores run slower than with one each."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        threads = max(1, len(os.sched_getaffinity(0)) // workers)
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        torch.set_num_threads(threads)
+
 
 def compose_train(overrides: list[str], out_dir: Path) -> DictConfig:
     """The composed ``train`` config with the run folder redirected to ``out_dir`` (no Hydra run needed)."""

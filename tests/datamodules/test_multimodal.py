@@ -59,6 +59,7 @@ def _audio_probe(contour: float) -> tuple[float, float]:
     return float((pred == y[1800:]).mean()), float((pred // 2 == y[1800:] // 2).mean())
 
 
+@pytest.mark.slow
 def test_audio_alone_carries_the_class_so_unimodal_confidence_can_differ() -> None:
     """The generator's guarantee (SuMi issue): audio alone, without the image, identifies the class (pitch -> pair,
     contour -> which of the pair), so a sample can be confident in each modality by itself; with ``contour = 0``

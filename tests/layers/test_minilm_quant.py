@@ -152,6 +152,7 @@ def test_activations_and_kv_are_quantized_to_16_levels(net):
     assert diff4 > 1e-2 and diff_off < 1e-3
 
 
+@pytest.mark.slow
 def test_ostquant_steps_lower_kl_top_and_stay_orthogonal(net):
     cb = MaskedLMQuantCalibration(methods=["fp", "ostquant"], steps=6, rotate_lr=0.05, smooth_lr=0.01)
     ids = _ids(2, 24, seed=5)
@@ -177,6 +178,7 @@ def test_ostquant_steps_lower_kl_top_and_stay_orthogonal(net):
     assert any((s - 1).abs().max() > 1e-4 for s in t.scale_parameters())
 
 
+@pytest.mark.slow
 def test_callback_build_and_evaluate(net):
     # the default 80-ratio clip search is covered on the small LMs (tests/lightning_modules/test_ostquant_model.py)
     cb = MaskedLMQuantCalibration(methods=["fp", "rtn", "smoothquant", "quarot"], steps=0, w_clip=False)

@@ -99,6 +99,7 @@ def test_lightning_fit_matches_plain_fit_and_writes_artifacts(subset_file: Path,
         assert (tmp_path / name).stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_metrics_match_package_evaluate(subset_file: Path):
     votes = read_votes(subset_file)
     pairs = torch.as_tensor(votes["pairs"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -55,9 +56,54 @@ def test_each_experiment_has_model_config_module_and_tests(slug: str):
     assert target.startswith("lightning_modules."), target
     module_path = ROOT / Path(*target.split(".")[:-1])
     assert module_path.with_suffix(".py").exists() or (module_path / "__init__.py").exists(), target
+    module, cls = target.rsplit(".", 1)
+    modules = [module] + ([f"lightning_modules.{slug}"] if f"lightning_modules.{slug}" != module else [])
     generic = {"test_experiments.py", "test_layout.py"}
-    tests = [p for p in (ROOT / "tests").rglob("test_*.py") if p.name not in generic and slug in p.read_text()]
-    assert tests, f"no test file besides the generic ones names '{slug}'"
+    tests = [p for p in (ROOT / "tests").rglob("test_*.py") if p.name not in generic and _imports_any(p, modules, cls)]
+    assert tests, f"no test file besides the generic ones imports {' or '.join(modules)} (the model of '{slug}')"
+
+
+@functools.cache  # every slug reads every test file
+def _imported_names(path: Path) -> frozenset[str]:
+    """Every dotted name ``path`` imports, anywhere in the file: ``import a.b`` gives ``a.b``, ``from a.b import c``
+    gives ``a.b`` and ``a.b.c`` (``c`` may be a module or a name defined in ``a.b``)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return frozenset(names)
+
+
+def _imports_any(path: Path, modules: list[str], cls: str) -> bool:
+    """Whether ``path`` imports one of ``modules`` (or a module inside one), or the class ``cls`` of the first from a
+    package above it (``from lightning_modules.preworld import PreWorldLitModule`` for ``....preworld.module``)."""
+    for name in _imported_names(path):
+        if any(name == m or name.startswith(f"{m}.") for m in modules):
+            return True
+        package, _, last = name.rpartition(".")
+        if last == cls and package and modules[0].startswith(f"{package}."):
+            return True
+    return False
+
+
+def test_the_slug_check_counts_imports_not_mentions(tmp_path: Path):
+    cases = {
+        "import lightning_modules.grass\n": True,
+        "from lightning_modules.grass import GrassLitModule\n": True,
+        "from lightning_modules import grass\n": True,
+        "def f():\n    from lightning_modules.grass.layers import x\n": True,  # a module inside it, imported lazily
+        "from lightning_modules import GrassLitModule\n": True,  # the class, from a package above its module
+        "# tests grass: lightning_modules.grass\nCMD = 'experiment=grass'\n": False,  # named, never imported
+        "from lightning_modules.grass_extra import x\n": False,  # another module whose name starts the same
+        "from lightning_modules import OtherLitModule\n": False,
+        "from . import grass\n": False,  # relative: not the suite's package
+    }
+    for i, (text, expected) in enumerate(cases.items()):
+        path = tmp_path / f"test_{i}.py"
+        path.write_text(text)
+        assert _imports_any(path, ["lightning_modules.grass"], "GrassLitModule") is expected, text
 
 
 CLAIMS = sorted(p.stem for p in (ROOT / "conf" / "claim").glob("*.yaml"))  # not recursive: conf/claim/paper/ is no slug

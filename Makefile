@@ -44,7 +44,7 @@ help: ## Show this help
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
 	@echo "Methods: $(SLUGS)"
 	@echo "Debug modes (ARGS=debug=...): fdr (one batch of train/val/test), limit (2 train/val/test batches, 2 epochs),"
-	@echo "  overfit (1 batch, 10 epochs: the loss must fall); debug runs go to logs/debug/<slug>/, never into compare"
+	@echo "  overfit (1 batch, 10+ steps: memorised = loss at most 10% of its start); debug runs go to logs/debug/<slug>/, never into compare"
 	@echo "Outputs: logs/train/<slug>/runs/<time>/ (config.yaml, metrics.json, csv/, checkpoints/last.ckpt, plots),"
 	@echo "  sweeps logs/train/<slug>/multiruns/<time>/<n>/, eval logs/eval/<slug>/runs/, compare logs/compare/<slug>/;"
 	@echo "  every run prints its folder and files at the end. Resume: ARGS=ckpt_path=last (same folder)"

@@ -555,7 +555,8 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
         if note and cfg.get("test", True):
             print(note, flush=True)
         if cfg.get("train", True) and trainer.overfit_batches:  # debug=overfit: say whether the batch was learnt
-            print(overfit_verdict(output_dir / "csv" / "metrics.csv"), flush=True)
+            check, slug = cfg.get("overfit_check"), str(cfg.get("experiment_slug"))
+            print(overfit_verdict(output_dir / "csv" / "metrics.csv", check, slug), flush=True)
     release_process_group()
     return metrics
 

@@ -2,12 +2,12 @@
 
 Also reports the achieved GFLOP/s of the chunked path (:func:`chunk_flops`) as a fraction of a plain
 ``torch.matmul`` on the same machine (goal: >= 50% at the defaults, one thread).
-Run: ``python -m benchmarks.gated_delta_rule [--B 2 --H 4 --T 4096 --D 64 --chunk 64]`` (issue goal: >= 20x).
-Single-threaded by default (``--threads``). After one warm-up call each, the paths are timed in ``--repeat``
-interleaved rounds (each path once per round), and the speed-up is the median over rounds of the per-round ratio, with
-its range: on a shared virtual machine the speed of the host drifts by tens of percent over a minute, and
-interleaving makes both paths see the same drift. The reference ``torch.matmul`` is timed once per round too; the
-rate line gives best chunked vs best matmul and the median over rounds of the per-round rate ratio.
+Run: ``python benchmarks/gated_delta_rule.py [--B 2 --H 4 --T 4096 --D 64 --chunk 64] [--rounds 5] [--quick]``
+(goal: >= 20x the recurrence). Single-threaded by default (``--threads``). After one warm-up call each, the paths are
+timed in ``--rounds`` interleaved rounds (each path once per round): on a shared virtual machine the speed of the host
+drifts by tens of percent over a minute, and interleaving makes both paths see the same drift. The speed-up is the
+geometric mean of the per-round ratios with its 95% interval over the rounds (``benchmarks/_timing.py``). The
+reference ``torch.matmul`` is timed once per round too, and the share of its rate is given the same way.
 ``--also-chunks`` adds other chunk sizes side by side; ``--fla`` adds
 fla's Triton ``chunk_gated_delta_rule`` (CUDA, bf16: the float32 inputs are cast by the dispatcher) as one more
 path. The token-by-token twin is time-bounded: it is first timed on ``T / 8`` tokens; if that predicts more than
@@ -19,12 +19,26 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from ops.gated_delta_rule import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._timing import (
+    add_args,
+    describe,
+    header,
+    interleave,
+    log_interval,
+    ratio_interval,
+    round_order,
+    rounds_of,
+)  # noqa: E402
+from ops.gated_delta_rule import (  # noqa: E402
     chunk_gated_delta_rule,
     fla_available,
     gated_delta_rule,
@@ -67,12 +81,16 @@ def main() -> None:
     p.add_argument("--D", type=int, default=64)
     p.add_argument("--chunk", type=int, default=64, help="chunk size of the headline ratio")
     p.add_argument("--also-chunks", default="32", help="comma-separated extra chunk sizes shown side by side")
-    p.add_argument("--repeat", type=int, default=5, help="interleaved timing rounds (each path once per round)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0: torch's default)")
     p.add_argument("--max-recurrent-s", type=float, default=600.0, help="time bound of the recurrent twin")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--fla", action="store_true", help="add fla's Triton kernel (needs CUDA and the [gpu] extra)")
+    add_args(p)
+    p.add_argument("--repeat", dest="rounds", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # alias
     a = p.parse_args()
+    rounds = rounds_of(p, a)
+    if a.quick:
+        a.B, a.H, a.T, a.D, a.chunk, a.also_chunks = 1, 1, 256, 16, 32, ""
     if a.fla and (a.device != "cuda" or not torch.cuda.is_available() or not fla_available()):
         raise SystemExit("error: --fla needs a CUDA device and flash-linear-attention (pip install '.[gpu]')")
     if a.threads > 0:
@@ -104,7 +122,7 @@ def main() -> None:
         paths["fla bf16"] = run(gated_delta_rule, backend="fla")
     t_pre = max(1, a.T // 8)
     t_rec_pre = timed(run(naive_recurrent_gated_delta_rule, t=t_pre), 1)
-    extrapolated = t_rec_pre * a.T / t_pre * (a.repeat + 1) > a.max_recurrent_s
+    extrapolated = t_rec_pre * a.T / t_pre * (rounds + 1) > a.max_recurrent_s
     if not extrapolated:
         paths["recurrent"] = run(naive_recurrent_gated_delta_rule)
     # Interleaved rounds: every round times each path once, so a slow spell of the (shared, virtualised) machine hits
@@ -126,17 +144,17 @@ def main() -> None:
                                                                             chunk_size=a.chunk), sync()),
             }  # fmt: skip
     # The reference matmul is one more path of every round, so the rate ratio sees the same drift as the paths.
-    n = 2048 if dev.type == "cpu" else 8192
+    n = (256 if a.quick else 2048) if dev.type == "cpu" else 8192
     x, y = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
     timed(lambda: (x @ y, sync()), 1)  # warm-up
     times: dict[str, list[float]] = {name: [] for name in paths}
     t_mms: list[float] = []
-    for _ in range(a.repeat):
-        for name, go in paths.items():
-            times[name].append(timed(go, 0))
-        t_mms.append(timed(lambda: (x @ y, sync()), 0))
+    arms = {**paths, "matmul": lambda: (x @ y, sync())}
+    for r in range(rounds):
+        for name in round_order(list(arms), r):
+            (t_mms if name == "matmul" else times[name]).append(timed(arms[name], 0))
     if extrapolated:
-        times["recurrent"] = [t_rec_pre * a.T / t_pre] * a.repeat
+        times["recurrent"] = [t_rec_pre * a.T / t_pre] * rounds
     rec = times["recurrent"]
     flops = chunk_flops(a.B, a.H, a.T, a.D, a.chunk)
     mm_gflops = 2 * n**3 / min(t_mms) / 1e9
@@ -144,32 +162,28 @@ def main() -> None:
     ck_gflops = flops / min(ck_times) / 1e9
     rate_ratios = [(flops / t_ck) / (2 * n**3 / t_mm) for t_ck, t_mm in zip(ck_times, t_mms)]
     print(f"gated delta rule fwd+bwd  B={a.B} H={a.H} T={a.T} D={a.D} C={a.chunk} device={dev} threads={a.threads}")
-    print(f"{a.repeat} interleaved rounds after a warm-up; speed-up = median over rounds of recurrent / path (range)")
-    print(f"{'path':<14}{'best [ms]':>11}{'median [ms]':>13}{'speed-up':>10}   range")
-    note = f"   (extrapolated from T={t_pre})" if extrapolated else ""
-    print(f"{'recurrent':<14}{min(rec) * 1e3:>11.1f}{statistics.median(rec) * 1e3:>13.1f}{1.0:>10.1f}{note}")
+    print(f"{header(rounds)}; speed-up = recurrent / path")
+    print(f"{'path':<14}{'best [ms]':>11}{'median [ms]':>13}   speed-up")
+    note = f"   (extrapolated from T={t_pre}: one value for every round)" if extrapolated else ""
+    print(f"{'recurrent':<14}{min(rec) * 1e3:>11.1f}{statistics.median(rec) * 1e3:>13.1f}{note}")
     for name in paths:
         if name == "recurrent":
             continue
         ts = times[name]
-        ratios = [r / t for r, t in zip(rec, ts)]
-        goal = "   (goal >= 20x)" if name == f"chunked C={a.chunk}" else ""
-        print(
-            f"{name:<14}{min(ts) * 1e3:>11.1f}{statistics.median(ts) * 1e3:>13.1f}{statistics.median(ratios):>10.1f}"
-            f"   {min(ratios):.1f}-{max(ratios):.1f}{goal}"
-        )
+        goal = {"goal": 20.0, "better": "higher"} if name == f"chunked C={a.chunk}" else {}
+        speed = describe(ratio_interval(rec, ts), **goal)
+        print(f"{name:<14}{min(ts) * 1e3:>11.1f}{statistics.median(ts) * 1e3:>13.1f}   {speed}")
     print(
-        f"chunked GFLOP/s {ck_gflops:.1f} (best C={a.chunk}) vs torch.matmul {n}^3 {mm_gflops:.1f} (best): "
-        f"{ck_gflops / mm_gflops:.1%} of matmul (goal >= 50%); per round: median "
-        f"{statistics.median(rate_ratios):.1%} ({min(rate_ratios):.1%}-{max(rate_ratios):.1%})"
+        f"chunked GFLOP/s {ck_gflops:.1f} (best C={a.chunk}) vs torch.matmul {n}^3 {mm_gflops:.1f} (best); share of "
+        f"matmul's rate per round: {describe(log_interval(rate_ratios), '%', goal=0.5, better='higher')}"
     )
     if fla_fwd:
         with torch.no_grad():
-            fwd = {name: [timed(go, 1) for _ in range(a.repeat)] for name, go in fla_fwd.items()}
+            fwd = interleave({name: lambda go=go: timed(go, 1) for name, go in fla_fwd.items()}, rounds)
         (n_fla, t_fla), (n_ck, t_ck) = fwd.items()
         print(f"forward only: {n_fla} {statistics.median(t_fla) * 1e3:.2f} ms, {n_ck} "
-              f"{statistics.median(t_ck) * 1e3:.2f} ms (median of {a.repeat}): fla "
-              f"{statistics.median(t_ck) / statistics.median(t_fla):.1f}x faster")  # fmt: skip
+              f"{statistics.median(t_ck) * 1e3:.2f} ms (medians): fla faster by "
+              f"{describe(ratio_interval(t_ck, t_fla))}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -9,9 +9,11 @@
 
 The subject is the randomly initialised subject architecture unless ``--ckpt`` names a trained checkpoint of
 ``experiment=mda``; the blur calibration is disabled (``blur_max_conf=1``) so every image is used. The machine may
-be shared: only the ratios measured in this one run are meaningful.
+be shared: only the ratios measured in this one run are meaningful. The two searches (and the two model calls of the
+ceiling) alternate over ``--rounds`` interleaved rounds, round ``r`` on image ``r mod --images``; each ratio is
+printed with its 95% interval over the rounds (``benchmarks/_timing.py``).
 
-    python benchmarks/mda_cost.py [--images 3] [--ckpt path/to/last.ckpt]
+    python benchmarks/mda_cost.py [--images 3] [--rounds 5] [--ckpt path/to/last.ckpt] [--quick]
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._timing import (  # noqa: E402
+    add_args,
+    calibrate,
+    describe,
+    header,
+    interleave,
+    ratio_interval,
+    rounds_of,
+    seconds,
+)
 from lightning_modules.mda.evaluation import model_probs, patch_grid  # noqa: E402
 from lightning_modules.mda.module import load_subject  # noqa: E402
 from ops.attribution.mda import greedy_patch_order, greedy_patch_order_naive, mda, window_size  # noqa: E402
@@ -47,18 +59,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=3)
     ap.add_argument("--ckpt", default=None)
+    add_args(ap)
     args = ap.parse_args()
+    rounds = rounds_of(ap, args)
+    n_images, windows, n_order = (1, (4,), 8) if args.quick else (args.images, (4, 8, 14, 28), 49)
     torch.set_num_threads(1)
     net = subject(args.ckpt)
     fn = model_probs(net)
     g = torch.Generator().manual_seed(0)
-    images = [torch.rand(1, 28, 28, generator=g) for _ in range(args.images)]
+    images = [torch.rand(1, 28, 28, generator=g) for _ in range(n_images)]
     grid = patch_grid(28, 28, 4)
     p = 49
-    print(f"P = {p}, paper window w = {window_size(p)}; {args.images} images; one thread")
+    print(f"P = {p}, paper window w = {window_size(p)}; {n_images} images; one thread")
     print("| window | forward images / image | P x w | ratio | seconds / image |")
     print("|---|---|---|---|---|")
-    for w in (4, 8, 14, 28):
+    for w in windows:
         fw, secs = [], []
         for x in images:
             prior = torch.rand(28, 28, generator=g)
@@ -68,37 +83,42 @@ def main() -> None:
             fw.append(res.forward_images)
         f = statistics.fmean(fw)
         print(f"| {w} | {f:.0f} | {p * w} | {f / (p * w):.2f} | {statistics.fmean(secs):.3f} |")
-    # batched vs one-by-one candidate evaluation: the full deletion-type search (P steps, window 14)
-    order = list(range(p))
-    ratios = []
-    for x in images:
+    # batched vs one-by-one candidate evaluation: the deletion-type search (window 14) over the first n_order patches
+    order = list(range(n_order))
+    searched: dict[str, list] = {"batched": [], "one-by-one": []}
+
+    def search(name: str) -> float:
+        x = images[len(searched[name]) % n_images]  # round r searches image r mod n_images
         start = torch.zeros_like(x)
+        impl = greedy_patch_order if name == "batched" else greedy_patch_order_naive
         t0 = time.perf_counter()
-        fast, _ = greedy_patch_order(fn, start, x, grid, order, 14, False, 0)
-        t_fast = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        slow, _ = greedy_patch_order_naive(fn, start, x, grid, order, 14, False, 0)
-        t_slow = time.perf_counter() - t0
-        if fast.order != slow.order:
-            raise SystemExit("batched and one-by-one searches disagree")
-        ratios.append(t_slow / t_fast)
-        print(f"greedy search (w=14): batched {t_fast:.3f} s, one-by-one {t_slow:.3f} s, ratio {t_slow / t_fast:.1f}x")
-    print(f"median speed-up of batched candidate evaluation: {statistics.median(ratios):.1f}x (goal >= 5x)")
-    batch = torch.stack(images * 5)[:14]
+        found, _ = impl(fn, start, x, grid, order, 14, False, 0)
+        searched[name].append(found.order)
+        return time.perf_counter() - t0
+
+    t = interleave({name: lambda name=name: search(name) for name in searched}, rounds)
+    if searched["batched"] != searched["one-by-one"]:
+        raise SystemExit("batched and one-by-one searches disagree")
+    print(header(rounds))
+    print(
+        f"greedy search (w=14, {n_order} patches): batched median {statistics.median(t['batched']):.3f} s, "
+        f"one-by-one {statistics.median(t['one-by-one']):.3f} s"
+    )
+    speed = ratio_interval(t["one-by-one"], t["batched"])
+    print(f"speed-up of batched candidate evaluation: {describe(speed, goal=5.0, better='higher')}")
+    batch = torch.stack(images * 14)[:14]
     with torch.inference_mode():
         for _ in range(3):
             fn(batch[:1]), fn(batch)
-        t0 = time.perf_counter()
-        for _ in range(50):
-            fn(batch[:1])
-        t_one = (time.perf_counter() - t0) / 50
-        t0 = time.perf_counter()
-        for _ in range(50):
-            fn(batch)
-        t_b = (time.perf_counter() - t0) / 50
+        inner = calibrate(lambda: fn(batch))
+        m = interleave(
+            {"one": lambda: seconds(lambda: fn(batch[:1]), inner), "batch": lambda: seconds(lambda: fn(batch), inner)},
+            rounds,
+        )
+    ceiling = ratio_interval([14 * v for v in m["one"]], m["batch"])
     print(
-        f"model ceiling: 14 single forwards {14 * t_one * 1e3:.1f} ms vs one batch of 14 {t_b * 1e3:.1f} ms: "
-        f"{14 * t_one / t_b:.1f}x"
+        f"model ceiling: 14 single forwards {14 * statistics.median(m['one']) * 1e3:.1f} ms vs one batch of 14 "
+        f"{statistics.median(m['batch']) * 1e3:.1f} ms: {describe(ceiling)}"
     )
 
 

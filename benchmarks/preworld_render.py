@@ -5,27 +5,28 @@ thread):
   raw2alpha, weights, rendered depth / semantics / RGB, a loss on them) in rays/s;
 * lift-splat voxel pooling forward + backward in frustum points/s.
 
-The goal is a ratio >= 20x. Sizes are small so that the loop twins finish; timings are noisy on a shared machine,
-read the ratios. Run: ``python benchmarks/preworld_render.py``.
+The goal is a ratio >= 20x. Sizes are small so that the loop twins finish. Each path is timed once per round over
+``--rounds`` interleaved rounds after a warm-up; each ratio is printed with its 95% interval over the rounds
+(``benchmarks/_timing.py``). Run: ``python benchmarks/preworld_render.py [--rounds 5] [--quick]``.
 """
 
 from __future__ import annotations
 
-import time
+import argparse
+import sys
+from pathlib import Path
 
 import torch
 
-from ops.occupancy import naive as N
-from ops.occupancy import render as R
-from ops.occupancy.pool import voxel_pool
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._timing import add_args, describe, header, interleave, ratio_interval, rounds_of, seconds  # noqa: E402
+from ops.occupancy import naive as N  # noqa: E402
+from ops.occupancy import render as R  # noqa: E402
+from ops.occupancy.pool import voxel_pool  # noqa: E402
 
 PC = (-8.0, -8.0, -1.0, 8.0, 8.0, 3.0)
-
-
-def timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+GOAL = 20.0
 
 
 def render_step(vol, o, d, naive: bool, n_inner: int = 16) -> None:
@@ -42,34 +43,48 @@ def render_step(vol, o, d, naive: bool, n_inner: int = 16) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_args(parser)
+    args = parser.parse_args()
+    rounds = rounds_of(parser, args)
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     vol = torch.randn(1, 1 + 4 + 3, 16, 16, 4, generator=g)
-    print("| what | vectorised | naive | ratio |\n|---|---|---|---|")
-    n_fast, n_slow = 4096, 16
+    n_fast, n_slow = (256, 4) if args.quick else (4096, 16)
     o = torch.zeros(n_fast, 3) + torch.tensor([0.0, 0.0, 1.5])
     d = torch.nn.functional.normalize(torch.randn(n_fast, 3, generator=g), dim=-1)
-    render_step(vol, o[:64], d[:64], False)  # warm-up
-    fast = n_fast / timed(lambda: render_step(vol, o, d, False))
-    slow = n_slow / timed(lambda: render_step(vol, o[:n_slow], d[:n_slow], True))
-    print(f"| render fwd+bwd (rays/s) | {fast:,.0f} | {slow:,.1f} | {fast / slow:,.0f}x |")
-    shape = (1, 2, 8, 8, 16)
+    depth_n = 2 if args.quick else 8
+    shape = (1, 2, depth_n, 8, 16)
     depth = torch.softmax(torch.randn(*shape, generator=g), 2).requires_grad_(True)
     ctx = torch.randn(1, 2, 16, 8, 16, generator=g).requires_grad_(True)
     pts = torch.rand(*shape, 3, generator=g) * torch.tensor([16.0, 16.0, 4.0]) + torch.tensor(PC[:3])
-    n_pts = depth.numel()
-
-    def pool(fn):
-        fn(depth, ctx, pts, PC, (16, 16, 4)).sum().backward()
-
-    pool(voxel_pool)
-    fast = n_pts / timed(lambda: pool(voxel_pool))
     small = (slice(None), slice(0, 1), slice(0, 2), slice(0, 2))
     d2, c2 = depth.detach()[small].requires_grad_(True), ctx.detach()[:, :1, :, :2].requires_grad_(True)
     p2 = pts[small]
-    t_slow = timed(lambda: N.naive_voxel_pool(d2, c2, p2, PC, (16, 16, 4)).sum().backward())
-    slow = d2.numel() / t_slow
-    print(f"| voxel pooling fwd+bwd (points/s) | {fast:,.0f} | {slow:,.1f} | {fast / slow:,.0f}x |")
+    arms = {
+        "render fast": lambda: seconds(lambda: render_step(vol, o, d, False)) / n_fast,
+        "render naive": lambda: seconds(lambda: render_step(vol, o[:n_slow], d[:n_slow], True)) / n_slow,
+        "pool fast": lambda: (
+            seconds(lambda: voxel_pool(depth, ctx, pts, PC, (16, 16, 4)).sum().backward()) / depth.numel()
+        ),
+        "pool naive": lambda: (
+            seconds(lambda: N.naive_voxel_pool(d2, c2, p2, PC, (16, 16, 4)).sum().backward()) / d2.numel()
+        ),
+    }  # seconds per ray / per point
+    render_step(vol, o[:64], d[:64], False)  # warm-up
+    render_step(vol, o[:1], d[:1], True)
+    voxel_pool(depth, ctx, pts, PC, (16, 16, 4)).sum().backward()
+    t = interleave(arms, rounds)
+    print(f"one thread; {n_fast} rays vs {n_slow} for the loop twin; {depth.numel()} points vs {d2.numel()}")
+    print(header(rounds))
+    print("| what | vectorised | naive | speed-up |\n|---|---|---|---|")
+    for what, unit, fast, slow in (
+        ("render fwd+bwd", "rays/s", t["render fast"], t["render naive"]),
+        ("voxel pooling fwd+bwd", "points/s", t["pool fast"], t["pool naive"]),
+    ):
+        rate_fast, rate_slow = len(fast) / sum(fast), len(slow) / sum(slow)
+        iv = ratio_interval(slow, fast)
+        print(f"| {what} ({unit}) | {rate_fast:,.0f} | {rate_slow:,.1f} | {describe(iv, goal=GOAL, better='higher')} |")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,11 @@ Each path runs in its own fresh subprocess. Peak memory on CPU is the growth of 
 (``ru_maxrss``) over one fwd+bwd call, after a small warm-up call (one-time library buffers) and with glibc told to
 serve every allocation over 64 KiB by ``mmap`` (``MALLOC_MMAP_THRESHOLD_``), so freed tensors leave the resident set
 at once and the high-water mark is that of live tensors; on CUDA it is ``torch.cuda.max_memory_allocated``. A second,
-allocator-free number is the size of the tensors autograd saves for backward (``saved_tensors_hooks``).
-Run: ``python -m benchmarks.stickbreaking [--T 4096 --B 1 --H 4 --D 64 --block 128]`` (goal: memory <= 1/8, time <= 1x).
+allocator-free number is the size of the tensors autograd saves for backward (``saved_tensors_hooks``; exact, the
+same every round). The two paths alternate over ``--rounds`` interleaved rounds (a fresh process each); the time and
+peak-memory ratios are printed with their 95% intervals over the rounds (``benchmarks/_timing.py``).
+Run: ``python benchmarks/stickbreaking.py [--T 4096 --B 1 --H 4 --D 64 --block 128] [--rounds 5] [--quick]``
+(goal: memory <= 1/8, time <= 1x).
 """
 
 from __future__ import annotations
@@ -14,13 +17,21 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-from ops.stickbreaking import blockwise_stickbreaking, naive_stickbreaking
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._timing import add_args, describe, header, interleave, ratio_interval, rounds_of  # noqa: E402
+from ops.stickbreaking import blockwise_stickbreaking, naive_stickbreaking  # noqa: E402
+
+GOAL_MEMORY, GOAL_TIME = 0.125, 1.0
 
 
 def measure(a: argparse.Namespace) -> dict[str, float]:
@@ -64,8 +75,21 @@ def measure(a: argparse.Namespace) -> dict[str, float]:
     return {"time": dt, "peak": float(peak), "saved": float(sum(saved))}
 
 
+def run_child(a: argparse.Namespace, name: str) -> dict[str, float]:
+    """One fwd+bwd of path ``name`` in a fresh process (see the module docstring for the allocator setting)."""
+    args = [f"--B={a.B}", f"--H={a.H}", f"--T={a.T}", f"--D={a.D}", f"--block={a.block}", f"--rows={a.rows}"]
+    args += [f"--device={a.device}", f"--threads={a.threads}"]
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    out = subprocess.run(
+        [sys.executable, __file__, *args, f"--only={name}"], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    if out.returncode:
+        raise SystemExit(f"error: the {name} path failed (exit {out.returncode}): {out.stderr.strip()[-400:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--B", type=int, default=1)
     p.add_argument("--H", type=int, default=4)
     p.add_argument("--T", type=int, default=4096)
@@ -75,32 +99,36 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0: torch's default)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--only", choices=["naive", "blockwise"], default=None, help=argparse.SUPPRESS)
+    add_args(p)
     a = p.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     if a.only:
         print(json.dumps(measure(a)))
         return
-    rows = {}
-    for name in ("naive", "blockwise"):
-        args = [f"--B={a.B}", f"--H={a.H}", f"--T={a.T}", f"--D={a.D}", f"--block={a.block}", f"--rows={a.rows}"]
-        args += [f"--device={a.device}", f"--threads={a.threads}"]
-        env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
-        out = subprocess.run(
-            [sys.executable, "-m", "benchmarks.stickbreaking", *args, f"--only={name}"],
-            capture_output=True, text=True, check=True, env=env,
-        )  # fmt: skip
-        rows[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    rounds = rounds_of(p, a)
+    if a.quick:
+        a.H, a.T, a.D, a.block, a.rows = 1, 512, 16, 64, 64
+    res = interleave({name: lambda name=name: run_child(a, name) for name in ("naive", "blockwise")}, rounds)
     print(
         f"stick-breaking fwd+bwd  B={a.B} H={a.H} T={a.T} D={a.D} block={a.block} rows={a.rows} device={a.device} "
         f"threads={a.threads}"
     )
-    print(f"{'path':<11}{'time [ms]':>11}{'peak [MiB]':>12}{'saved [MiB]':>13}")
-    for name, r in rows.items():
-        print(f"{name:<11}{r['time'] * 1e3:>11.0f}{r['peak'] / 2**20:>12.1f}{r['saved'] / 2**20:>13.1f}")
-    n, b = rows["naive"], rows["blockwise"]
-    mem, tim, sav = b["peak"] / n["peak"], b["time"] / n["time"], b["saved"] / n["saved"]
-    print(f"blockwise/naive: peak memory {mem:.3f} (goal <= 0.125), time {tim:.2f}x (goal <= 1x), saved {sav:.4f}")
+    print(header(rounds))
+    print(f"{'path':<11}{'median time [ms]':>18}{'median peak [MiB]':>19}{'saved [MiB]':>13}")
+    for name, rs in res.items():
+        t, peak = statistics.median(r["time"] for r in rs), statistics.median(r["peak"] for r in rs)
+        print(f"{name:<11}{t * 1e3:>18.0f}{peak / 2**20:>19.1f}{rs[0]['saved'] / 2**20:>13.1f}")
+    n, b = res["naive"], res["blockwise"]
+    tim = ratio_interval([r["time"] for r in b], [r["time"] for r in n])
+    print(f"blockwise/naive time: {describe(tim, goal=GOAL_TIME)}")
+    peaks = [(rb["peak"], rn["peak"]) for rb, rn in zip(b, n)]
+    if min(min(pair) for pair in peaks) > 0:
+        mem = ratio_interval([pb for pb, _ in peaks], [pn for _, pn in peaks])
+        print(f"blockwise/naive peak memory: {describe(mem, '', goal=GOAL_MEMORY)}")
+    else:
+        print("blockwise/naive peak memory: not measurable at this size (a path's peak did not grow in some round)")
+    print(f"blockwise/naive saved for backward: {b[0]['saved'] / n[0]['saved']:.4f} (exact, the same every round)")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 During ``trainer.test`` the callback adapts the module on each unlabelled test batch *before* the module's
 ``test_step`` predicts it (adapt-then-predict, as SuMi reports its second forward pass), online over the stream
 (``episodic=False``) or from the source weights for every batch (``episodic=True``). The objective is a strategy
-from :mod:`callbacks.tta_methods` chosen by name (``source``, ``tent``, ``eata``, ``sar``, ``sumi``).
+from :mod:`callbacks.tta_methods` chosen by name (``source``, ``bn``, ``tent``, ``eata``, ``sar``, ``sumi``).
 
 What the module must provide (the contract, :func:`callbacks.contracts.tta_problems`, checked at ``setup`` with
 one :class:`~suite.errors.ConfigError` line naming what is missing): batches ``(x, y, ...)`` with class labels ``y``
@@ -19,7 +19,9 @@ order; the history's ``loader`` column says which batch came from which.
 
 Which parameters adapt (``params``): ``norm`` (affine weights and biases of every LayerNorm / BatchNorm /
 GroupNorm / InstanceNorm, as Tent, EATA, SAR and SuMi) or ``all``. BatchNorm layers use test-batch statistics
-(Tent). A model without normalisation layers is a :class:`~suite.errors.ConfigError` at test start.
+(Tent) for every method but ``source``; ``bn`` (BN-adapt) does only that and adapts no parameter, so it needs no
+normalisation layer (without BatchNorm it is the source model). A model without normalisation layers is a
+:class:`~suite.errors.ConfigError` at test start for the methods that take gradient steps.
 
 Under DDP (``trainer=ddp``) the result differs from one process by design. Each rank adapts its own copy of the
 model online on its own shard of the stream (the ranks' ``k``-th batches together are one process's ``k``-th
@@ -53,7 +55,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from callbacks.contracts import NORM_TYPES, norm_parameters, refuse, tta_problems  # noqa: F401 (re-export)
 from callbacks.distributed import sum_over_ranks
 from callbacks.tta_methods import METHODS, Strategy, SuMi
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 PARAMS = ("norm", "all")
 OPTIMIZERS = ("adam", "sgd")
@@ -74,7 +76,7 @@ class TestTimeAdaptation(Callback):
     """Adapt a classification module on the test stream.
 
     Args:
-        method: Strategy name: ``source``, ``tent``, ``eata``, ``sar`` or ``sumi``.
+        method: Strategy name: ``source``, ``bn``, ``tent``, ``eata``, ``sar`` or ``sumi``.
         method_kwargs: Keyword arguments of the strategy (e.g. ``{lam: 0}`` for SuMi without MI sharing).
         params: ``norm`` or ``all``.
         optimizer: ``adam`` (SuMi, Tent on ViTs) or ``sgd`` (SAR, EATA on ResNets).
@@ -137,7 +139,7 @@ class TestTimeAdaptation(Callback):
         return tta_problems(
             module,
             datamodule,
-            params=self.params_mode if self.strategy.adapts else "all",
+            params=self.params_mode if self.strategy.trains else "all",
             tta_forward=isinstance(self.strategy, SuMi),
             num_classes=self.num_classes_arg,
             probe=probe,
@@ -182,7 +184,7 @@ class TestTimeAdaptation(Callback):
                 f"callbacks.tta.num_classes={self.num_classes_arg} is needed: {type(pl_module).__name__} has no "
                 f"integer num_classes >= 2"
             )
-        self._params = self._select(pl_module) if self.strategy.adapts else []
+        self._params = self._select(pl_module) if self.strategy.trains else []
         self._requires_grad = {id(p): p.requires_grad for p in pl_module.parameters()}
         self._state = copy.deepcopy(pl_module.state_dict()) if self.restore_on_end else None
         self._source_params = [p.detach().clone() for p in self._params]
@@ -355,8 +357,8 @@ class TTAComparison(Callback):
         current = copy.deepcopy(pl_module.state_dict())
         if self._source is not None:
             pl_module.load_state_dict(self._source)
-        pl_module.eval()
         for name, cb in self.variants.items():
+            pl_module.eval()  # an earlier variant left its BatchNorm layers in training mode (test-batch statistics)
             cb.total_steps_arg = cb.total_steps_arg or max(sum(limits), 1)
             cb.restore_on_end = True
             cb.on_test_start(trainer, pl_module)

@@ -12,6 +12,9 @@ strategy owns the objective. The math lives in :mod:`ops.tta`.
   when the moving average of the entropy falls below ``reset_ema`` (collapse detection).
 * :class:`SuMi` (Guo & Jin 2025): IQR smoothing, unimodal assistance, MI sharing, balance and EATA weighting
   (:func:`ops.tta.sumi_objective`); needs a module with ``tta_forward`` (e.g. ``SumiLitModule``).
+* :class:`BNAdapt` (Schneider et al. 2020; Nado et al. 2020; the "BN" row of Tent's tables): BatchNorm normalises
+  with the test batch's statistics, and nothing else changes: no objective, no gradient step. On a model without
+  BatchNorm (a ViT with LayerNorm) it is the source model.
 * :class:`SourceOnly`: no adaptation (the reference row).
 """
 
@@ -26,10 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.errors import ConfigError
 from ops.tta import eata_weights, softmax_entropy, sumi_objective
 from ops.tta.entropy import default_margin
 from ops.tta.sumi import OFFICIAL_GAMMA_U, OFFICIAL_MARGIN, QUARTILES
-from suite.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +42,13 @@ class Strategy:
 
     The callback calls :meth:`setup` once at test start and :meth:`adapt` once per step. ``adapt`` returns a dict
     of floats (``loss``, ``selected``: fraction of the batch the update used, ...) for the stream history.
+
+    ``adapts``: the model changes on the stream (BatchNorm then normalises with test-batch statistics);
+    ``trains``: the strategy takes gradient steps on the adapted parameters (an optimiser is built for them).
     """
 
     adapts = True
+    trains = True
 
     def setup(
         self,
@@ -70,6 +77,18 @@ class SourceOnly(Strategy):
     """No adaptation: the source model predicts the stream as is."""
 
     adapts = False
+    trains = False
+
+    def adapt(self, x: Any, t: int, total: int) -> dict[str, float]:
+        return {"loss": float("nan"), "selected": 0.0}
+
+
+class BNAdapt(Strategy):
+    """Test-batch BatchNorm statistics alone: the callback switches every BatchNorm to the statistics of the batch it
+    normalises, and :meth:`adapt` does nothing more (no loss, no gradient, no parameter changes). Tent's gain over
+    this arm is what its entropy steps add."""
+
+    trains = False
 
     def adapt(self, x: Any, t: int, total: int) -> dict[str, float]:
         return {"loss": float("nan"), "selected": 0.0}
@@ -322,4 +341,11 @@ class SuMi(Strategy):
         return {"loss": float(step.loss.detach()), **info}
 
 
-METHODS: dict[str, type[Strategy]] = {"source": SourceOnly, "tent": Tent, "eata": EATA, "sar": SAR, "sumi": SuMi}
+METHODS: dict[str, type[Strategy]] = {
+    "source": SourceOnly,
+    "bn": BNAdapt,
+    "tent": Tent,
+    "eata": EATA,
+    "sar": SAR,
+    "sumi": SuMi,
+}

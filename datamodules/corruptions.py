@@ -49,7 +49,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from suite.errors import ConfigError, DataFormatError, MissingDataError
+from core.errors import ConfigError, DataFormatError, MissingDataError
 
 FAMILIES: dict[str, tuple[str, ...]] = {
     "noise": ("gaussian_noise", "shot_noise", "impulse_noise"),
@@ -507,25 +507,49 @@ def load_cifar_c(
     return x, y
 
 
+TEST_ORDERS = ("by_class",)
+
+
+def order_by_class(labels: torch.Tensor) -> torch.Tensor:
+    """Indices ``[N]`` that sort a stream by class, keeping the given order within each class: an online label
+    shift of unbounded imbalance (SAR's "online imbalanced label distribution shift" at ratio infinity; Niu et al.,
+    ICLR 2023, Sec. 5), where every test batch holds one or two classes and test-batch statistics see a skewed
+    label distribution."""
+    return torch.sort(labels, stable=True).indices
+
+
 class CorruptibleImages:
     """Mixin for an image :class:`~datamodules._base.SuiteDataModule`: ``corruption`` / ``severity`` /
-    ``corruption_dir`` corrupt its test split.
+    ``corruption_dir`` corrupt its test split; ``test_order=by_class`` streams it sorted by class (a label shift).
 
     The datamodule calls :meth:`init_corruption` in its constructor, then, when it builds the test images, either
     :meth:`read_corrupted_test` (a CIFAR-10-C folder was given: the files replace the clean test set) or
-    :meth:`corrupt_test` (the suite corrupts the clean test images, seeded by ``seed``).
+    :meth:`corrupt_test` (the suite corrupts the clean test images, seeded by ``seed``), and :meth:`order_test`.
     """
 
     corruption: str | None = None
     severity: int = 5
     corruption_dir: str | None = None
+    test_order: str | None = None
 
-    def init_corruption(self, corruption: str | None, severity: int, corruption_dir: str | None) -> None:
-        """Validate and store the three options (one-line :class:`ConfigError` naming the key)."""
+    def init_corruption(
+        self, corruption: str | None, severity: int, corruption_dir: str | None, test_order: str | None = None
+    ) -> None:
+        """Validate and store the options (one-line :class:`ConfigError` naming the key)."""
         check_corruption(corruption, severity)
         if corruption_dir is not None and corruption is None:
             raise ConfigError(f"data.corruption_dir={corruption_dir} needs data.corruption (which .npy to read)")
+        if test_order is not None and test_order not in TEST_ORDERS:
+            raise ConfigError(f"data.test_order={test_order!r} must be null or one of {list(TEST_ORDERS)}")
         self.corruption, self.severity, self.corruption_dir = corruption, int(severity), corruption_dir
+        self.test_order = test_order
+
+    def order_test(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The test images and labels in stream order: unchanged, or sorted by class (``test_order=by_class``)."""
+        if self.test_order != "by_class":
+            return images, labels
+        idx = order_by_class(labels)
+        return images[idx], labels[idx]
 
     def read_corrupted_test(self, image_shape: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(uint8 [n, C, H, W], int64 [n])`` from ``corruption_dir``, or ``None`` when no folder is set."""

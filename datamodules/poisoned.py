@@ -33,10 +33,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules._base import SuiteDataModule, split_indices
 from datamodules.corruptions import CorruptibleImages
 from datamodules.poisoned_sources import EMBEDDED, SOURCES, load_source
-from suite.errors import ConfigError
 
 ATTACKS = ("patch", "single_pix", "blend_r", "blend_p", "sinusoid", "frequency", "narcissus")
 DEFAULT_ATTACKS = ("patch", "single_pix", "blend_r", "blend_p", "sinusoid", "frequency")
@@ -223,8 +223,6 @@ def load_narcissus_noise(path: str | None, c: int, h: int, w: int) -> torch.Tens
     """A precomputed Narcissus noise ``.npy`` (``[C, H, W]`` or the official ``[1, C, H, W]``) as ``[C, H, W]``."""
     from pathlib import Path
 
-    from suite.errors import DataFormatError, MissingDataError
-
     if path is None:
         raise ConfigError("data.attacks has 'narcissus': set data.narcissus_noise to a precomputed noise .npy file")
     if not Path(path).is_file():
@@ -339,6 +337,8 @@ class PoisonedDataModule(CorruptibleImages, SuiteDataModule):
         severity: Its severity, 1..5.
         corruption_dir: A CIFAR-10-C folder (``<corruption>.npy``, ``labels.npy``; e.g. with ``dataset=cifar10``)
             whose severity rows replace the test set (then subset by ``test_subset``) instead of corrupting here.
+        test_order: ``by_class`` streams the test images sorted by class (an online label shift,
+            :func:`datamodules.corruptions.order_by_class`); ``None`` keeps the (seeded) order.
     """
 
     def __init__(
@@ -364,9 +364,10 @@ class PoisonedDataModule(CorruptibleImages, SuiteDataModule):
         corruption: str | None = None,
         severity: int = 5,
         corruption_dir: str | None = None,
+        test_order: str | None = None,
     ) -> None:
         super().__init__(source, data_dir, batch_size, num_workers, seed)
-        self.init_corruption(corruption, severity, corruption_dir)
+        self.init_corruption(corruption, severity, corruption_dir, test_order)
         allowed = EMBEDDED if source == "embedded" else tuple(SOURCES)
         if dataset not in allowed:
             raise ConfigError(f"data.dataset={dataset!r} must be one of {list(allowed)} for source={source!r}")
@@ -506,7 +507,7 @@ class PoisonedDataModule(CorruptibleImages, SuiteDataModule):
         rows[probe_src] = False
         self.default_train_rows = torch.nonzero(rows).squeeze(1)
         # Test: clean, then per attack the non-target-class images with the trigger and the target label.
-        xt = self.corrupt_test(xte.float() / 255.0)
+        xt, yte = self.order_test(self.corrupt_test(xte.float() / 255.0), yte)
         self.test_names = ["clean", *self.attack_names]
         tests = [IndexedImages(xt, yte.clone())]
         for a in self.attack_names:

@@ -12,9 +12,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks.tta import TestTimeAdaptation, norm_parameters
+from core.errors import ConfigError
 from layers.multimodal import AudioVisualTransformer
 from lightning_modules.sumi import SumiLitModule
-from suite.errors import ConfigError
 
 C = 4
 
@@ -363,3 +363,71 @@ def test_contract_problems_without_a_trainer() -> None:
     assert tent.contract_problems(wrong, data) == [
         "model TinyClassifier(x) returns a tensor [2, 4], needs logits [B, 7]"
     ]
+
+
+class LogitsClassifier(TinyClassifier):
+    """Keeps the logits each test_step predicted with (after the callback's adaptation on that batch)."""
+
+    def __init__(self, norm: str = "batch") -> None:
+        super().__init__(norm)
+        self.logits: list[torch.Tensor] = []
+
+    def test_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+        self.logits.append(self(batch[0]).detach())
+        return super().test_step(batch, batch_idx)
+
+
+def test_bn_adapt_uses_test_batch_statistics_and_takes_no_gradient_step(tmp_path) -> None:  # noqa: ANN001
+    module = LogitsClassifier("batch")
+    module.net[1].running_mean.fill_(3.0)  # source statistics far from the test batches'
+    source = {k: v.clone() for k, v in module.state_dict().items()}
+    cb = TestTimeAdaptation(method="bn", lr=0.5)
+    data = loader()
+    run(module, cb, tmp_path, data)
+    assert cb.optimizer is None and cb._params == []  # nothing to step
+    assert all(torch.equal(w, source["net.1.weight"]) for w in module.seen)  # the affine weights never move
+    # each batch is normalised with its own statistics: the source weights with BatchNorm in training mode
+    ref = TinyClassifier("batch")
+    ref.load_state_dict(source)
+    ref.net[1].track_running_stats, ref.net[1].running_mean, ref.net[1].running_var = False, None, None
+    with torch.no_grad():
+        expected = [ref(x) for x, _ in data]
+    assert len(module.logits) == len(expected) == 4
+    for got, want in zip(module.logits, expected, strict=True):
+        torch.testing.assert_close(got, want)
+    src = TinyClassifier("batch")
+    src.load_state_dict(source)
+    src.eval()
+    with torch.no_grad():
+        assert not torch.allclose(src(next(iter(data))[0]), expected[0])  # the running statistics predict otherwise
+    for k, v in module.state_dict().items():  # running statistics and weights restored
+        torch.testing.assert_close(v, source[k])
+    assert all(float(h["shift"]) == 0.0 for h in cb.history)
+
+
+def test_bn_adapt_without_batchnorm_is_the_source_model(tmp_path) -> None:  # noqa: ANN001
+    for norm in ("layer", "none"):  # a LayerNorm model, and one with no normalisation at all (no ConfigError)
+        bn, src = LogitsClassifier(norm), LogitsClassifier(norm)
+        run(bn, TestTimeAdaptation(method="bn"), tmp_path)
+        run(src, TestTimeAdaptation(method="source"), tmp_path)
+        for a, b in zip(bn.logits, src.logits, strict=True):
+            assert torch.equal(a, b)
+
+
+def test_comparison_source_after_an_adapting_variant_is_still_the_source(tmp_path) -> None:  # noqa: ANN001
+    from callbacks.tta import TTAComparison
+
+    def compare(variants: dict) -> dict:
+        module = TinyClassifier("batch")
+        module.net[1].running_mean.fill_(3.0)
+        cmp = TTAComparison(variants)
+        trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, default_root_dir=str(tmp_path), callbacks=[cmp])  # fmt: skip
+        trainer.test(module, dataloaders=loader(64, 8), verbose=False)
+        return cmp.results
+
+    alone = compare({"src": {"method": "source"}})
+    after = compare({"bn": {"method": "bn"}, "tent": {"method": "tent", "lr": 0.05}, "src": {"method": "source"}})
+    # an adapting variant leaves BatchNorm in training mode; the next variant must start from eval mode again
+    assert after["src"]["acc"] == alone["src"]["acc"]
+    assert after["bn"]["acc"] != after["src"]["acc"]  # the data tell the two arms apart

@@ -12,12 +12,12 @@ import torch
 import torch.nn.functional as F
 from hydra.utils import instantiate
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules import corruptions as C
 from datamodules.av_corruptions import corrupt_video
 from datamodules.fashion_mnist import FashionMNISTDataModule
 from datamodules.imagefolder import ImageFolderDataModule
 from datamodules.poisoned import PoisonedDataModule
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 from tests.conftest import compose_train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -210,6 +210,22 @@ def test_poisoned_module_corrupts_clean_and_triggered_test_sets():
         assert float((a.images - b.images).abs().mean()) > 0.05
     # the trigger is stamped on the corrupted image: its pixels are 1 in the fogged triggered set too
     assert float(foggy.datasets["tests"][1].images[:, :, 6, 6].min()) == 1.0
+
+
+def test_poisoned_module_streams_the_test_set_by_class():
+    kw = dict(dataset="digits", attacks=[], num_probes=0, corruption="gaussian_noise", seed=3)
+    iid, shifted = PoisonedDataModule(**kw), PoisonedDataModule(**kw, test_order="by_class")
+    iid.setup()
+    shifted.setup()
+    a, b = iid.datasets["test"], shifted.datasets["test"]
+    assert torch.equal(b.labels, torch.sort(a.labels).values)  # sorted by class: a label shift over the stream
+    assert not torch.equal(a.labels, b.labels)
+    # the same corrupted images (same seed, same noise), only reordered; within a class in the i.i.d. order
+    idx = torch.sort(a.labels, stable=True).indices
+    assert torch.equal(b.images, a.images[idx])
+    assert torch.equal(iid.datasets["train"].images, shifted.datasets["train"].images)
+    with pytest.raises(ConfigError, match=r"data.test_order='shuffled' must be null or one of \['by_class'\]"):
+        PoisonedDataModule(test_order="shuffled")
 
 
 def test_experiment_with_corruption_yields_corrupted_test_batches(tmp_path):

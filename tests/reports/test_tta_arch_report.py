@@ -1,10 +1,11 @@
-"""The tta_arch study: its report hook's pre-registered verdicts (verdict objects through the page's judge) on
-synthetic runs, the spec (every entry composes, the
-test entries load their training entry's checkpoint and name a corruption the hook reads) and TTAComparison on a
-datamodule with several test loaders (the poisoned datamodule's case)."""
+"""The tta_arch study: its report hook's verdicts on the spec's declared claims (through the page's judge) on
+synthetic runs, the spec (every entry composes, the test-only entries load their training entry's best-validation
+checkpoint, the label-shifted stream is the gaussian_noise one sorted by class) and TTAComparison on a datamodule
+with several test loaders (the poisoned datamodule's case)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -22,139 +23,191 @@ from suite.compare import RunRecord
 from suite.preflight import compose_run
 from tests.callbacks.test_tta import TinyClassifier
 
-JITTER = (-0.004, 0.0, 0.004)
+SEEDS = (0, 1, 2)
+JITTER = (-1.0, 0.0, 1.0)  # times `jitter`: a seed effect the two architectures share (the same test images)
 CONVERGED = [(0, 2.0), (50, 0.5), (100, 0.5)]  # the training entry's best-so-far val/loss stopped improving
 
 
-def _metrics(accs: dict[str, float], q_drop: dict[str, float] | None = None, jitter: float = 0.0) -> dict[str, float]:
-    """``tta/<m>/acc`` and flat quarters, except ``q_drop[m]``: Q1 that much above acc and Q4 that much below; the
-    adapting methods (not source) move with ``jitter``, their Q1 by half as much again (so a gain's Q1 - Q4 spreads)."""
+def _metrics(accs: dict[str, float], quarters: dict[str, tuple[float, float]] | None = None) -> dict[str, float]:
+    """``tta/<m>/acc`` with flat quarters, except ``quarters[m] = (q1, q4)``."""
     out = {}
     for m, a in accs.items():
-        j = jitter if m != "source" else 0.0
-        a = a + j
-        d = (q_drop or {}).get(m, 0.0)
         out[f"tta/{m}/acc"] = a
-        out.update({f"tta/{m}/acc_q{q}": a for q in (2, 3)})
-        out[f"tta/{m}/acc_q1"], out[f"tta/{m}/acc_q4"] = a + d + j / 2, a - d
+        q1, q4 = (quarters or {}).get(m, (a, a))
+        out.update({f"tta/{m}/acc_q1": q1, f"tta/{m}/acc_q2": a, f"tta/{m}/acc_q3": a, f"tta/{m}/acc_q4": q4})
     return out
 
 
 def _records(
-    cnn_gain: float,
-    vit_gain: float,
+    cnn_steps: float,
+    vit_steps: float,
+    *,
+    bn_gain: float = 0.2,
     clean: float = 0.9,
     corrupted: float = 0.6,
-    tent_q_drop: float = 0.0,
-    corruptions: tuple[str, ...] = ta.CORRUPTIONS,
+    jitter: float = 0.002,
+    shared: float = 0.5,
+    collapse: float = 0.0,
+    streams: tuple[str, ...] = ta.CORRUPTIONS + ta.WILD_STREAMS,
     vit_curve: list | None = None,
 ) -> list[RunRecord]:
+    """Per seed and stream: source at ``corrupted``, BN-adapt ``bn_gain`` above it on the CNN (equal to source on the
+    ViT), Tent ``<arch>_steps`` above BN-adapt plus the seed's jitter (the ViT's ``shared`` times the CNN's), EATA
+    and SAR equal to BN-adapt. On the label-shifted stream Tent's gain over BN-adapt falls by ``collapse`` (plus the
+    seed's jitter) from Q1 to Q4 (BN-adapt's quarters are flat)."""
     out = []
-    for arch, gain in (("cnn", cnn_gain), ("vit", vit_gain)):
-        for s, j in enumerate(JITTER):
-            j = j if arch == "cnn" else -j / 2  # the architectures' seeds vary differently: a paired interval
-            accs = {"source": clean, "tent": clean, "eata": clean, "sar": clean}
-            curves = {"val/loss": vit_curve if arch == "vit" and vit_curve else CONVERGED}
+    for arch, steps in (("cnn", cnn_steps), ("vit", vit_steps)):
+        bn = bn_gain if arch == "cnn" else 0.0
+        for s, j in zip(SEEDS, JITTER, strict=True):
+            j = jitter * j * (1.0 if arch == "cnn" else shared)
             cfg = {"data": {"seed": s}}
-            out.append(RunRecord(Path("."), arch, s, _metrics(accs), curves, config=cfg))
-            for c in corruptions:
-                accs = {"source": corrupted, "tent": corrupted + gain, "eata": corrupted + gain, "sar": corrupted}
-                m = _metrics(accs, {"tent": tent_q_drop}, jitter=j)
-                out.append(RunRecord(Path("."), f"{arch}_{c}", s, m, config=cfg))
+            curves = {"val/loss": vit_curve if arch == "vit" and vit_curve else CONVERGED}
+            base = dict.fromkeys(ta.METHODS, clean)
+            out.append(RunRecord(Path("."), arch, s, _metrics(base), curves, config=cfg))
+            for stream in streams:
+                b = corrupted + bn
+                accs = {"source": corrupted, "bn": b, "tent": b + steps + j, "eata": b, "sar": b}
+                t = accs["tent"]
+                quarters = {"tent": (t + collapse / 2 + j, t - collapse / 2)} if stream in ta.WILD_STREAMS else {}
+                out.append(RunRecord(Path("."), f"{arch}_{stream}", s, _metrics(accs, quarters), config=cfg))
     return out
 
 
-def _judge(records: list[RunRecord], tmp_path: Path) -> dict:
-    spec = ClaimSpec.from_dict("tta_arch", load_spec("tta_arch"))
-    verdicts, _, result, hook_md, _, _ = judge_page(spec, records, tmp_path)
+def _spec() -> ClaimSpec:
+    return ClaimSpec.from_dict("tta_arch", load_spec("tta_arch"))
+
+
+def _judge(records: list[RunRecord], tmp_path: Path, spec: ClaimSpec | None = None) -> dict:
+    verdicts, _, _, hook_md, _, _ = judge_page(spec or _spec(), records, tmp_path)
     assert not hook_md  # the hook returns data, and did not fail
     return {v.id: v for v in verdicts}
 
 
-def _words(records: list[RunRecord], tmp_path: Path) -> dict[str, str]:
-    return {k: v.verdict for k, v in _judge(records, tmp_path).items()}
+def test_claims_are_declared_in_the_spec_paired_with_a_delta() -> None:
+    spec = _spec()
+    arch = spec.claim("tent_steps_cnn_vs_vit")
+    assert arch.primary and arch.paired is True and arch.delta == 0.01 and arch.delta_why
+    assert arch.entries == ("cnn", "vit") and arch.metric == "tta/tent/acc - tta/bn/acc"
+    for c in spec.claims:
+        assert c.paired is True and c.delta > 0 and c.delta_why, c.id
+        if ta.is_collapse(c):  # collapse is only ever read on a stream where it can occur
+            assert all(ta.split_name(e)[1] in ta.WILD_STREAMS for e in c.entries), c.id
 
 
-def test_verdicts_follow_the_numbers(tmp_path: Path) -> None:
-    by_id = _judge(_records(cnn_gain=0.10, vit_gain=0.0), tmp_path)
-    assert list(by_id) == [cid for cid, _, _ in ta.CLAIMS]
-    tent = by_id["tent_cnn"]
-    assert tent.verdict == rep.REPRODUCED and tent.paired and tent.primary and tent.p_holm is not None
-    assert tent.diff == pytest.approx(0.10) and tent.lo > 0.0 and tent.n == (3, 3)
-    assert tent.values["cnn: Tent"]["0"] == pytest.approx(0.696)  # per-seed mean over the four corruptions
-    # no gain on the ViT: the interval lies inside +-delta, no effect as large as delta (its p against delta, Holm)
-    tent_vit = by_id["tent_vit"]
-    assert tent_vit.verdict == rep.NOT_REPRODUCED and "no effect as large as delta" in tent_vit.why
-    assert tent_vit.p_against == "delta" and tent_vit.p_holm < 0.05
-    assert by_id["tent_cnn_vs_vit"].verdict == rep.REPRODUCED and by_id["tent_cnn_vs_vit"].paired
-    # flat quarters: no collapse as large as one point, decided by the interval
-    assert by_id["collapse_cnn"].verdict == rep.NOT_REPRODUCED == by_id["collapse_vit"].verdict
-    assert "no effect as large as delta" in by_id["collapse_cnn"].why
-    assert by_id["sar_cnn"].verdict == rep.NOT_REPRODUCED and not by_id["sar_cnn"].primary  # SAR = source here
-    # a method losing to source beyond the seed noise
-    words = _words(_records(cnn_gain=0.10, vit_gain=-0.05), tmp_path)
-    assert words["tent_vit"] == rep.NOT_REPRODUCED
-    # collapse: Tent's gain over source falls from Q1 to Q4 (source's quarters are flat)
-    by_id = _judge(_records(cnn_gain=0.10, vit_gain=0.05, tent_q_drop=0.05), tmp_path)
+def test_architecture_verdict_reads_tent_minus_bn_adapt(tmp_path: Path) -> None:
+    # the CNN's whole gain over source is BatchNorm's re-estimation (+0.2); Tent's steps add nothing there and one
+    # point on the ViT: Tent does NOT gain more on the CNN, although its gain over source is 20x larger there
+    by_id = _judge(_records(cnn_steps=0.0, vit_steps=0.02), tmp_path)
+    arch = by_id["tent_steps_cnn_vs_vit"]
+    assert arch.verdict == rep.NOT_REPRODUCED and arch.diff == pytest.approx(-0.02) and arch.hi < 0
+    assert arch.values["cnn"]["0"] == pytest.approx(-0.002)  # per seed: Tent - BN-adapt, mean over the corruptions
+    assert by_id["tent_cnn"].verdict == rep.REPRODUCED and by_id["tent_cnn"].diff == pytest.approx(0.2)
+    assert by_id["bn_cnn"].diff == pytest.approx(0.2) and "sign test" in by_id["bn_cnn"].why  # +0.2 on every seed
+    assert by_id["tent_vs_bn_cnn"].verdict == rep.NOT_REPRODUCED  # no effect as large as delta
+    assert by_id["tent_vit"].verdict == rep.REPRODUCED and by_id["tent_vit"].diff == pytest.approx(0.02)
+    # the steps gain more on the CNN: reproduced
+    arch = _judge(_records(cnn_steps=0.03, vit_steps=0.0), tmp_path)["tent_steps_cnn_vs_vit"]
+    assert arch.verdict == rep.REPRODUCED and arch.diff == pytest.approx(0.03)
+
+
+def test_architecture_verdict_is_paired_by_seed(tmp_path: Path) -> None:
+    # both architectures' Tent - BN-adapt move with the seed (+-2 points; 0.9 of that on the ViT): the paired
+    # differences are 0.02 +- 0.002, decided; unpaired (Welch) the seed effect swamps them
+    records = _records(cnn_steps=0.02, vit_steps=0.0, jitter=0.02, shared=0.9)
+    arch = _judge(records, tmp_path)["tent_steps_cnn_vs_vit"]
+    assert arch.paired and arch.n == (3, 3)
+    assert arch.verdict == rep.REPRODUCED and arch.lo > 0.01, arch.why
+    unpaired = replace(_spec().claim("tent_steps_cnn_vs_vit"), paired=False)
+    welch = ta.judge_claim(unpaired, ta.collect(records), {})
+    assert welch.verdict == rep.NOISE and welch.lo < 0  # what throwing the pairing away would read
+
+
+def test_collapse_only_on_a_stream_where_it_can_occur(tmp_path: Path) -> None:
+    by_id = _judge(_records(cnn_steps=0.0, vit_steps=0.0, collapse=0.06), tmp_path)
     assert by_id["collapse_cnn"].verdict == rep.REPRODUCED == by_id["collapse_vit"].verdict
-    assert by_id["collapse_cnn"].diff == pytest.approx(0.10, abs=0.01)  # Q1 gain +0.05, Q4 gain -0.05
+    assert by_id["collapse_cnn"].diff == pytest.approx(0.06)  # Tent - BN-adapt: Q1 +0.03, Q4 -0.03
+    flat = _judge(_records(cnn_steps=0.0, vit_steps=0.0), tmp_path)
+    assert flat["collapse_cnn"].verdict == rep.NOT_REPRODUCED  # flat quarters: no collapse as large as delta
+    # the same claim read on an i.i.d. corruption stream: phenomenon absent, whatever its quarters say
+    iid = replace(_spec().claim("collapse_cnn"), entries=("cnn_gaussian_noise", "cnn_gaussian_noise"))
+    res = ta.judge_claim(iid, ta.collect(_records(cnn_steps=0.0, vit_steps=0.0, collapse=0.06)), {})
+    assert res.verdict == rep.ABSENT and "i.i.d." in res.why and "label_shift" in res.why
 
 
 def test_gates_underfit_and_absent(tmp_path: Path) -> None:
-    # near-chance clean source model: underfit on every verdict of that architecture and the cross-arch one
-    words = _words(_records(cnn_gain=0.10, vit_gain=0.10, clean=0.3, corrupted=0.2), tmp_path)
-    assert set(words.values()) == {rep.UNDERFIT}
-    # the corruptions cost the source model < MIN_SHIFT: nothing to recover
-    words = _words(_records(cnn_gain=0.10, vit_gain=0.10, clean=0.62, corrupted=0.6), tmp_path)
-    assert set(words.values()) == {rep.ABSENT}
-    # the convergence rule: an entry still improving is underfit, the other architecture keeps its verdicts
-    rising = [(0, 2.0), (50, 1.0), (100, 0.5)]
-    by_id = _judge(_records(cnn_gain=0.10, vit_gain=0.10, vit_curve=rising), tmp_path)
-    assert by_id["tent_cnn"].verdict == rep.REPRODUCED and by_id["tent_vit"].verdict == rep.UNDERFIT
-    assert by_id["tent_cnn_vs_vit"].verdict == rep.UNDERFIT and "vit:" in by_id["tent_vit"].why
-    # a missing corruption: no mean over the four, so no verdict rather than a mean over fewer
-    assert _words(_records(0.1, 0.1, corruptions=ta.CORRUPTIONS[:3]), tmp_path) == {}
+    # near-chance clean source model: underfit on every verdict
+    by_id = _judge(_records(0.02, 0.02, clean=0.3, corrupted=0.2), tmp_path)
+    assert {v.verdict for v in by_id.values()} == {rep.UNDERFIT}
+    # the corruptions cost the source model < MIN_SHIFT: nothing to recover on the mean-of-corruptions claims; the
+    # collapse claims read the label-shifted stream and keep their verdicts
+    by_id = _judge(_records(0.02, 0.02, clean=0.62, corrupted=0.6), tmp_path)
+    assert by_id["tent_vit"].verdict == rep.ABSENT == by_id["tent_steps_cnn_vs_vit"].verdict
+    assert by_id["collapse_vit"].verdict == rep.NOT_REPRODUCED
+    # an entry still improving is underfit, the other architecture keeps its verdicts
+    by_id = _judge(_records(0.02, 0.02, vit_curve=[(0, 2.0), (50, 1.0), (100, 0.5)]), tmp_path)
+    assert by_id["tent_vs_bn_cnn"].verdict == rep.REPRODUCED and by_id["tent_vit"].verdict == rep.UNDERFIT
+    assert by_id["tent_steps_cnn_vs_vit"].verdict == rep.UNDERFIT and "vit:" in by_id["tent_vit"].why
+    assert by_id["collapse_vit"].verdict == rep.UNDERFIT  # its `converge: [vit]`
+    # a missing corruption: no mean over the four, so no verdict from the hook rather than a mean over fewer
+    by_id = _judge(_records(0.02, 0.02, streams=ta.CORRUPTIONS[:3]), tmp_path)
+    missing = by_id["tent_vit"]  # not the engine's reading of the training entry's clean stream
+    assert missing.verdict == rep.NOISE and missing.diff is None and "no seed with all of" in missing.why
 
 
-def test_page_tables_and_sanity_notes(tmp_path: Path) -> None:
-    records = _records(cnn_gain=0.10, vit_gain=0.0)
-    spec = ClaimSpec.from_dict("tta_arch", load_spec("tta_arch"))
-    result = ta.claim_report(records, spec, tmp_path)
+def test_page_tables_per_corruption_and_chance_streams(tmp_path: Path) -> None:
+    records = _records(cnn_steps=0.0, vit_steps=0.02)
+    for r in records:  # the ViT's source model near chance on fog (12%); every arm there too
+        if r.name == "vit_fog":
+            r.metrics.update({f"tta/{m}/acc": 0.12 for m in ta.METHODS})
+    result = ta.claim_report(records, _spec(), tmp_path)
     top1, quarters = result.tables
-    assert (top1.rows[1][:6]) == [
-        "cnn",
-        "gaussian_noise",
-        "60 ± 0 (n=3)",
-        "70 ± 0.4 (n=3)",
-        "70 ± 0.4 (n=3)",
-        "60 ± 0.4 (n=3)",
-    ]
-    assert top1.rows[5][:4] == ["cnn", "**mean of 4**", "60 ± 0 (n=3)", "70 ± 0.4 (n=3)"]
-    assert quarters.rows[0][:2] == ["cnn", "source"]
-    assert result.notes == [result.notes[0]] and result.notes[0].endswith("none.")
-    bad = ta.claim_report(_records(cnn_gain=-0.2, vit_gain=0.0), spec, tmp_path)
-    assert "cnn fog seed 0: Tent 0.396 vs source 0.600" in bad.notes[0]
+    rows = {(r[0], r[1].split(" ")[0]): r for r in top1.rows}
+    assert [r[1] for r in top1.rows if r[0] == "cnn"][1:5] == list(ta.CORRUPTIONS)  # one row per corruption
+    assert rows["cnn", "gaussian_noise"][2:7] == ["60 ± 0 (n=3)", "80 ± 0 (n=3)", "80 ± 0.2 (n=3)", "80 ± 0 (n=3)",
+                                                  "80 ± 0 (n=3)"]  # fmt: skip
+    assert rows["cnn", "gaussian_noise"][7] == "+0.00 [-0.50, +0.50] (n=3)"  # Tent - BN-adapt, points, paired
+    assert rows["vit", "fog"][1] == "fog (source near chance: 12.0%, chance 10%)"
+    assert rows["cnn", "fog"][1] == "fog" and ("vit", "label_shift") in rows
+    assert rows["cnn", "**mean"][1] == "**mean of 4 corruptions**"
+    assert quarters.rows[0][:3] == ["cnn", "mean of 4 corruptions", "source"]
+    assert any(r[1] == "label_shift" for r in quarters.rows)
+    assert result.notes[0].endswith("none.")
+    # BN-adapt differing from source on the ViT (no BatchNorm there) is flagged, as is a method far below source
+    for r in records:
+        if r.name == "vit_defocus_blur" and r.seed == 1:
+            r.metrics["tta/bn/acc"] = 0.5
+        if r.name == "cnn_contrast" and r.seed == 0:
+            r.metrics["tta/sar/acc"] = 0.3
+    notes = ta.claim_report(records, _spec(), tmp_path).notes[0]
+    assert "vit defocus_blur seed 1: BN-adapt 0.5000 differs from source 0.6000" in notes
+    assert "cnn contrast seed 0: SAR 0.300 vs source 0.600" in notes
 
 
 def test_spec_entries_compose_and_chain_to_their_training_entry(tmp_path: Path) -> None:
     spec = load_spec("tta_arch")
     names = [e["name"] for e in spec["runs"]]
     assert names[:2] == ["cnn", "vit"]  # the training entries run first: the others load their checkpoints
-    assert {(a, c) for a in ta.ARCHS for c in ta.CORRUPTIONS} <= {ta.split_name(n) for n in names}
+    assert {(a, c) for a in ta.ARCHS for c in ta.STREAMS} == {ta.split_name(n) for n in names}
     assert set(ta.CORRUPTIONS) <= set(CORRUPTIONS)
     for entry in spec["runs"]:
-        arch, corruption = ta.split_name(entry["name"])
+        arch, stream = ta.split_name(entry["name"])
         cfg = compose_run("tta_arch", entry_command("tta_arch", entry, spec, tmp_path / "tta", [])[4:])
         assert cfg.experiment_slug == {"cnn": "badloss", "vit": "mda"}[arch]
         assert list(cfg.data.attacks) == [] and cfg.data.severity == 5  # clean training data
-        assert set(cfg.callbacks.tta_compare.variants) == set(ta.METHODS)
-        assert {v.get("lr", 1e-3) for k, v in cfg.callbacks.tta_compare.variants.items() if k != "source"} == {1e-3}
-        if corruption == "clean":
-            assert cfg.train and cfg.data.corruption is None
+        variants = cfg.callbacks.tta_compare.variants
+        assert list(variants) == list(ta.METHODS) and variants.bn.method == "bn"
+        assert {v.get("lr", 1e-3) for k, v in variants.items() if k not in ("source", "bn")} == {1e-3}
+        if stream == "clean":  # trains, tests its best-validation weights and keeps them as best.ckpt
+            assert cfg.train and cfg.data.corruption is None and cfg.test_weights == "best"
+            assert cfg.callbacks.model_checkpoint.monitor == "val/loss" and cfg.callbacks.model_checkpoint.mode == "min"
+            assert cfg.callbacks.model_checkpoint.filename == "best"
+            assert cfg.model.scheduler.T_max in (cfg.trainer.max_epochs, "${trainer.max_epochs}")
         else:
-            assert not cfg.train and cfg.data.corruption == corruption
+            assert not cfg.train
+            assert cfg.data.corruption == (stream if stream in ta.CORRUPTIONS else "gaussian_noise")
+            assert cfg.data.test_order == ("by_class" if stream in ta.WILD_STREAMS else None)
             ckpt = cfg._get_node("ckpt_path")._value()  # unresolved: ${hydra:...} exists only inside the job
-            assert f"/../{arch}/${{hydra:sweep.subdir}}/checkpoints/last.ckpt" in ckpt
+            assert f"/../{arch}/${{hydra:sweep.subdir}}/checkpoints/best.ckpt" in ckpt
         if arch == "cnn":
             assert cfg.model.defence == "none" and "loss_dynamics" not in cfg.callbacks
         else:

@@ -110,7 +110,8 @@ def describe(
     iv: Interval, unit: str = "x", goal: float | None = None, better: Literal["lower", "higher"] = "lower"
 ) -> str:
     """``1.23x (95% CI 1.10x-1.38x, 5 rounds)``, followed by ``; goal <= 1.1x: <verdict>`` when there is a goal."""
-    text = f"{fmt(iv.estimate, unit)} ({iv.level:.0%} CI {fmt(iv.low, unit)}-{fmt(iv.high, unit)}, {iv.n} rounds)"
+    bound = unit if unit in ("x", "%") else ""  # a long unit ("queries/s") is written once, after the estimate
+    text = f"{fmt(iv.estimate, unit)} ({iv.level:.0%} CI {fmt(iv.low, bound)}-{fmt(iv.high, bound)}, {iv.n} rounds)"
     if goal is not None:
         text += (
             f"; goal {'<=' if better == 'lower' else '>='} {fmt(goal, unit)}: {goal_verdict(iv, goal, better, unit)}"

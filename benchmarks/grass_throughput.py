@@ -4,9 +4,11 @@
    fast paths the model uses (one dense ``bmm`` chain and one sort per batch), in graphs per second.
 2. Training-step time (forward + backward + Lion step) of GRASS and of GINE at the same parameter budget.
 
-Graphs are the embedded MOSES molecules (ZINC vocabularies). Ratios matter, not absolute numbers.
+Graphs are the embedded MOSES molecules (ZINC vocabularies). Ratios matter, not absolute numbers: the arms of each
+part alternate over ``--rounds`` interleaved rounds after a warm-up, and each ratio is printed with its 95% interval
+over the rounds (``benchmarks/_timing.py``).
 
-    python benchmarks/grass_throughput.py [--graphs 512] [--batch 128] [--steps 5] [--layers 8]
+    python benchmarks/grass_throughput.py [--graphs 512] [--batch 128] [--steps 5] [--layers 8] [--rounds 5] [--quick]
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -24,6 +25,7 @@ from torch_geometric.data import Batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._timing import add_args, describe, header, interleave, ratio_interval, rounds_of, seconds  # noqa: E402
 from datamodules.molecules import MoleculesDataModule  # noqa: E402
 from layers.graph.grass_baselines import count_parameters  # noqa: E402
 from layers.graph.grass_encodings import (  # noqa: E402
@@ -36,24 +38,19 @@ from layers.graph.grass_encodings import (  # noqa: E402
 from lightning_modules.grass import GrassLitModule  # noqa: E402
 
 
-def timed(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graphs", type=int, default=512)
     ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=5, help="training steps timed per round")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--rrwp-steps", type=int, default=16)
+    add_args(ap)
     args = ap.parse_args()
+    rounds = rounds_of(ap, args)
+    if args.quick:
+        args.graphs, args.batch, args.steps, args.layers, args.rrwp_steps = 16, 8, 1, 2, 4
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         n = max(args.graphs, args.batch)
@@ -74,14 +71,18 @@ def main() -> None:
             new = batched_random_regular_edges(b.batch, 6)
             pair_encoding(table, b.batch, local, torch.cat([b.edge_index, new], 1))
 
-    t_graph, t_batch = timed(per_graph, 1), timed(batched, 3)
-    print(f"RRWP (K={args.rrwp_steps}) + rewiring (k=6) on {n} molecules, {torch.get_num_threads()} threads")
-    print(f"  per-graph BaseTransforms : {n / t_graph:10.0f} graphs/s")
-    print(f"  batched fast path        : {n / t_batch:10.0f} graphs/s   ({t_graph / t_batch:.1f}x)")
+    t = interleave({"graph": lambda: seconds(per_graph), "batch": lambda: seconds(batched)}, rounds, warmup=True)
+    print(f"RRWP (K={args.rrwp_steps}) + rewiring (k=6) on {n} molecules, {torch.get_num_threads()} thread(s)")
+    print(header(rounds))
+    print(f"  per-graph BaseTransforms : {n / statistics.median(t['graph']):10.0f} graphs/s (median round)")
+    print(
+        f"  batched fast path        : {n / statistics.median(t['batch']):10.0f} graphs/s   speed-up "
+        f"{describe(ratio_interval(t['graph'], t['batch']))}"
+    )
 
     batch = batches[0]
     print(f"Training step, batch {batch.num_graphs} graphs, {args.layers} layers (forward + backward + Lion step)")
-    times = {}
+    steps, params = {}, {}
     for arch in ("grass", "gine", "gps"):
         lit = GrassLitModule(arch=arch, num_layers=args.layers, encoding_steps=args.rrwp_steps)
         opt = Lion(lit.parameters(), lr=1e-4)
@@ -91,9 +92,11 @@ def main() -> None:
             torch.nn.functional.l1_loss(lit(batch), batch.y).backward()
             opt.step()
 
-        times[arch] = timed(step, args.steps)
-        print(f"  {arch:5s}: {times[arch] * 1e3:8.1f} ms/step  {count_parameters(lit.net):7d} params")
-    print(f"  GRASS / GINE step-time ratio: {times['grass'] / times['gine']:.1f}x")
+        steps[arch], params[arch] = step, count_parameters(lit.net)
+    times = interleave({a: lambda f=f: seconds(f, args.steps) for a, f in steps.items()}, rounds, warmup=True)
+    for arch, ts in times.items():
+        print(f"  {arch:5s}: {statistics.median(ts) * 1e3:8.1f} ms/step (median round)  {params[arch]:7d} params")
+    print(f"  GRASS / GINE step-time ratio: {describe(ratio_interval(times['grass'], times['gine']))}")
 
 
 if __name__ == "__main__":

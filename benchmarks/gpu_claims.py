@@ -33,8 +33,8 @@ BENCH_SKIP = "runs claims on a GPU machine and needs a subcommand (run | pilot):
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from core.errors import SuiteError  # noqa: E402
 from suite.claim import MACHINE_FILE, entry_seeds, load_spec, merge_overrides  # noqa: E402
-from suite.errors import SuiteError  # noqa: E402
 
 GPU_OUT = ROOT / "logs" / "claim" / "gpu"
 WALL: dict[str, float] = {}  # wall seconds of each finished process of the last run_pool

@@ -168,7 +168,8 @@ def suite(steps: int, width: int, batch: int, overrides: list[str], out: str) ->
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from suite.run import _instantiate_group, instantiate
+    from suite.build import instantiate
+    from suite.build import instantiate_group as _instantiate_group
 
     os.environ.setdefault("WANDB_MODE", "offline")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

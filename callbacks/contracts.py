@@ -8,7 +8,7 @@ callback never imports the module. Each contract lives here once:
   (:func:`protocol_members`, :func:`missing_members`, ``isinstance`` on the runtime-checkable ones);
 * a pure check per callback, ``<callback>_problems(module, datamodule) -> list[str]`` (empty: the pair meets it),
   that needs no Trainer. The callbacks run it at ``setup`` (their ``contract_problems``) and refuse a pair that
-  fails with one :class:`~suite.errors.ConfigError` line naming what is missing;
+  fails with one :class:`~core.errors.ConfigError` line naming what is missing;
 * :data:`CONTRACTS`, one :class:`Contract` per callback: its check and the one-line summary of what the module and
   the datamodule provide. :func:`contract_table` renders them as the table of ``docs/extending.md``
   (``tests/callbacks/test_contract_table.py`` fails when that table, or the README's list of callbacks with a
@@ -33,7 +33,8 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
+from datamodules._base import ResumableSampler  # the suite's rank-sharded sequential sampler
 
 NORM_TYPES = (nn.LayerNorm, _BatchNorm, nn.GroupNorm, nn.modules.instancenorm._InstanceNorm)
 
@@ -321,7 +322,6 @@ def dynamics_loader(datamodule: Any) -> DataLoader:
             f"datamodule {name} streams its training set (an iterable dataset) and has no dynamics_dataloader(): "
             "loss dynamics need fixed rows (x, y, index)"
         )
-    from datamodules._base import ResumableSampler  # the suite's rank-sharded sequential sampler
 
     ds, collate = base.dataset, getattr(base, "collate_fn", None)
     first = ds[0] if len(ds) else None

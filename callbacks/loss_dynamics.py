@@ -9,7 +9,7 @@ rounding (a row the padded last shard scores twice is written twice with the sam
 (``tests/callbacks/test_callbacks_ddp.py``, ``tests/callbacks/test_loss_dynamics.py``).
 
 Contract (:func:`callbacks.contracts.loss_dynamics_problems`, checked at ``setup`` with one
-:class:`~suite.errors.ConfigError` line naming what is missing): the model's ``forward(x)`` returns logits
+:class:`~core.errors.ConfigError` line naming what is missing): the model's ``forward(x)`` returns logits
 ``[B, K]``; the datamodule provides ``dynamics_dataloader()`` with batches ``(x, y, index)``, ``index`` the example's
 row in ``[0, N)`` (preferred: it can name rows the training loader leaves out, as ``PoisonedDataModule`` does), or
 else a map-style ``train`` split with items ``(x, y)``, which is scored in its fixed order with each item's row as its
@@ -33,7 +33,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from callbacks.contracts import dynamics_loader, loss_dynamics_problems, refuse
-from suite.errors import ConfigError, DataFormatError
+from core.errors import ConfigError, DataFormatError
 
 METRICS = ("loss", "prob")
 
@@ -67,7 +67,7 @@ class LossDynamics(Callback):
         dtype: Storage dtype (``float32`` or ``float16`` to halve memory).
         save: Write the recorded matrix to ``<default_root_dir>/loss_dynamics.pt`` when fitting ends.
         save_attrs: Datamodule attributes written beside it (``"data"``: name -> value); a missing one is a
-            :class:`~suite.errors.ConfigError` at the end of fit.
+            :class:`~core.errors.ConfigError` at the end of fit.
 
     Attributes:
         trajectories: ``[N, recorded]`` values, row = example index (``None`` before the first record).

@@ -15,7 +15,7 @@ from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 
 class OnlineDataCollection(Callback):

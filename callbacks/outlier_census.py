@@ -28,8 +28,8 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import nn
 
+from core.errors import ConfigError
 from ops.outliers import activation_outlier_stats, as_tokens, attention_sink_share, weight_outlier_ratio
-from suite.errors import ConfigError
 
 CAPTURES = ("output", "input")
 

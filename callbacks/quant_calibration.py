@@ -51,9 +51,12 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 from callbacks.contracts import quant_calibration_problems, refuse
 from callbacks.distributed import gather_batches, sum_over_ranks
-from ops.quant import CayleySGD, check_bits, kl_full, kl_top, log_qsur
-from suite.debug import smoke_test
-from suite.errors import ConfigError
+from core.errors import ConfigError
+from core.smoke import smoke_test
+from layers.quant.minilm import QuantMiniLM
+from layers.quant.ostquant import TransformedLM
+from ops.quant import CayleySGD, check_bits, clip_ratios, kl_full, kl_top, log_qsur
+from ops.quant.fake import SYM_SCALES
 
 METHODS = ("fp", "rtn", "gptq", "smoothquant", "quarot", "spinquant", "ostquant", "ostquant_kl", "ostquant_ce")
 # learned methods: (loss, learn the scales); loss None = the callback's ``loss``
@@ -119,9 +122,6 @@ class QuantCalibration(Callback):
         klt_centered: bool = True,
         w_sym_scale: str = "signed",
     ) -> None:
-        from ops.quant import clip_ratios
-        from ops.quant.fake import SYM_SCALES
-
         if w_sym_scale not in SYM_SCALES:
             raise ConfigError(
                 f"callbacks.quant_calibration.w_sym_scale={w_sym_scale!r} must be one of {list(SYM_SCALES)}"
@@ -183,8 +183,6 @@ class QuantCalibration(Callback):
     def transformed(self, net: torch.nn.Module, init: str) -> torch.nn.Module:
         """The transformable, fake-quantized copy of ``net`` (a causal LM: :class:`~layers.quant.ostquant.
         TransformedLM`)."""
-        from layers.quant.ostquant import TransformedLM
-
         return TransformedLM(
             net,
             init,
@@ -339,8 +337,6 @@ class MaskedLMQuantCalibration(QuantCalibration):
     masked = True
 
     def transformed(self, net: torch.nn.Module, init: str) -> torch.nn.Module:
-        from layers.quant.minilm import QuantMiniLM
-
         return QuantMiniLM(
             net,
             init,

@@ -45,10 +45,11 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from callbacks.contracts import classifier_quant_problems, first_loader, refuse
 from callbacks.distributed import gather_batches, sum_over_ranks
 from callbacks.quant_calibration import log_results, write_results
+from core.errors import ConfigError
+from core.smoke import smoke_test
+from layers.quant.classifier import QuantizedClassifier
 from ops.quant import CayleySGD, check_bits, kl_full
 from ops.quant.fake import SYM_SCALES
-from suite.debug import smoke_test
-from suite.errors import ConfigError
 
 METHODS = ("fp", "rtn", "smoothquant", "quarot", "ostquant")
 WHAT = "callbacks.quant_calibration"
@@ -117,8 +118,6 @@ class ClassifierQuantCalibration(Callback):
         """Attach ``method``'s quantized layers to ``model`` (in place), calibrated on the inputs ``calib``; returns
         the :class:`~layers.quant.classifier.QuantizedClassifier` (call ``detach()`` to restore), ``None`` for
         ``fp``. ``freeze=False`` leaves the weights unfolded (to inspect the learned transforms)."""
-        from layers.quant.classifier import QuantizedClassifier
-
         if method == "fp":
             return None
         fp_logits = []

@@ -21,9 +21,9 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from suite.debug import smoke_test
-from suite.errors import ConfigError
-from suite.rng import fixed_draws
+from core.errors import ConfigError
+from core.rng import fixed_draws
+from core.smoke import smoke_test
 
 LOWER_IS_BETTER = ("absrel", "rmse", "mse_to_final")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 PLAIN_TYPES = (int, float, bool, str, type(None))
 

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from suite.errors import ConfigError, DataFormatError, MissingDataError, SuiteError
+from core.errors import ConfigError, DataFormatError, MissingDataError, SuiteError
 
 SOURCES = ("embedded", "real")
 

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules._base import SuiteDataModule
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 TIE_MODES = ("tie", "both", "none")
 WINNERS = {"model_a": 0, "model_b": 1, "tie": 2, "tie (bothbad)": 3}

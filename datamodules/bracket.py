@@ -41,6 +41,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from core.errors import ConfigError, DataFormatError
+from core.rng import EVAL_SEED
 from datamodules._base import SuiteDataModule, require_files
 from ops.isp.motion import camera_path, oracle_flow, paste_light, translate_crops
 from ops.isp.simulate import (
@@ -55,8 +57,6 @@ from ops.isp.simulate import (
     srgb_linearize,
     subframe_counts,
 )
-from suite.errors import ConfigError, DataFormatError
-from suite.rng import EVAL_SEED
 
 DATASETS = ("bracketire", "bracketire_plus")
 DOMAINS = ("synthetic", "shifted")
@@ -186,7 +186,7 @@ def augment(sample: dict[str, Any], g: torch.Generator) -> dict[str, Any]:
     return out
 
 
-# validation / test brackets are drawn from suite.rng.EVAL_SEED: independent of the run's seed
+# validation / test brackets are drawn from core.rng.EVAL_SEED: independent of the run's seed
 
 
 class SimulatedBrackets(Dataset):

@@ -48,8 +48,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from core.errors import ConfigError, DataFormatError, MissingDataError, check
 from datamodules._base import SuiteDataModule, require_files
-from suite.errors import ConfigError, DataFormatError, MissingDataError, check
 
 SOT, EOT = 49406, 49407
 MEAN = torch.tensor([0.48145466, 0.4578275, 0.40821073]).view(3, 1, 1)  # CLIP's normalisation

@@ -8,7 +8,7 @@ Where the files come from, in order:
    four original gzipped IDX files into ``/usr/share/datasets/fashion-mnist`` (:data:`DEBIAN_DIRS`);
 3. ``torchvision.datasets.FashionMNIST(data_dir, download=True)`` when ``download=True`` and a network exists.
 
-Otherwise :class:`~suite.errors.MissingDataError` says how to get the files. Images are ``uint8 [N, 28, 28]`` and
+Otherwise :class:`~core.errors.MissingDataError` says how to get the files. Images are ``uint8 [N, 28, 28]`` and
 labels ``int64 [N]``; the DataModule turns them into ``float [1, 28, 28]`` in ``[0, 1]``.
 """
 
@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules._base import SuiteDataModule, seeded_permutation, split_indices
 from datamodules.corruptions import CorruptibleImages
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 # Where the Debian package `dataset-fashion-mnist` puts its files (the first is Debian's install path; the others
 # cover a local `dpkg-deb -x` into /usr/local or the home folder).

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
+from core.errors import ConfigError, DataFormatError
 from datamodules._base import SuiteDataModule, require_files, split_indices
-from suite.errors import ConfigError, DataFormatError
 
 POLICIES = ("random", "sticky", "eps_sticky")
 ARRAYS = ("obs", "action", "next_obs", "reward", "terminated")

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, Subset
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules._base import SuiteDataModule, seeded_permutation
-from datamodules.corruptions import CorruptibleImages
-from suite.errors import ConfigError, DataFormatError, MissingDataError
+from datamodules.corruptions import CorruptibleImages, corrupt
 
 
 class _Normalised(Dataset):
@@ -116,6 +116,4 @@ class ImageFolderDataModule(CorruptibleImages, SuiteDataModule):
         return {"train": data, "val": data, "test": test}
 
     def _corrupt_item(self, x: torch.Tensor, i: int) -> torch.Tensor:
-        from datamodules.corruptions import corrupt
-
         return corrupt(x, str(self.corruption), self.severity, seed=(self.seed * 1_000_003 + i) % 2**62)

@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
+from core.errors import ConfigError, MissingDataError
 from datamodules._base import SuiteDataModule
 from datamodules.recall import TokenDataset
 from datamodules.text import SUFFIXES, read_documents, stdlib_documents
-from suite.errors import ConfigError, MissingDataError
 
 IGNORE = -100
 

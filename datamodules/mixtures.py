@@ -24,8 +24,9 @@ from typing import Any
 import torch
 from torch.utils.data import TensorDataset
 
+from core.errors import ConfigError, DataFormatError
 from datamodules._base import SuiteDataModule, require_files
-from suite.errors import ConfigError, DataFormatError
+from ops.scores.gmm import gmm_sample  # ops is a leaf dependency, not a paper module
 
 PRESETS = ("ring2d", "grid2d", "random")
 #: Non-Gaussian laws of the sgm_lipschitz study (no closed-form score; ``mixture`` is None for them).
@@ -164,8 +165,6 @@ class GaussianMixtureDataModule(SuiteDataModule):
             self.mixture = make_mixture(preset, dim, n_components, scale, component_std, seed)
 
     def _sample_splits(self) -> dict[str, Any]:
-        from ops.scores.gmm import gmm_sample  # ops is a leaf dependency, not a paper module
-
         out = {}
         for j, (split, n) in enumerate(self.n_splits.items()):
             gen = torch.Generator().manual_seed(self.seed * 1000 + j)

@@ -34,8 +34,8 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 from torch_geometric.data import Batch, Data
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules._base import SuiteDataModule, seeded_permutation, world
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 # Atom vocabulary of ZINC (benchmarking-gnns' atom_dict): symbol, explicit H count and charge of bracket atoms.
 ZINC_ATOMS: tuple[str, ...] = (

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules._base import ResumableLoader, SuiteDataModule, require_files, seeded_permutation, split_indices
 from datamodules.av_corruptions import (
     AUDIO_CORRUPTIONS,
@@ -46,7 +47,7 @@ from datamodules.av_corruptions import (
     corrupt_video,
     synth_spectrograms,
 )
-from suite.errors import ConfigError, DataFormatError, MissingDataError
+from datamodules.fashion_mnist import load_digits_images, load_fashion_mnist
 
 STREAMS = ("clean", "video", "audio", "both", "missing_audio", "missing_video", "wild")
 IMAGE_SOURCES = ("fashion_mnist", "digits")
@@ -297,10 +298,7 @@ class MultimodalDataModule(SuiteDataModule):
     # -- embedded ----------------------------------------------------------------------------------------------------
     def _images(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.image_source == "digits":
-            from datamodules.fashion_mnist import load_digits_images
-
             return load_digits_images()
-        from datamodules.fashion_mnist import load_fashion_mnist
 
         return load_fashion_mnist("test")
 

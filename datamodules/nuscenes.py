@@ -30,9 +30,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules._base import SuiteDataModule, require_files, seeded_permutation
 from datamodules.driving_world import CLASSES, PALETTE, SKY, DrivingWorld, camera_rig, cast_rays, pixel_rays
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 DEVKIT = "nuscenes-devkit==1.2.0"
 TABLES = (

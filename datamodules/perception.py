@@ -42,8 +42,8 @@ from torch import Tensor
 from torch.nn import functional as F
 from torch.utils.data import Dataset
 
+from core.errors import ConfigError, DataFormatError
 from datamodules._base import SuiteDataModule, require_files, split_indices, unreadable_data_message
-from suite.errors import ConfigError, DataFormatError
 
 TASKS = ("depth", "refseg")
 DATASETS = {"scenes": TASKS, "nyuv2": ("depth",), "kitti": ("depth",), "refcoco": ("refseg",)}

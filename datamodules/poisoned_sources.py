@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.errors import DataFormatError, MissingDataError
 from datamodules.fashion_mnist import load_digits_split, load_fashion_mnist
-from suite.errors import DataFormatError, MissingDataError
 
 # name -> (channels, height, width, classes) of what the loader returns (Imagenette: height/width = image_size).
 SOURCES: dict[str, tuple[int, int, int, int]] = {

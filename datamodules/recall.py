@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from core.errors import ConfigError, DataFormatError
 from datamodules._base import SuiteDataModule, require_files
-from suite.errors import ConfigError, DataFormatError
 
 TASKS = ("mqar", "overwrite", "niah")
 IGNORE = -100

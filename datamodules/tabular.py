@@ -34,8 +34,8 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules._base import SuiteDataModule, require_files, split_indices
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 DATASETS = ("adult", "german", "gmsc", "synthetic")
 KINDS = ("continuous", "binary", "categorical")

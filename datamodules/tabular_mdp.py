@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
+from core.errors import ConfigError, DataFormatError
 from datamodules._base import SuiteDataModule, require_files
 from ops.semdice import tabular as tb
-from suite.errors import ConfigError, DataFormatError
 
 
 class TabularMDPDataModule(SuiteDataModule):

@@ -44,9 +44,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules._base import SuiteDataModule
 from layers.temporal_graph.continual import ContinualTemporalGraph, Examples, TemporalGraph
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 DATASETS = ("primary_school", "pubmed")
 FEATURES = ("svd", "degree", "random", "zeros", "file")

@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules._base import ResumableLoader, SuiteDataModule
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 SUFFIXES = (".txt", ".parquet", ".arrow")
 

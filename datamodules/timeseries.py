@@ -35,8 +35,8 @@ import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules._base import SuiteDataModule, require_files
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 REAL_FILES = {
     "metr_la": "metr-la.h5",

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from core.errors import ConfigError
 from layers.attention.common import SwiGLU, check_positive
-from suite.errors import ConfigError
 
 MIXER_KINDS = {
     "gated_deltanet": "layers.attention.gated_deltanet.GatedDeltaNet",

@@ -17,7 +17,7 @@ import torch
 import torchmetrics
 from lightning.pytorch import LightningModule
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]

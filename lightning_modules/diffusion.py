@@ -32,6 +32,8 @@ import torchmetrics
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor, nn
 
+from core.errors import ConfigError
+from core.rng import fixed_draws
 from layers.diffusion.features import FeatureNet, train_feature_net
 from layers.diffusion.precond import EDMPrecond
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule
@@ -52,8 +54,6 @@ from ops.samplers.rx import COEFFICIENTS, RX_SOLVERS, SINGLESTEP_2ND
 from ops.samplers.solvers import steps_for_nfe
 from ops.scores.gmm import gmm_denoiser, gmm_hessian, gmm_score
 from ops.scores.lipschitz import score_jacobian, spectral_norm_sym
-from suite.errors import ConfigError
-from suite.rng import fixed_draws
 
 GRIDS = ("edm", "vp_uniform", "vp_logsnr")
 
@@ -238,7 +238,7 @@ class DiffusionLitModule(SuiteLitModule):
         return None if self.hparams.analytic else loss
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        # seeded noise levels and noise (suite.rng): a smooth sizing curve, runs scored on the same draws, and the
+        # seeded noise levels and noise (core.rng): a smooth sizing curve, runs scored on the same draws, and the
         # training stream continues as if no validation had run
         with fixed_draws(batch_idx, self.device):
             loss = self.edm_loss(self._prep(batch))

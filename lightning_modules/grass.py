@@ -25,10 +25,10 @@ import torch.nn.functional as F
 import torchmetrics
 from torch import Tensor, nn
 
+from core.errors import ConfigError
 from layers.graph.grass import GrassNet, NoAffineBatchNorm, RunningNorm
 from layers.graph.grass_baselines import GINENet, GPSNet, count_parameters
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule, regression_metrics
-from suite.errors import ConfigError
 
 ARCHS = ("grass", "gine", "gps")
 GRASS_NET_ARGS = (

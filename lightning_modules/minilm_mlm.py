@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from layers.quant.minilm import MaskedLM, load_minilm
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule
 from lightning_modules.causal_lm import IGNORE, LMMetrics, TokenLMSteps
 
@@ -44,7 +45,6 @@ class MiniLMMLMLitModule(TokenLMSteps, SuiteLitModule):
         scheduler_interval: str = "step",
     ) -> None:
         super().__init__(optimizer, scheduler, scheduler_interval, monitor="val/loss")
-        from layers.quant.minilm import MaskedLM, load_minilm
 
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         _, encoder = load_minilm(model_path)

@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 import torchmetrics
 
+from core.errors import ConfigError
 from layers.multimodal import AudioVisualTransformer
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule, classification_metrics
-from suite.errors import ConfigError
 
 
 class SumiLitModule(SuiteLitModule):

@@ -22,6 +22,8 @@ from statistics import mean
 import numpy as np
 import torch
 
+from ops.samplers import SOLVER_ORDER, karras_sigmas, rx_coeffs, steps_for_nfe
+from ops.samplers.rx import rx_plan
 from suite import stats
 from suite.claims import ClaimResult, ClaimSpec, Figure, HookResult, Table, stated
 
@@ -184,9 +186,6 @@ def _verdict(sweep: dict, metric: str, what: str, tol: float) -> list[str]:
 def max_adapted_weight(nfe: int, solver: str) -> float:
     """Largest grid-adapted weight c_fine = 1/(1 - a) over the RX intervals of the EDM grid (sigma 80 -> 0.002 -> 0)
     that ``solver`` uses at NFE budget ``nfe`` (k = 2). The naive weight is 2 (p = 1) or 4/3 (p = 2)."""
-    from ops.samplers import SOLVER_ORDER, karras_sigmas, rx_coeffs, steps_for_nfe
-    from ops.samplers.rx import rx_plan
-
     n = steps_for_nfe(solver, nfe, True)
     sig = karras_sigmas(n)
     plan = rx_plan(n, 2, True, solver == "dpmpp_2m", solver != "euler")

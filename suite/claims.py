@@ -41,8 +41,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from core.errors import ConfigError
 from suite import stats
-from suite.errors import ConfigError
+from suite.report import entry_curves, patience_plateau, sizing_patience, sizing_untrained
 
 CLAIM_KEYS = (
     "id",
@@ -561,8 +562,6 @@ class ClaimSpec:
     @classmethod
     def from_dict(cls, slug: str, raw: Mapping[str, Any]) -> ClaimSpec:
         """Parse a spec; a malformed ``claims:`` / ``converge:`` / ``evaluate:`` is a ConfigError naming the key."""
-        from suite.report import sizing_patience, sizing_untrained
-
         raw = dict(raw)
         conv = raw.get("converge") or {}
         if not isinstance(conv, Mapping) or sorted(set(conv) - set(CONVERGE_KEYS)):
@@ -609,8 +608,6 @@ class ClaimSpec:
         """Entry -> ``(converged, reading)`` on ``metric`` (default the sizing metric), by the convergence rule
         (:func:`suite.stats.converged`, or the early-stopping rule with ``patience``); entries that train nothing
         count as converged. Empty without a sizing metric."""
-        from suite.report import entry_curves, patience_plateau
-
         metric = metric or self.sizing_metric
         if not metric:
             return {}

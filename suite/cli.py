@@ -13,7 +13,9 @@ from pathlib import Path
 from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException, OverrideParseException
 from omegaconf.errors import OmegaConfBaseException
 
-from suite.errors import PREEMPTED_EXIT_CODE, Preempted, SuiteError
+from core.errors import PREEMPTED_EXIT_CODE, Preempted, SuiteError
+from suite.quiet import quiet_console
+from suite.resume import find_resumable
 
 
 def _one_line(text: str) -> str:
@@ -130,8 +132,6 @@ def preempted(message: str, exit_code: int = PREEMPTED_EXIT_CODE) -> None:
 def user_errors() -> Iterator[None]:
     """Inside a Hydra task: turn :class:`SuiteError` into one line + exit 2 (``SystemExit`` passes through Hydra's
     job runner without its multi-line "Error executing job" report); a SIGTERM'd run exits 143, a Ctrl-C'd one 130."""
-    from suite.quiet import quiet_console
-
     quiet_console()  # Hydra has configured logging by now
     try:
         yield
@@ -148,14 +148,12 @@ def resume_in_place(argv: list[str]) -> list[str]:
     started with the same overrides (ignoring ``ckpt_path``) that did not finish, or, failing that, one that differs
     only in the budget (``trainer.max_epochs`` / ``trainer.max_steps``) and that the new budget trains further
     (extending a run), and add ``hydra.run.dir=<that folder>``; when only finished runs match, refuse (one line,
-    :func:`suite.run.find_resumable`). Multiruns and an explicit ``hydra.run.dir`` are left alone.
+    :func:`suite.resume.find_resumable`). Multiruns and an explicit ``hydra.run.dir`` are left alone.
     """
     args = argv[1:]
     if "ckpt_path=last" not in args or any(a in ("-m", "--multirun") or a.startswith("hydra.run.dir=") for a in args):
         return argv
     from hydra import compose, initialize_config_dir
-
-    from suite.run import find_resumable
 
     overrides = [a for a in args if not a.startswith("-")]
     root = Path(__file__).resolve().parents[1]

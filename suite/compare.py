@@ -26,8 +26,11 @@ from typing import Any
 
 import yaml
 
-from suite.errors import SuiteError
+from core.errors import SuiteError
+from suite.cli import fail
+from suite.rundir import read_csv_curves, read_overrides
 from suite.summary import is_result
+from suite.wandb_reader import find_wandb_files, wait_for_wandb_run
 
 
 @dataclass
@@ -44,30 +47,12 @@ class RunRecord:
 
 
 def _overrides(run_dir: Path) -> list[str]:
-    f = run_dir / ".hydra" / "overrides.yaml"
-    return list(yaml.safe_load(f.read_text()) or []) if f.exists() else []
+    return read_overrides(run_dir) or []
 
 
 def _name(run_dir: Path, overrides: list[str]) -> str:
     keep = [o for o in overrides if not o.startswith(("seed=", "hydra.", "paths.", "logger", "trainer.enable"))]
     return " ".join(keep) or run_dir.name
-
-
-def _read_csv_curves(csv_file: Path) -> dict[str, list[tuple[int, float]]]:
-    import csv
-
-    curves: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    with csv_file.open() as fh:
-        for row in csv.DictReader(fh):
-            step = int(float(row.get("step") or 0))
-            for key, value in row.items():
-                if key in ("step", "epoch") or value in (None, ""):
-                    continue
-                try:
-                    curves[key].append((step, float(value)))
-                except ValueError:
-                    continue
-    return dict(curves)
 
 
 def read_run(run_dir: str | Path, name: str | None = None) -> RunRecord:
@@ -86,10 +71,8 @@ def read_run(run_dir: str | Path, name: str | None = None) -> RunRecord:
         rec.metrics = {k: float(v) for k, v in json.loads((run_dir / "metrics.json").read_text()).items()}
     csv_files = sorted(run_dir.glob("csv/**/metrics.csv"))
     if csv_files:
-        rec.curves = _read_csv_curves(csv_files[-1])
+        rec.curves = read_csv_curves(csv_files[-1])
     else:
-        from suite.wandb_reader import find_wandb_files, wait_for_wandb_run
-
         files = find_wandb_files(run_dir)
         if files:
             wb = wait_for_wandb_run(files[-1], timeout=5)
@@ -549,8 +532,6 @@ def check_metrics(metrics: list[str], records: list[RunRecord]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from suite.cli import fail
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--method", help="slug: every run of it under --logs")

@@ -1,4 +1,4 @@
-"""Debug modes (``debug=fdr|limit|overfit``): what a module or callback may skip to keep them quick."""
+"""``debug=overfit``'s verdict: did the run memorise its batch (smoke mode itself: :mod:`core.smoke`)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-
-def smoke_test(trainer: Any) -> bool:
-    """Whether this run is a smoke test of the pipeline: ``fast_dev_run`` or any ``debug=`` mode.
-
-    Modules and callbacks with heavy post-hoc work (quantization calibration, counterfactual search, Hessians) run
-    it in a reduced form then. ``suite.run.build`` sets ``trainer.suite_smoke`` from the config key ``smoke``,
-    which every ``conf/debug/*.yaml`` sets.
-    """
-    return bool(getattr(trainer, "fast_dev_run", False)) or bool(getattr(trainer, "suite_smoke", False))
-
+from suite.rundir import read_csv_curves
 
 OVERFIT_FRACTION = 0.1
 """``debug=overfit`` memorised its batch when the training loss ends (the mean of its last :data:`OVERFIT_LAST`
@@ -44,8 +35,6 @@ def overfit_verdict(csv_file: str | Path, check: Mapping[str, Any] | None = None
     """One line: did ``debug=overfit`` memorise its batch? Reads the run's ``train/loss`` curve (the CSV log):
     ``PASSED`` when the mean of its last :data:`OVERFIT_LAST` values is at most ``fraction`` of its first,
     ``NOT MEMORISED`` (with the numbers and how to train longer) otherwise, or why the check does not apply."""
-    from suite.compare import _read_csv_curves
-
     rule = overfit_rule(check, slug)
     if not rule["applies"]:
         return f"overfit check: does not apply to {slug}: {' '.join(str(rule['why']).split())}"
@@ -55,7 +44,7 @@ def overfit_verdict(csv_file: str | Path, check: Mapping[str, Any] | None = None
         + (f" ({rule['why']})" if rule["why"] else "")
     )
     path = Path(csv_file)
-    curves = _read_csv_curves(path) if path.is_file() else {}
+    curves = read_csv_curves(path) if path.is_file() else {}
     curve = next((curves[k] for k in ("train/loss", "train/loss_step", "train/loss_epoch") if curves.get(k)), [])
     values = [v for _, v in sorted(curve, key=lambda sv: sv[0]) if math.isfinite(v)]
     if len(values) <= OVERFIT_LAST:

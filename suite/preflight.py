@@ -15,6 +15,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+import suite.resolvers  # noqa: F401 - registers the resolvers the composed configs use
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -111,8 +113,6 @@ def cuda_device_count() -> int:
 
 def preflight(slug: str, entries: dict[str, list[str]]) -> str | None:
     """One line naming what the entries (name -> their run's overrides) need and this machine lacks, or None."""
-    import suite.resolvers  # noqa: F401 - the configs' resolvers
-
     cuda = cuda_device_count()
     by_problem: dict[str, list[str]] = {}
     for name, overrides in entries.items():

@@ -31,8 +31,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.errors import ConfigError
 from suite import stats as _stats
-from suite.errors import ConfigError
+from suite.rundir import start_key
 
 REPRODUCED = _stats.REPRODUCED
 NOT_REPRODUCED = _stats.NOT_REPRODUCED
@@ -126,8 +127,6 @@ def baseline_checks(records: list[Any], spec: dict | str | None) -> dict[str, Ba
     Start rule: per seed, the start key's final value against its ``@start`` value (the untrained model); entries in
     ``sizing_untrained`` train nothing and skip it. Reference rule: the headline metric per seed against a fixed
     ``value``, the ``metric`` of the same run, or the mean over seeds of another ``entry`` (Welch, :func:`compare`)."""
-    from suite.start_metrics import start_key
-
     head = headline_spec(spec)
     untrained = sizing_untrained(spec)
     sign = 1.0 if head["higher_is_better"] else -1.0

@@ -30,7 +30,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from suite import stats
+from suite.claims import ClaimResult, counts, data_follows_seed, fmt, interval_text
 from suite.compare import RunRecord
+from suite.page import scale_cells, short_verdict
 
 FORMAT = 1
 MAX_POINTS = 200
@@ -195,8 +198,6 @@ def build(
 
 
 def _data_follows_seed(r: RunRecord) -> bool:
-    from suite.claims import data_follows_seed
-
     return data_follows_seed(r)
 
 
@@ -269,8 +270,6 @@ def status_from(data: Mapping[str, Any]) -> dict[str, tuple]:
 
 def verdict_counts(folder: Path) -> dict[str, dict[str, int]]:
     """Per data file in ``folder`` (``docs/results/data``): how many claims read each verdict word."""
-    from suite.claims import ClaimResult, counts
-
     out = {}
     for f in sorted(Path(folder).glob("*.json")):
         try:
@@ -328,8 +327,6 @@ def pages(results: Path) -> list[Path]:
 def page_claims(page: Path) -> list | None:
     """The verdicts (:class:`suite.claims.ClaimResult`) stored in a page's data file, or None without a readable
     data file (a page that still states the former rule's verdicts)."""
-    from suite.claims import ClaimResult
-
     try:
         data = load(data_path(page))
     except DataFileError:
@@ -417,10 +414,6 @@ def overview(results: Path) -> str:
     under the current rules, or marked as still stating the former rule's verdicts (its page carries the banner);
     every claim of the rebuilt pages in one table; a forest plot per page (:func:`write_forests` draws them); the
     paper's budget beside the one run here."""
-    from suite import stats
-    from suite.claims import counts, fmt, interval_text
-    from suite.page import scale_cells, short_verdict
-
     listed = pages(results)
     claims = {page: page_claims(page) for page in listed}
     short = [short_verdict(v) for v in stats.VERDICTS]
@@ -510,8 +503,6 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m suite.results_data [folder]``: the verdict counts of every page rebuilt from data (the README's
     counts come from here)."""
     import argparse
-
-    from suite import stats
 
     parser = argparse.ArgumentParser(description="verdict counts per claim page, from docs/results/data/*.json")
     parser.add_argument("folder", nargs="?", default=str(Path(__file__).resolve().parents[1] / "docs/results/data"))

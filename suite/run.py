@@ -5,22 +5,16 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-import hydra
 import lightning.pytorch as pl
-import torch
-from hydra.errors import InstantiationException
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
-from callbacks.run_config import CONFIG_KEY, ConfigInCheckpoint
-from suite.debug import overfit_verdict
-from suite.errors import (
+from core.checkpoint import load_checkpoint
+from core.errors import (
     PREEMPTED_EXIT_CODE,
     CheckpointError,
     ConfigError,
@@ -29,139 +23,20 @@ from suite.errors import (
     Preempted,
     SuiteError,
 )
-from suite.finished import extends, in_slurm_job, read_finished, refusal, reopen, write_finished
+from suite.build import build, check_model_fits_data, check_root_types, instantiate, instantiate_group, scalars
+from suite.debug import overfit_verdict
+from suite.finished import extends, in_slurm_job, read_finished, reopen, write_finished
 from suite.interrupt import INTERRUPTED_EXIT_CODE, SigintAsSigterm
 from suite.loggers import truncate_csv
 from suite.measured import measured_nothing
-from suite.start_metrics import evaluate_at_start, preserved_rng, read_start, write_start
+from suite.plumbing.run_config import CONFIG_KEY
+from suite.resume import resolve_checkpoint, run_overrides
+from suite.rundir import read_start, write_start
+from suite.start_metrics import evaluate_at_start, preserved_rng
 from suite.startup import StartupWatch, slurm_task
-from suite.summary import is_result, resume_command, run_summary, shown
-from suite.typecheck import expected_type, type_hints
+from suite.summary import resume_command, run_summary, shown
 
 log = logging.getLogger(__name__)
-
-
-def check_value_types(node: Any, what: str) -> None:
-    """Refuse a config value whose type the constructor's annotation excludes, before a library trips over it deep
-    inside (``trainer.max_epochs=abc`` is an ``AssertionError`` in Lightning's loop): one line naming the key."""
-    if not isinstance(node, DictConfig) or "_target_" not in node:
-        return
-    try:
-        target = hydra.utils.get_object(str(node._target_))
-    except Exception:  # noqa: BLE001 - an unknown target is reported by the instantiation itself
-        return
-    hints = type_hints(target)
-    for key in node:
-        key = str(key)
-        if key.startswith("_"):
-            continue
-        try:
-            value = node[key]
-        except OmegaConfBaseException:
-            continue
-        if isinstance(value, DictConfig):
-            check_value_types(value, f"{what}.{key}")
-            continue
-        expected = expected_type(value, hints[key]) if key in hints else None
-        if expected:
-            raise ConfigError(_wrong_type(node, key, f"{what}.{key}", value, expected))
-
-
-def _wrong_type(node: DictConfig, key: str, full_key: str, value: Any, expected: str) -> str:
-    """``<key>=<value> must be <expected>``, naming the key the user typed: a value interpolated from another key
-    (``total_steps: ${trainer.max_steps}``) is reported under that key, with the one that takes it in brackets."""
-    raw = node._get_node(key)
-    source = re.fullmatch(r"\$\{([\w.]+)\}", str(raw._value())) if raw is not None else None
-    if source and not source.group(1).startswith("."):
-        return f"{source.group(1)}={value!r} must be {expected} (it sets {full_key})"
-    return f"{full_key}={value!r} must be {expected}"
-
-
-# Typed values of the root config (conf/train.yaml, conf/eval.yaml, conf/paths/): what each must be, so that a
-# mistyped command-line value (`seed=abc`, `train=yes`) is one line naming the key, not a traceback deep inside a run.
-ROOT_TYPES: dict[str, tuple[type, ...]] = {
-    "seed": (int,),
-    "num_threads": (int, type(None)),
-    "smoke": (bool,),
-    "train": (bool,),
-    "test": (bool,),
-    "test_weights": (str,),
-    "eval_at_start": (bool,),
-    "ckpt_path": (str, type(None)),
-    "task_name": (str,),
-    "experiment_slug": (str,),
-    "group": (str,),
-    "paths.root_dir": (str,),
-    "paths.data_dir": (str,),
-    "paths.log_dir": (str,),
-    "paths.output_dir": (str,),
-}
-_TYPE_NAMES = {int: "int", float: "float", bool: "true or false", str: "a string", type(None): "null"}
-
-
-def check_root_types(cfg: DictConfig) -> None:
-    """Refuse a root-config value of the wrong type (``seed=abc``, ``train=yes``, ``paths.log_dir=5``) with one
-    line naming the key, and check the trainer's values before the model's (a model key may interpolate a trainer
-    key: ``model.scheduler.total_steps: ${trainer.max_steps}``)."""
-    for dotted, allowed in ROOT_TYPES.items():
-        parent_key, _, key = dotted.rpartition(".")
-        parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
-        if not isinstance(parent, DictConfig) or key not in parent:
-            continue
-        try:
-            value = parent[key]
-        except OmegaConfBaseException:  # an unresolvable value (`???`): reported where it is used
-            continue
-        if type(value) in allowed:
-            continue
-        expected = " or ".join(_TYPE_NAMES[t] for t in allowed)
-        if dotted.startswith("paths."):
-            expected += f" (a folder; quote a numeric name: {dotted}='{value}')"
-        raise ConfigError(_wrong_type(parent, key, dotted, value, expected))
-    if isinstance(cfg.get("trainer"), DictConfig):
-        check_value_types(cfg.trainer, "trainer")
-
-
-def experiment_pairs(conf_dir: Path) -> dict[str, tuple[str, str]]:
-    """Each experiment's ``(model, data)`` groups, from the ``override /model:`` and ``override /data:`` lines of
-    ``conf/experiment/<slug>.yaml``: the pairings the suite runs."""
-    out = {}
-    for f in sorted(conf_dir.glob("experiment/*.yaml")):
-        text = f.read_text()
-        model = re.search(r"override /model:\s*([\w-]+)", text)
-        data = re.search(r"override /data:\s*([\w-]+)", text)
-        if model and data:
-            out[f.stem] = (model.group(1), data.group(1))
-    return out
-
-
-def _model_class(conf_dir: Path, model: str) -> str:
-    """The LightningModule a model config builds (its ``_target_``), or the config's name when it names none."""
-    f = conf_dir / "model" / f"{model}.yaml"
-    found = re.search(r"^_target_:\s*(\S+)", f.read_text(), re.M) if f.is_file() else None
-    return found.group(1) if found else model
-
-
-def check_model_fits_data(choices: dict[str, Any], conf_dir: Path) -> None:
-    """Refuse one paper's model on another paper's data (``experiment=leaderbot model=grass``: grass reads
-    molecule graphs, the Arena datamodule yields vote counts; otherwise an ``AttributeError`` inside a training
-    step). Refused only when the model config is another experiment's, the data config is some experiment's, and no
-    experiment trains that model's LightningModule on that data: the experiment's own model on other data
-    (``experiment=gated_deltanet data=text``), models of one family (the causal LMs of gated_deltanet, stickbreaking,
-    systematic_outliers) and variants no experiment names (``model=rx_dpm_unet data=fashion_mnist``) stay the
-    user's choice."""
-    model, data, slug = choices.get("model"), choices.get("data"), choices.get("experiment")
-    pairs = experiment_pairs(conf_dir)
-    owners = {m: e for e, (m, _) in pairs.items()}
-    if model not in owners or data not in {d for _, d in pairs.values()} or pairs.get(slug, (None,))[0] == model:
-        return
-    cls = _model_class(conf_dir, model)
-    if any(d == data and _model_class(conf_dir, m) == cls for m, d in pairs.values()):
-        return
-    raise ConfigError(
-        f"model={model} does not run on data={data} (experiment={slug}); model {model} trains on "
-        f"data={pairs[owners[model]][1]}: use experiment={owners[model]}"
-    )
 
 
 def _choices() -> dict[str, Any]:
@@ -174,42 +49,6 @@ def _choices() -> dict[str, Any]:
         return {}
 
 
-def instantiate(node: Any, what: str, **kwargs: Any) -> Any:
-    """``hydra.utils.instantiate`` that turns a constructor's validation error into a one-line :class:`SuiteError`."""
-    check_value_types(node, what)
-    try:
-        return hydra.utils.instantiate(node, **kwargs)
-    except InstantiationException as err:
-        cause = err.__cause__
-        if isinstance(cause, SuiteError):
-            raise type(cause)(str(cause)) from None
-        if isinstance(cause, (ValueError, TypeError)):
-            target = node.get("_target_", "?") if isinstance(node, DictConfig) else "?"
-            raise ConfigError(f"{what} ({target}): {cause}") from None
-        detail = f"{type(cause).__name__}: {cause}" if cause is not None else str(err)
-        raise ConfigError(f"{what}: " + " ".join(detail.split())) from None
-
-
-def _instantiate_group(cfg: DictConfig | None, what: str) -> list[Any]:
-    out = []
-    for name, node in (cfg or {}).items():
-        if isinstance(node, DictConfig) and "_target_" in node:
-            obj = instantiate(node, f"{what}.{name}")
-            if obj is not None:
-                out.append(obj)
-    return out
-
-
-def _run_overrides() -> list[str] | None:
-    """This run's command-line overrides (None outside a Hydra run)."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return list(HydraConfig.get().overrides.task)
-    except ValueError:
-        return None
-
-
 def _command_overrides() -> list[str]:
     """This run's overrides as a user would retype them: the task's plus the user's own ``hydra.*`` settings."""
     try:
@@ -220,193 +59,6 @@ def _command_overrides() -> list[str]:
         return []
     internal = ("hydra.run.", "hydra.sweep.", "hydra.mode", "hydra.job.", "hydra.launcher", "hydra/launcher")
     return [o for o in hc.overrides.hydra if not o.startswith(internal)] + list(hc.overrides.task)
-
-
-_IGNORED = ("ckpt_path=", "hydra.", "paths.", "trainer.enable_progress", "eval_at_start=")  # none changes training
-_BUDGET = ("trainer.max_epochs=", "trainer.max_steps=")
-
-
-def _key(items: list[str], ignore: tuple[str, ...] = _IGNORED) -> list[str]:
-    return sorted(o for o in items if not o.startswith(ignore))
-
-
-def _saved_overrides(run_dir: Path) -> list[str] | None:
-    import yaml
-
-    f = run_dir / ".hydra" / "overrides.yaml"
-    try:
-        return list(yaml.safe_load(f.read_text()) or []) if f.exists() else None
-    except (OSError, yaml.YAMLError):
-        return None
-
-
-def _same_run(overrides: list[str], run_dir: Path, ignore: tuple[str, ...] = _IGNORED) -> bool:
-    """Whether ``run_dir`` was started with the same overrides (ignoring ckpt_path and hydra/paths settings)."""
-    saved = _saved_overrides(run_dir)
-    return saved is not None and _key(saved, ignore) == _key(overrides, ignore)
-
-
-def find_resumable(
-    log_dir: Path, overrides: list[str], max_epochs: int | None = None, max_steps: int | None = -1
-) -> tuple[Path | None, str]:
-    """The run folder ``ckpt_path=last`` continues in, and a note for the user.
-
-    The newest ``runs/*/checkpoints/last.ckpt`` of an interrupted run started with the same overrides; else of one
-    that differs only in ``trainer.max_epochs``/``trainer.max_steps`` and that this budget (``max_epochs``,
-    ``max_steps``: the composed trainer's) trains further (extending a run's budget: it resumes and says so); else
-    none (a new run, also said). Never another configuration's weights, and never a finished run
-    (:mod:`suite.finished`): when the only candidates finished, a :class:`SuiteError` says so and how to extend one.
-    """
-    ckpts = sorted(log_dir.glob("runs/*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
-    runs = [p.parents[1] for p in ckpts]
-    same = [r for r in runs if _same_run(overrides, r) and read_finished(r) is None]
-    if same:
-        return same[-1], f"ckpt_path=last: resuming {shown(same[-1] / 'checkpoints' / 'last.ckpt')} in its own folder"
-    budget = [r for r in runs if _same_run(overrides, r, _IGNORED + _BUDGET)]
-    longer = [r for r in budget if (done := read_finished(r)) is None or extends(done, max_epochs, max_steps)]
-    if longer:
-        run = longer[-1]
-        before = [o for o in _saved_overrides(run) or [] if o.startswith(_BUDGET)] or ["the experiment's budget"]
-        now = [o for o in overrides if o.startswith(_BUDGET)] or ["the experiment's budget"]
-        return run, (
-            f"ckpt_path=last: extending {shown(run)} from {' '.join(before)} to {' '.join(now)} "
-            "(resumes from its last.ckpt in its own folder)"
-        )
-    if budget:  # every run of this configuration finished, and this budget trains none of them further
-        raise SuiteError(refusal(budget[-1], read_finished(budget[-1]) or {}, max_steps))
-    if ckpts:
-        return None, (
-            f"ckpt_path=last: no run under {shown(log_dir / 'runs')} was started with these overrides; starting a "
-            "new run (to start from another run's weights pass ckpt_path=<its checkpoints/last.ckpt>)"
-        )
-    return None, f"ckpt_path=last: nothing to resume under {shown(log_dir / 'runs')}; starting a new run"
-
-
-def resolve_checkpoint(
-    ckpt_path: str | None,
-    output_dir: Path,
-    log_dir: Path | None = None,
-    overrides: list[str] | None = None,
-    budget: tuple[int | None, int | None] = (None, -1),
-) -> str | None:
-    """``None`` | ``last`` | a path.
-
-    ``last`` is this run folder's ``checkpoints/last.ckpt`` (``python -m train`` points ``hydra.run.dir`` at the
-    folder it resumes, see :func:`suite.cli.resume_in_place`; a requeued SLURM job reuses its folder); else the
-    newest ``last.ckpt`` under ``log_dir`` of an interrupted run started with the *same overrides* (never another
-    configuration's weights). A run with nothing to resume starts fresh, so requeued jobs just work. A finished
-    folder is resumed only when ``budget`` (``trainer.max_epochs``, ``trainer.max_steps``) trains it further;
-    otherwise :class:`SuiteError` (:mod:`suite.finished`).
-    """
-    if ckpt_path in (None, "", "null"):
-        return None
-    if ckpt_path == "last":
-        own = output_dir / "checkpoints" / "last.ckpt"
-        if own.exists():
-            done = read_finished(output_dir)
-            if done is not None and not extends(done, *budget):
-                raise SuiteError(refusal(output_dir, done, budget[1]))
-            return str(own)
-        found = []
-        if log_dir is not None and overrides is not None:
-            found = [
-                p
-                for p in log_dir.glob("runs/*/checkpoints/last.ckpt")
-                if _same_run(overrides, p.parents[1]) and read_finished(p.parents[1]) is None
-            ]
-        if found:
-            return str(max(found, key=lambda p: p.stat().st_mtime))
-        log.info("ckpt_path=last: no last.ckpt of an interrupted run of this configuration found; starting afresh")
-        return None
-    path = Path(ckpt_path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
-    return str(path)
-
-
-def load_checkpoint(path: str) -> dict[str, Any]:
-    """Load a checkpoint without executing pickled code (``weights_only=True``); clear error if truncated/unsafe."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint not found: {path}") from None
-    except Exception as err:  # noqa: BLE001 - every failure mode gets the same one-line report
-        raise CheckpointError(
-            f"checkpoint {path} is truncated, corrupt or not weights-only loadable ({_load_reason(err)}); "
-            "use a checkpoint the suite wrote (<run>/checkpoints/last.ckpt)"
-        ) from None
-
-
-def _load_reason(err: BaseException) -> str:
-    """Why ``torch.load(weights_only=True)`` failed, in a few words, never repeating torch's advice to retry with
-    the unsafe setting (the suite never unpickles code)."""
-    text = " ".join(str(err).split())
-    if "Unsupported operand" in text or "invalid load key" in text:
-        return "not a PyTorch checkpoint file"
-    if "Unsupported global" in text or "Weights only load failed" in text:
-        m = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
-        return f"it holds pickled Python objects{f' ({m.group(1)})' if m else ''}, which are never loaded"
-    if "invalid load key" in text or "not a zip" in text.lower() or "magic number" in text:
-        return "not a PyTorch checkpoint file"
-    if "failed finding central directory" in text or "unexpected EOF" in text or "EOF" in text:
-        return "the file ends early"
-    sentences = [s for s in re.split(r"(?<=[.;])\s+", text) if "weights_only" not in s]
-    return (" ".join(sentences) or type(err).__name__)[:160]
-
-
-def build(cfg: DictConfig, data_check: contextlib.AbstractContextManager | None = None) -> dict[str, Any]:
-    """Instantiate datamodule, model, callbacks, loggers and trainer from ``cfg``.
-
-    Args:
-        cfg: The composed config.
-        data_check: Set the datamodule up (read its data) inside this context before any logger starts, so a
-            missing or unreadable data file refuses the run before it has a wandb run or a CSV log; ``None``: leave
-            it to ``fit``/``test``. Runs over several processes always leave it to them (each rank's setup).
-    """
-    pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    if cfg.get("num_threads"):
-        torch.set_num_threads(int(cfg.num_threads))
-    datamodule = instantiate(cfg.data, "data")
-    model = instantiate(cfg.model, "model")
-    callbacks = _instantiate_group(cfg.get("callbacks"), "callbacks")
-    if cfg.trainer.get("fast_dev_run"):  # Lightning skips checkpoints under fast_dev_run but for save_last's
-        for cb in callbacks:  # on_train_end: debug=fdr writes none, as the README and `make help` say
-            if isinstance(cb, pl.callbacks.ModelCheckpoint):
-                cb.save_last = False
-    if cfg.trainer.get("enable_progress_bar") is False:  # a bar callback with bars disabled is a Lightning error
-        callbacks = [cb for cb in callbacks if not isinstance(cb, pl.callbacks.ProgressBar)]
-    config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
-    for cb in callbacks:
-        if isinstance(cb, ConfigInCheckpoint):
-            cb.config_yaml = config_yaml
-    # The loggers come last: a wandb logger starts its run (and the CSV logger its folder) as soon as it exists, and
-    # a run refused on its trainer settings (`trainer=gpu` without one, `trainer.max_epochs=-5`) or its data must
-    # leave nothing behind.
-    trainer = instantiate(cfg.trainer, "trainer", callbacks=callbacks, logger=False)
-    processes = max(int(trainer.world_size), int(trainer.num_devices) * int(trainer.num_nodes))
-    if data_check is not None and processes == 1 and isinstance(datamodule, pl.LightningDataModule):
-        with data_check:
-            datamodule.prepare_data()
-            datamodule.setup("fit" if cfg.get("train", True) else "test")
-    loggers = _instantiate_group(cfg.get("logger"), "logger")
-    trainer.loggers = loggers
-    if not loggers:  # Lightning refuses an LR monitor without a logger (`logger=none`)
-        trainer.callbacks = [cb for cb in trainer.callbacks if not isinstance(cb, pl.callbacks.LearningRateMonitor)]
-    flat = OmegaConf.to_container(cfg, resolve=True)
-    for logger in loggers:  # the composed config, so dashboards can group and filter runs by any setting
-        logger.log_hyperparams({k: v for k, v in flat.items() if k not in ("hydra",)})
-    trainer.suite_smoke = bool(cfg.get("smoke", False))  # suite.debug.smoke_test: debug modes skip heavy analyses
-    return {"datamodule": datamodule, "model": model, "trainer": trainer, "config_yaml": config_yaml}
-
-
-def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
-    out = {}
-    for k, v in metrics.items():
-        if not is_result(k):  # the learning-rate monitor's `lr-*`: a curve, not a result
-            continue
-        if isinstance(v, torch.Tensor) and v.numel() == 1 or isinstance(v, (int, float)):
-            out[k] = float(v)
-    return out
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
@@ -474,7 +126,7 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
         return _already_finished(output_dir)
     log_dir = Path(cfg.paths.log_dir) / cfg.task_name / str(cfg.experiment_slug)
     # before anything is written into the folder: a refused resume leaves a finished run as it was
-    ckpt = resolve_checkpoint(cfg.get("ckpt_path"), output_dir, log_dir, _run_overrides(), _budget(cfg))
+    ckpt = resolve_checkpoint(cfg.get("ckpt_path"), output_dir, log_dir, run_overrides(), _budget(cfg))
     # the data are read where fit would first read them; with eval_at_start its probe validation read them first,
     # under preserved random states, and so does this early read
     state = load_checkpoint(ckpt) if ckpt is not None else None  # a corrupt file refuses the run before it starts
@@ -519,7 +171,7 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
             ) from None
         if trainer.interrupted:  # never let an interrupted run look finished (no metrics.json)
             raise SuiteError(f"run interrupted at global step {trainer.global_step}; resume with ckpt_path=last")
-        metrics.update(_scalars(trainer.callback_metrics))
+        metrics.update(scalars(trainer.callback_metrics))
     if cfg.get("test", True):
         test_ckpt = None if cfg.get("train", True) else ckpt
         if best:
@@ -538,7 +190,7 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
             weights_only=True,
             verbose=False,  # the summary below names every metric once, not one column per test dataloader
         )
-        metrics.update(_scalars(trainer.callback_metrics))
+        metrics.update(scalars(trainer.callback_metrics))
     if cfg.get("train", True):
         metrics.update(read_start(output_dir))  # `<key>@start`: the step-0 values (eval_at_start)
     if trainer.is_global_zero:
@@ -626,10 +278,10 @@ def _evaluate(cfg: DictConfig, watch: StartupWatch) -> dict[str, float]:
     if max(int(trainer.world_size), int(trainer.num_devices) * int(trainer.num_nodes)) == 1:
         datamodule.prepare_data()  # where test would first read the data, but before a logger writes anything
         datamodule.setup("test")
-    trainer.loggers = _instantiate_group(cfg.get("logger"), "logger")
+    trainer.loggers = instantiate_group(cfg.get("logger"), "logger")
     watch.arm(trainer)
     trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True, verbose=False)
-    metrics = _scalars(trainer.callback_metrics)
+    metrics = scalars(trainer.callback_metrics)
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))

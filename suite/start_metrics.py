@@ -15,25 +15,20 @@ validate alone) or for a module that cannot validate before fitting; its claim p
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import random
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from core.smoke import smoke_test
+from suite.build import instantiate, scalars
+from suite.plumbing.smoke import SmokeMode
+from suite.rundir import start_key
+
 log = logging.getLogger(__name__)
-
-START = "@start"
-START_FILE = "start_metrics.json"
-
-
-def start_key(key: str) -> str:
-    """The ``metrics.json`` key of ``key``'s step-0 value: ``val/loss`` -> ``val/loss@start``."""
-    return f"{key}{START}"
 
 
 @contextlib.contextmanager
@@ -60,8 +55,6 @@ def evaluate_at_start(cfg: Any, model: Any, datamodule: Any, trainer: Any) -> di
         datamodule: its datamodule.
         trainer: the run's own trainer (read only: world size, the debug flag).
     """
-    from suite.run import _scalars, instantiate
-
     # before fit a subprocess-launched DDP run may still report world size 1: count the devices it will use too
     processes = max(int(trainer.world_size), int(trainer.num_devices) * int(trainer.num_nodes))
     if processes > 1:
@@ -69,33 +62,23 @@ def evaluate_at_start(cfg: Any, model: Any, datamodule: Any, trainer: Any) -> di
         return {}
     try:
         with preserved_rng():
+            smoke = [SmokeMode()] if smoke_test(trainer) else []  # the run's smoke mode, not its other callbacks
             probe = instantiate(
-                cfg.trainer, "trainer", callbacks=[], logger=False, enable_checkpointing=False,
-                enable_progress_bar=False, enable_model_summary=False, devices=1, num_nodes=1, strategy="auto",
+                cfg.trainer,
+                "trainer",
+                callbacks=smoke,
+                logger=False,
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+                devices=1,
+                num_nodes=1,
+                strategy="auto",
                 inference_mode=False,  # no_grad: tensors the module keeps (metric states) stay usable in training
-            )  # fmt: skip
-            probe.suite_smoke = getattr(trainer, "suite_smoke", False)
+            )
             probe.validate(model, datamodule=datamodule, verbose=False)
-            values = _scalars(probe.callback_metrics)
+            values = scalars(probe.callback_metrics)
     except Exception as err:  # noqa: BLE001 - a start that cannot be measured must never cost the run
         log.warning("eval_at_start: the untrained model could not be validated (%s: %s)", type(err).__name__, err)
         return {}
     return {start_key(k): v for k, v in values.items() if k.startswith("val/")}
-
-
-def write_start(run_dir: Path, metrics: dict[str, float]) -> None:
-    """Write ``start_metrics.json`` (an empty dict removes it: a fresh run never keeps an earlier run's start)."""
-    path = Path(run_dir) / START_FILE
-    if metrics:
-        path.write_text(json.dumps(metrics, indent=2, sort_keys=True))
-    else:
-        path.unlink(missing_ok=True)
-
-
-def read_start(run_dir: Path) -> dict[str, float]:
-    """The ``<key>@start`` values a run's step-0 evaluation wrote (``{}`` when there is none or it is unreadable)."""
-    try:
-        data = json.loads((Path(run_dir) / START_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return {str(k): float(v) for k, v in data.items() if isinstance(v, int | float)} if isinstance(data, dict) else {}

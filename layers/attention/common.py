@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 
 def check_positive(name: str, value: int) -> None:

@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.errors import ConfigError
 from layers.attention.common import ShortConvolution, check_positive, split_heads
 from ops.gated_delta_rule import BACKENDS, check_chunk_size, gated_delta_rule
-from suite.errors import ConfigError
 
 
 def no_weight_decay(p: nn.Parameter) -> nn.Parameter:

@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.errors import ConfigError
 from layers.attention.common import RotaryEmbedding, check_positive, split_heads
-from suite.errors import ConfigError
 
 VARIANTS = ("softmax", "zero_logit", "fixed_bias", "ca_bias", "kv_bias", "ca_scale", "sigmoid")
 BACKENDS = ("naive", "sdpa")

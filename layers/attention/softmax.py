@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.errors import ConfigError
 from layers.attention.common import RotaryEmbedding, check_positive, split_heads
-from suite.errors import ConfigError
 
 POSITIONS = ("rope", "nope")
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from core.errors import ConfigError
 from layers.attention.common import check_positive, split_heads
 from ops.stickbreaking import blockwise_stickbreaking, naive_stickbreaking
-from suite.errors import ConfigError
 
 REMAINDERS = ("head_bias", "value", "none")
 SB_BACKENDS = ("blockwise", "naive")

@@ -8,7 +8,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 
 class FourierEmbedding(nn.Module):

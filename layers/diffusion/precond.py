@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 
 class EDMPrecond(nn.Module):

@@ -30,13 +30,13 @@ from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import degree, scatter
 
+from core.errors import ConfigError
 from layers.graph.grass_encodings import (
     batched_drrwp,
     batched_random_regular_edges,
     batched_rrwp,
     pair_encoding,
 )
-from suite.errors import ConfigError
 
 ENCODINGS = ("rrwp", "drrwp", "none")
 

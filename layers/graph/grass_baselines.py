@@ -11,9 +11,9 @@ from __future__ import annotations
 from torch import Tensor, nn
 from torch_geometric.nn import GINEConv, GPSConv, global_add_pool
 
+from core.errors import ConfigError
 from layers.graph.grass import RunningNorm
 from layers.graph.grass_encodings import batched_rrwp
-from suite.errors import ConfigError
 
 
 def _gine(dim: int) -> GINEConv:

@@ -31,7 +31,7 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 from torch_geometric.utils import coalesce, degree, to_dense_adj, to_dense_batch
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 # -- helpers ---------------------------------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 MODES = ("multimodal", "audioonly", "videoonly")
 

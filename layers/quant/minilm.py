@@ -57,9 +57,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ops.quant import Quantizer, check_group, hadamard, random_orthogonal, weight_klt
+from core.errors import ConfigError, MissingDataError
+from ops.quant import Quantizer, check_group, gptq, hadamard, random_orthogonal, rtn_weight, weight_klt
 from ops.quant.transforms import is_pow2
-from suite.errors import ConfigError, MissingDataError
 
 INITS = ("identity", "hadamard", "klt_hadamard")
 
@@ -397,8 +397,6 @@ class QuantMiniLM(nn.Module):
         ``clip_search`` (on by default, as the official ``w_clip``) searches each row's clip ratio over ``clip_grid``
         with the error exponent ``clip_norm``; see :meth:`layers.quant.ostquant.TransformedLM.freeze`.
         """
-        from ops.quant import gptq, rtn_weight
-
         if quantizer not in ("rtn", "gptq"):
             raise ConfigError(f"w_quantizer={quantizer!r} must be 'rtn' or 'gptq'")
         bits, group = self.w_quant_cfg

@@ -52,12 +52,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.errors import ConfigError
 from layers.attention.outlier_variants import OutlierVariantAttention
 from layers.attention.softmax import SoftmaxAttention
 from layers.attention.stickbreaking import StickBreakingAttention
-from ops.quant import Quantizer, check_group, hadamard, random_hadamard, weight_klt
+from ops.quant import Quantizer, check_group, gptq, hadamard, random_hadamard, rtn_weight, weight_klt
 from ops.quant.transforms import is_pow2
-from suite.errors import ConfigError
 
 INITS = ("identity", "hadamard", "klt_hadamard")
 
@@ -416,8 +416,6 @@ class TransformedLM(nn.Module):
         (``official``: 80 ratios ``1.00 ... 0.21``; ``coarse``: ``1.0 ... 0.5`` by 0.05) with the error exponent
         ``clip_norm`` (official 2.4; 2 = squared error); see :func:`ops.quant.fake.rtn_weight`, :mod:`ops.quant.gptq`.
         """
-        from ops.quant import gptq, rtn_weight
-
         if quantizer not in ("rtn", "gptq"):
             raise ConfigError(f"w_quantizer={quantizer!r} must be 'rtn' or 'gptq'")
         bits, group = self.w_quant_cfg

@@ -21,8 +21,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from core.errors import ConfigError
 from layers.spiking.surrogate import spike
-from suite.errors import ConfigError
 
 
 class InstanceNorm(nn.Module):

@@ -24,9 +24,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from core.errors import ConfigError
 from layers.spiking.scan import two_compartment_scan
 from layers.spiking.surrogate import spike
-from suite.errors import ConfigError
 
 TSLIF_INIT_DECAY = (0.8, 0.2, 0.3, 0.7)  # d0, d1, d2, d3 of the official TSLIFNode
 TSLIF_INIT_KAPPA = 0.8

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.errors import CheckpointError, check
 from layers.vision_language.text_towers import AbsoluteTextTower, RoPETextTower
-from suite.errors import CheckpointError, check
 
 
 def build_open_clip(

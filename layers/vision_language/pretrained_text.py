@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 POOLINGS = ("mean", "cls", "pooler")
 

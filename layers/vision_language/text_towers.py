@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from open_clip.transformer import Transformer
 from torch import nn
 
+from core.errors import check
 from ops.rope import ntk_theta, rope_angles
 from ops.rope.interleaved import apply_rope, rope_cos_sin
-from suite.errors import check
 
 
 def causal_mask(length: int, device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -38,7 +38,11 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from core.errors import ConfigError, NonFiniteLossError
+from core.rng import fixed_draws
+from core.smoke import smoke_test
 from layers.diffusion.precond import EDMPrecond
+from layers.vision_language.pretrained_text import PretrainedTextEncoder
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule
 from lightning_modules.addp.metrics import DEPTH_PROTOCOLS, DepthMetrics, MaskMetrics, depth_errors, nyu_eigen_errors
 from ops.addp import (
@@ -54,9 +58,6 @@ from ops.addp import (
 )
 from ops.samplers import SAMPLERS, recording, rx_sample, sample
 from ops.samplers.rx import RX_SOLVERS
-from suite.debug import smoke_test
-from suite.errors import ConfigError, NonFiniteLossError
-from suite.rng import fixed_draws
 
 TASKS = ("depth", "refseg")
 MODES = ("diffusion", "discriminative")
@@ -191,7 +192,6 @@ class AddpLitModule(SuiteLitModule):
                 )
             if self.cond_dim < 1:
                 raise ConfigError("model.text_encoder=bert needs a denoiser with model.net.cond_dim >= 1")
-            from layers.vision_language.pretrained_text import PretrainedTextEncoder
 
             self.text_encoder = PretrainedTextEncoder.from_pretrained(
                 str(text_encoder_path), self.cond_dim, pooling=text_pooling, trainable=text_encoder_trainable,

@@ -24,7 +24,7 @@ from sklearn.cluster import KMeans
 from sklearn.decomposition import FastICA
 from sklearn.exceptions import ConvergenceWarning
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 
 def spectral_signatures(

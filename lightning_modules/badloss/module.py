@@ -40,6 +40,8 @@ import torch.nn.functional as F
 import torchmetrics
 
 from callbacks.loss_dynamics import LossDynamics
+from core.errors import ConfigError
+from core.smoke import smoke_test
 from lightning_modules._base import (
     OptimizerFactory,
     SchedulerFactory,
@@ -49,8 +51,6 @@ from lightning_modules._base import (
 )
 from lightning_modules.badloss import baselines, scoring
 from lightning_modules.badloss.nets import build_net, reset_parameters
-from suite.debug import smoke_test
-from suite.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 NETS = ("small_cnn", "resnet18")
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 
 def filter_epochs(traj: torch.Tensor) -> list[int]:

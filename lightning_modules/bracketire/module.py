@@ -36,14 +36,15 @@ import torch
 import torchmetrics
 from torch import Tensor, nn
 
+from core.errors import CheckpointError, ConfigError
+from core.smoke import smoke_test
 from layers.vision.burst_baselines import EarlyFusionNet, FrameAverage, SingleFrameNet
 from layers.vision.tmrnet import DCN_IMPLS, FLOWS, TMRNet
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule
+from lightning_modules.bracketire.examples import save_examples
 from ops.isp.losses import ema_, self_adapt_loss, synthetic_loss
 from ops.isp.process import tonemapped_srgb
 from ops.isp.simulate import exposure_normalize
-from suite.debug import smoke_test
-from suite.errors import CheckpointError, ConfigError
 
 ARCHS = ("tmrnet", "shared", "single", "early", "average")
 MODES = ("supervised", "adapt")
@@ -257,7 +258,5 @@ class BracketIRELitModule(SuiteLitModule):
         batch, trainer = self._example_batch, self.trainer
         wanted = batch is not None and self.hparams.examples and not smoke_test(trainer)
         if wanted and trainer.is_global_zero and trainer.default_root_dir:
-            from lightning_modules.bracketire.examples import save_examples
-
             save_examples(batch, Path(trainer.default_root_dir) / "bracketire_examples.png")
         self._example_batch = None

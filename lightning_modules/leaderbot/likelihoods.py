@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 KINDS = ("bradley_terry", "rao_kupper", "davidson")
 #: Rao-Kupper's tie threshold is clipped to |eta| >= this value (package ``min_eta``).

@@ -18,7 +18,7 @@ Ameli, Zhuang, Stoica, Mahoney, "A Statistical Framework for Ranking LLM-Based C
   Fisher information) and PNG plots are written into the run folder and logged to wandb when present.
 
 Single process only: the problem is a few hundred parameters on a few thousand pairs; a data-parallel run
-raises :class:`~suite.errors.ConfigError`.
+raises :class:`~core.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -30,15 +30,16 @@ from typing import Any
 
 import torch
 
+from core.errors import ConfigError
+from core.smoke import smoke_test
+from core.typecheck import check_kwargs
 from lightning_modules._base import SuiteLitModule
 from lightning_modules.leaderbot import elo as elo_lib
 from lightning_modules.leaderbot import likelihoods as lk
+from lightning_modules.leaderbot import plots as leaderboard_plots
 from lightning_modules.leaderbot.fit import lbfgs_converged
 from lightning_modules.leaderbot.metrics import PairOutcomeMetrics, information_criteria
 from lightning_modules.leaderbot.newton import DampedNewton
-from suite.debug import smoke_test
-from suite.errors import ConfigError
-from suite.typecheck import check_kwargs
 
 log = logging.getLogger(__name__)
 ALL_KINDS = (*lk.KINDS, "elo")
@@ -342,7 +343,6 @@ class LeaderbotLitModule(SuiteLitModule):
         if self._artifacts_written or self.trainer is None or not self.trainer.is_global_zero or self.w is None:
             return
         self._artifacts_written = True
-        from lightning_modules.leaderbot import plots
 
         out = Path(self.trainer.default_root_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -354,14 +354,14 @@ class LeaderbotLitModule(SuiteLitModule):
             probs = self.probabilities(pairs)
         se = self.standard_errors_of_scores(pairs, counts) if self.standard_errors and not quick else None
         x = self.scores_vector().detach()[: self.score_layout.m]
-        rows = plots.leaderboard_rows(self.model_names, x, se, pairs, counts, probs)
-        plots.write_leaderboard_csv(rows, out / "leaderboard.csv")
+        rows = leaderboard_plots.leaderboard_rows(self.model_names, x, se, pairs, counts, probs)
+        leaderboard_plots.write_leaderboard_csv(rows, out / "leaderboard.csv")
         images = []
         if self.plots and not quick:
             with torch.no_grad():
                 w = self.scores_vector().detach().cpu()
             cov = None if self.kind == "elo" else lk.covariance(w, self.score_layout, centered=True)
-            images = plots.make_plots(
+            images = leaderboard_plots.make_plots(
                 out,
                 rows,
                 self.model_names,

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 
 class DampedNewton(torch.optim.Optimizer):

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from core.errors import ConfigError
 from lightning_modules.lice.mio import CounterfactualResult, distance
-from suite.errors import ConfigError
 
 
 class DiceRandomSearch:

@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 import pyomo.environ as pyo
 
+from core.errors import ConfigError
 from lightning_modules.lice.spn import SPN, CategoricalLeaf, HistogramLeaf, ProductNode, SumNode, histogram_bin
-from suite.errors import ConfigError
 
 OBJECTIVES = ("mio", "threshold", "optimize")
 SUM_APPROX = ("lower", "upper")

@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.errors import ConfigError
+from core.smoke import smoke_test
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule, classification_metrics
 from lightning_modules.lice.dice import DiceRandomSearch
 from lightning_modules.lice.mio import (
@@ -40,8 +42,6 @@ from lightning_modules.lice.mio import (
     sparsity,
 )
 from lightning_modules.lice.spn import SPN, LearnSPN
-from suite.debug import smoke_test
-from suite.errors import ConfigError
 
 METHODS = ("mio", "lice_threshold", "lice_optimize", "dice")
 

@@ -29,7 +29,7 @@ import numpy as np
 from scipy.special import logsumexp
 from scipy.stats import chi2
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 LEAF_KINDS = ("continuous", "binary", "categorical")
 

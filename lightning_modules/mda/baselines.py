@@ -42,7 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
+from lightning_modules.mda.lrp import attention_relevance
 
 Baseline = Callable[..., torch.Tensor]
 
@@ -130,8 +131,6 @@ def transformer_attribution(model: nn.Module, x: torch.Tensor, target: int) -> t
     ``R^(A_b)`` is the LRP relevance of block ``b``'s attention probabilities (:mod:`lightning_modules.mda.lrp`);
     the map is ``C[CLS, 1:]``.
     """
-    from lightning_modules.mda.lrp import attention_relevance
-
     _, attn, rel = attention_relevance(model, x, target)
     n = attn[0].shape[-1]
     r = torch.eye(n, dtype=torch.float64)

@@ -33,10 +33,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from core.errors import ConfigError
 from lightning_modules.mda.baselines import get_baseline
 from ops.attribution import metrics as M
 from ops.attribution.mda import calibrate_blur, mda
-from suite.errors import ConfigError
 
 FAITHFULNESS = (
     "rise_ins", "rise_del", "rise_insdel", "mas_ins", "mas_del", "mas_insdel",

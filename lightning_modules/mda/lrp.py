@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 
 def safe_divide(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-9) -> torch.Tensor:

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.errors import CheckpointError, ConfigError
 from lightning_modules._base import (
     OptimizerFactory,
     SchedulerFactory,
@@ -31,7 +32,7 @@ from lightning_modules._base import (
     metric_inputs,
 )
 from lightning_modules.mda.baselines import get_baseline
-from suite.errors import CheckpointError, ConfigError
+from lightning_modules.mda.evaluation import check_mono_neg_substrate, evaluate_attributions
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,6 @@ class MdaLitModule(SuiteLitModule):
             pc = int(self.attribution.get("patch_count", 49))
             if pc < 2:
                 raise ConfigError(f"model.attribution.patch_count={pc} must be >= 2")
-            from lightning_modules.mda.evaluation import check_mono_neg_substrate
 
             check_mono_neg_substrate(self.attribution.get("mono_neg_substrate", "blur"))
         if subject_ckpt:
@@ -152,7 +152,6 @@ class MdaLitModule(SuiteLitModule):
         if 0 not in self._test_images:
             log.warning("mda: attribution measured nothing: the test set gave no clean image (attr/n_images 0)")
             return
-        from lightning_modules.mda.evaluation import evaluate_attributions
 
         cfg = self.attribution
         images, labels = torch.cat(self._test_images[0]), torch.cat(self._test_labels[0])

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 import torchmetrics
 from torch import Tensor, nn
 
+from core.errors import ConfigError
 from layers.temporal_graph.continual import Examples
 from layers.temporal_graph.tgat import TGAT
 from layers.temporal_graph.tgn import TGN
@@ -54,7 +55,6 @@ from ops.nforgot.losses import (
     wl_kernel_mmd,
 )
 from ops.nforgot.wl import temporal_wl_labels
-from suite.errors import ConfigError
 
 METHODS = ("finetune", "joint", "ewc", "lwf", "replay", "nforgot")
 ENCODERS = ("tgat", "tgn")

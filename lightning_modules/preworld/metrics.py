@@ -10,7 +10,7 @@ import math
 import torch
 import torchmetrics
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 IGNORE = 255
 

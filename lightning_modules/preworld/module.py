@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 import torchmetrics
 
+from core.errors import CheckpointError, ConfigError, NonFiniteLossError
 from layers.occupancy.preworld import AttributeHeads, Forecaster, LiftSplat, OccHead, forecast
 from lightning_modules._base import SuiteLitModule
 from lightning_modules.preworld.metrics import (
@@ -53,7 +54,6 @@ from lightning_modules.preworld.metrics import (
 from ops.occupancy import losses as L
 from ops.occupancy.render import DEPTH_MODES, render_rays
 from ops.occupancy.schedule import horizon_schedule, ray_sampling_weights
-from suite.errors import CheckpointError, ConfigError, NonFiniteLossError
 
 log = logging.getLogger(__name__)
 STAGES = ("pretrain", "finetune")

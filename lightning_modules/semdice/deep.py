@@ -32,10 +32,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from core.errors import ConfigError, NonFiniteLossError
+from datamodules.gym_offline import flat_obs  # the env protocol only; no paper code in datamodules
 from lightning_modules._base import SuiteLitModule
 from ops.semdice import deep as ops
 from ops.semdice.tabular import check_alpha, check_gamma
-from suite.errors import ConfigError, NonFiniteLossError
 
 METHODS = ("semdice", "apt")
 EVAL_POLICIES = ("actor", "behaviour")
@@ -254,8 +255,6 @@ def state_coverage(
     ``cell``-sized squares of the first two state coordinates, and the mean kNN particle entropy of the visited states.
     Shared by the pre-training (:class:`DeepSemdiceLitModule`) and the online APT (``finetune.DdpgFinetuneLitModule``
     with ``eval_metric=coverage``), so both are scored by the same roll-outs."""
-    from datamodules.gym_offline import flat_obs  # the env protocol only; no paper code in datamodules
-
     states = []
     for ep in range(episodes):
         obs, _ = env.reset(seed=seed + ep)

@@ -37,12 +37,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from core.errors import CheckpointError, ConfigError
+from core.smoke import smoke_test
+from datamodules.gym_offline import GymOfflineDataModule, flat_obs
 from lightning_modules._base import SuiteLitModule
-from lightning_modules.semdice.deep import mlp, state_coverage
+from lightning_modules.semdice.deep import DeepSemdiceLitModule, mlp, state_coverage
 from ops.semdice import deep as ops
 from ops.semdice.tabular import check_gamma
-from suite.debug import smoke_test
-from suite.errors import CheckpointError, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -228,9 +229,6 @@ class DdpgFinetuneLitModule(SuiteLitModule):
 
         The same updates as a ``semdice_deep`` run (:meth:`DeepSemdiceLitModule.update`), without a trainer: a
         smoke test (``debug=...``) runs 2 updates on a 2,000-transition dataset."""
-        from datamodules.gym_offline import GymOfflineDataModule
-        from lightning_modules.semdice.deep import DeepSemdiceLitModule
-
         smoke = self._trainer is not None and smoke_test(self.trainer)
         kwargs = {"seed": int(self.hparams.init_seed), **(self.hparams.pretrain_data or {})}
         if smoke:
@@ -279,8 +277,6 @@ class DdpgFinetuneLitModule(SuiteLitModule):
 
     # -- acting ------------------------------------------------------------------------------------------------------
     def _reset(self, env: Any, seed: int | None = None) -> np.ndarray:
-        from datamodules.gym_offline import flat_obs
-
         obs, _ = env.reset(seed=seed, options=self.trainer.datamodule.reset_options or None)
         return flat_obs(obs).astype(np.float64)
 
@@ -301,8 +297,6 @@ class DdpgFinetuneLitModule(SuiteLitModule):
             self.env.close()
 
     def _collect(self) -> None:
-        from datamodules.gym_offline import flat_obs
-
         for _ in range(self.env_steps):
             scratch_warmup = self.pretrained_steps is None and self.env_step < self.warmup
             a = self._rng.uniform(-1, 1, self.act_dim) if scratch_warmup else self.act(self._obs, explore=True)
@@ -401,8 +395,6 @@ class DdpgFinetuneLitModule(SuiteLitModule):
             for ep in range(episodes):
                 s, done, ret = self._reset(env, seed=10_000 + ep), False, 0.0
                 while not done:
-                    from datamodules.gym_offline import flat_obs
-
                     obs, r, terminated, truncated, _ = env.step(self.act(s, explore=False).astype(np.float32))
                     s, ret, done = flat_obs(obs).astype(np.float64), ret + float(r), terminated or truncated
                 returns.append(ret)

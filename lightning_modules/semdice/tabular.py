@@ -50,11 +50,11 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
+from core.errors import ConfigError, NonFiniteLossError
 from lightning_modules._base import SuiteLitModule
 from ops.semdice import fused as fused_ops
 from ops.semdice import tabular as tb
 from ops.semdice.maxent import maxent_optimal
-from suite.errors import ConfigError, NonFiniteLossError
 
 KINDS = ("semdice", "uniform", "pb_s", "cb_s", "cb_sa", "maxent")
 D_B = ("data", "official")

@@ -24,11 +24,11 @@ import torch
 import torchmetrics
 from torch import nn
 
+from core.errors import ConfigError
 from layers.spiking.backbones import Forecaster, GRUReferenceBackbone, SpikingGRUBackbone, SpikingTCNBackbone
 from layers.spiking.neurons import NEURONS, TCLIFNeuron, TSLIFNeuron, make_neuron
 from layers.spiking.stability import frequency_response, spectral_radius, system_matrix
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule
-from suite.errors import ConfigError
 
 BACKBONES = ("gru", "tcn", "gru_ref")
 

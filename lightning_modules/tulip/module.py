@@ -36,13 +36,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from core.checkpoint import load_checkpoint
+from core.errors import CheckpointError, ConfigError, NonFiniteLossError, check
+from core.smoke import smoke_test
 from datamodules.captions import truncate_tokens
 from layers.vision_language import DualEncoder, RoPETextTower, clip_loss, pca_features, stretch_positions
 from layers.vision_language import distill_loss as distill_loss_fn
 from lightning_modules._base import SuiteLitModule
 from lightning_modules.tulip.metrics import r1_by_length, recall_at_k
-from suite.debug import smoke_test
-from suite.errors import CheckpointError, ConfigError, NonFiniteLossError, check
 
 STAGES = ("clip", "distill", "expand")
 TOWERS = ("rope", "absolute", "longclip")
@@ -225,8 +226,6 @@ class TulipLitModule(SuiteLitModule):
         return (self.E - self.longclip_keep) // (self.L - self.longclip_keep)
 
     def _load_previous(self, path: Path, first: str) -> None:
-        from suite.run import load_checkpoint
-
         state = load_checkpoint(str(path))["state_dict"]
         done = state.get("done")
         if done is None or "phase" not in state:

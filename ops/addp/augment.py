@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 AUGMENTS = ("none", "self", "morph", "shift", "warp")
 

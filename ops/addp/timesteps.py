@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from core.errors import ConfigError
 from ops.samplers import vp_alpha_sigma
-from suite.errors import ConfigError
 
 
 def vp_sigma_tilde(t: Tensor, T: int, beta_min: float = 0.1, beta_max: float = 20.0) -> Tensor:

@@ -38,9 +38,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ops.attribution.metrics import mas_single_run, probabilities, segment_means
+from core.errors import ConfigError
+from ops.attribution.metrics import blur, mas_single_run, monotone_normalize, probabilities, segment_means
 from ops.attribution.projection import normalize_curve
-from suite.errors import ConfigError
 
 ModelFn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -107,8 +107,6 @@ def calibrate_blur(
 
     Returns ``(blurred [C, H, W], klen)``, or ``None`` when ``klen`` passes ``klen_max`` (the image is skipped).
     """
-    from ops.attribution.metrics import blur
-
     klen = klen_start
     while klen <= klen_max:
         b = blur(img, klen, klen)
@@ -425,7 +423,6 @@ def mda(
     raw = np.concatenate([[p_orig], r[::-1]]) if official_quirks else np.concatenate([[p_orig], r[-2::-1], [p_black]])
 
     # Step 2: magnitudes from the projected, monotone normalised deletion curve.
-    from ops.attribution.metrics import monotone_normalize
 
     y = monotone_normalize(raw, p_black, p_orig, "del")
     y = np.nan_to_num(y, nan=0.0, posinf=1.0, neginf=0.0)

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 ModelFn = Callable[[torch.Tensor], torch.Tensor]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 
 def _check(y: np.ndarray, kind: int) -> np.ndarray:

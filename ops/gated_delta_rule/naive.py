@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from ops.gated_delta_rule.chunk import _check_inputs  # shared validation
+
 
 def naive_recurrent_gated_delta_rule(
     q: torch.Tensor,
@@ -50,8 +52,6 @@ def naive_recurrent_gated_delta_rule(
     Returns:
         ``(o [B, T, H, V], h_T or None)`` in the dtype of ``v``.
     """
-    from ops.gated_delta_rule.chunk import _check_inputs  # shared validation
-
     _check_inputs(q, k, v, beta, g, initial_state)
     b, t, h, dk = q.shape
     dv = v.shape[-1]

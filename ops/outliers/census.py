@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 
 def _check_k(k: float) -> None:

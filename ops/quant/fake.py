@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 SYM_SCALES = ("signed", "absmax")
 CLIP_GRIDS = ("official", "coarse")

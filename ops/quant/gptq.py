@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from core.errors import ConfigError
 from ops.quant.fake import check_bits, check_group, check_sym_scale, clip_ratios, symmetric_scale
 
 
@@ -72,8 +73,6 @@ def _quant_col(w_col: torch.Tensor, qp: tuple[torch.Tensor, torch.Tensor, int, i
 
 
 def _clip(clip_search: bool, clip_grid: str, clip_norm: float, sym_scale: str) -> tuple[str, float] | None:
-    from suite.errors import ConfigError
-
     check_sym_scale(sym_scale)
     clip_ratios(clip_grid)  # validates the grid name
     if clip_norm <= 0:

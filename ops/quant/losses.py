@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 
 def kl_top(logits_fp: torch.Tensor, logits_q: torch.Tensor, k: int = 1000) -> torch.Tensor:

@@ -30,7 +30,7 @@ import math
 
 import torch
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 BOXES = ("vertices", "vertex_range", "box")
 

@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 
 def is_pow2(n: int) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from suite.errors import check
+from core.errors import check
 
 
 def ntk_theta(theta: float, scaling_factor: float, new_length: int, old_length: int, head_dim: int) -> float:

@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 
 def check_grid(sigmas: Tensor, min_steps: int = 1, name: str = "sigmas") -> Tensor:

@@ -41,6 +41,7 @@ import math
 import torch
 from torch import Tensor
 
+from core.errors import ConfigError
 from ops.samplers.grids import check_grid, step_ratio_exponent_sum
 from ops.samplers.solvers import (
     SOLVER_ORDER,
@@ -52,7 +53,6 @@ from ops.samplers.solvers import (
     euler_step,
     heun_step,
 )
-from suite.errors import ConfigError
 
 RX_SOLVERS = ("euler", "heun", "dpm2", "dpmpp_2m")
 SINGLESTEP_2ND = ("heun", "dpm2")

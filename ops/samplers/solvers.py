@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from core.errors import ConfigError
 from ops.samplers.grids import check_grid
-from suite.errors import ConfigError
 
 Denoiser = Callable[[Tensor, Tensor], Tensor]
 

@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 
 def check_gmm(weights: Tensor, means: Tensor, covs: Tensor) -> None:

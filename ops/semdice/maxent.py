@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 
 def maxent_optimal(

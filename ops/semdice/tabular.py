@@ -27,7 +27,7 @@ import math
 import numpy as np
 import torch
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 
 #: Pseudo-count of the count bonus ``(N + 1e-4)^{-1/2}`` (official code); the suite's ``exact`` baseline update also
 #: smooths its (unscaled) ``-log p_D(s)`` with it (the official ``pb_s`` reward is different:

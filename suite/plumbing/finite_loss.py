@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from suite.errors import NonFiniteLossError
+from core.errors import NonFiniteLossError
 
 
 def _loss_value(outputs: Any, trainer: Trainer, key: str) -> float | None:

@@ -44,7 +44,7 @@ class ConfigInCheckpoint(Callback):
     so every suite checkpoint loads with ``torch.load(weights_only=True)`` whatever a module passed to
     ``save_hyperparameters``.
 
-    The runner (:func:`suite.run.build`) sets :attr:`config_yaml` after composing the config.
+    The runner (:func:`suite.build.build`) sets :attr:`config_yaml` after composing the config.
     """
 
     def __init__(self) -> None:

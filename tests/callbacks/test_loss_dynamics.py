@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 
 from callbacks.loss_dynamics import LossDynamics, example_values
+from core.errors import ConfigError, DataFormatError
 from datamodules._base import SuiteDataModule
-from suite.errors import ConfigError, DataFormatError
 
 
 class Indexed(Dataset):

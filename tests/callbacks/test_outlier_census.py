@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from callbacks.outlier_census import OutlierCensus, run_census, summarize
+from core.errors import ConfigError
 from layers.attention.outlier_variants import OutlierVariantAttention
 from layers.lm import CausalLM
 from lightning_modules.causal_lm import CausalLMLitModule
-from suite.errors import ConfigError
 
 
 class Planted(nn.Module):

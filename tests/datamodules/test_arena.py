@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules.arena import ArenaDataModule, embedded_path, read_votes, split_pairs
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 # Battles in the LMSYS log format; the expected aggregate is written out by hand below.
 BATTLES = [

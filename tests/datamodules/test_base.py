@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
+from core.errors import ConfigError, MissingDataError
 from datamodules._base import ResumableLoader, ResumableSampler, per_rank_batch_size, require_files, split_indices
-from suite.errors import ConfigError, MissingDataError
 
 
 def test_per_rank_batch_size():

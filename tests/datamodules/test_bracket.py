@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules.bracket import (
     RAW_FILES,
     BracketDataModule,
@@ -17,7 +18,6 @@ from datamodules.bracket import (
     load_metadata,
     simulate_sample,
 )
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 
 def test_embedded_samples_have_the_bracket_fields_and_are_seeded():

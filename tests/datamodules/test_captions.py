@@ -13,6 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules.captions import (
     EOT,
     PREFIX_VISIBLE,
@@ -26,7 +27,6 @@ from datamodules.captions import (
     tokenize,
     truncate_tokens,
 )
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 CAPTIONS = [
     "A red bus waits at a stop. Behind it, three people with umbrellas walk past a bakery whose sign is green.",

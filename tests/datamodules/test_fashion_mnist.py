@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import datamodules.fashion_mnist as fm
-from suite.errors import ConfigError, DataFormatError, MissingDataError
+from core.errors import ConfigError, DataFormatError, MissingDataError
 
 
 def write_idx(path: Path, array: np.ndarray, gz: bool) -> None:

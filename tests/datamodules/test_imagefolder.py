@@ -9,8 +9,8 @@ import pytest
 import torch
 from PIL import Image
 
+from core.errors import ConfigError, MissingDataError
 from datamodules.imagefolder import ImageFolderDataModule
-from suite.errors import ConfigError, MissingDataError
 
 
 def test_reads_class_folders(tmp_path: Path):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from core.errors import ConfigError, MissingDataError
 from datamodules.masked_text import IGNORE, MaskedTextDataModule, bert_mask
-from suite.errors import ConfigError, MissingDataError
 
 
 def test_bert_mask_rates_and_labels():

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules.mixtures import GaussianMixtureDataModule, make_mixture, read_mixture_json
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 
 def test_ring_preset_geometry_and_samples():

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules.molecules import (
     ATOM_IDS,
     ZINC_ATOMS,
@@ -16,7 +17,6 @@ from datamodules.molecules import (
     penalized_logp,
     smiles_to_graph,
 )
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 
 def test_smiles_to_graph_uses_zinc_vocabularies():

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules.av_corruptions import corrupt_audio, corrupt_video, synth_spectrograms
 from datamodules.multimodal import MultimodalDataModule, log_mel_fbank, mel_filterbank
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 SMALL = dict(image_source="digits", n_train=200, n_val=50, n_test=120, audio_shape=(16, 8), batch_size=32)
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from core.errors import DataFormatError, MissingDataError
 from datamodules.driving_world import DrivingWorld, camera_rig, cast_rays, pixel_rays
 from datamodules.nuscenes import NuScenesDataModule
-from suite.errors import DataFormatError, MissingDataError
 
 CAMS = ("CAM_FRONT", "CAM_BACK")
 GRID = (8, 8, 2)

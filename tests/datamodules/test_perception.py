@@ -14,8 +14,8 @@ import pytest
 import torch
 from PIL import Image
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules.perception import COLORS, SHAPES, PerceptionDataModule, coco_mask, embed_expression, render_scenes
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 
 def write_nyuv2(root: Path, n: int = 6, w: int = 40, h: int = 30) -> np.ndarray:

@@ -13,8 +13,8 @@ from PIL import Image
 from scipy.fft import dct
 
 import datamodules.poisoned as P
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules.poisoned_sources import load_cifar10, load_gtsrb, load_imagenette
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 
 def img(c: int = 1, h: int = 28, w: int = 28, seed: int = 0) -> torch.Tensor:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules.recall import RecallDataModule, generate, write_jsonl
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 
 def _check_answers(x, y, latest=False):

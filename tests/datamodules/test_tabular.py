@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules.tabular import GaussianMixtureTable, TabularDataModule, encode, load_adult, load_german, load_gmsc
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 ADULT_ROWS = [
     "39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, Male, 2174, 0, 40, United-States, <=50K",  # noqa: E501

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules.temporal_graph import TemporalGraphDataModule, read_jodie
 from layers.temporal_graph.continual import TemporalGraph
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 # 7 nodes (ids 1..6, DyGLib's 0 is padding); classes 0..3; node 6 is unlabelled (label -1)
 ROWS = [(1, 2, 0.0, 0), (3, 4, 1.0, 2), (2, 1, 2.0, 1), (4, 5, 3.0, 3), (1, 5, 3.0, 0), (5, 6, 4.0, 3),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules.text import TextDataModule, stdlib_documents
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 
 def test_stdlib_documents_are_real_python_and_prose():

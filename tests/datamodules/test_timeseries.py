@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules.timeseries import TimeSeriesDataModule, WindowDataset
-from suite.errors import ConfigError, DataFormatError, MissingDataError
 
 
 def _series(n=100, c=3):

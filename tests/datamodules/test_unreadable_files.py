@@ -12,7 +12,7 @@ from pathlib import Path
 import hydra
 import pytest
 
-from suite.errors import SuiteError
+from core.errors import SuiteError
 from tests.conftest import ROOT, compose_train
 
 SLUGS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))

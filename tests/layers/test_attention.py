@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
+from core.errors import ConfigError
 from layers.attention import GatedDeltaNet, ShortConvolution, SoftmaxAttention, StickBreakingAttention
 from layers.lm import CausalLM, build_mixer
-from suite.errors import ConfigError
 
 MIXERS = {
     "gdn": {"kind": "gated_deltanet", "num_heads": 2, "chunk_size": 8},

@@ -7,6 +7,7 @@ import torch
 from torch_geometric.data import Batch, Data
 from torch_geometric.utils import coalesce, degree, to_undirected
 
+from core.errors import ConfigError
 from layers.graph.grass_encodings import (
     AddDRRWP,
     AddRandomRegularEdges,
@@ -22,7 +23,6 @@ from layers.graph.grass_encodings import (
     rrwp,
     rrwp_dense_reference,
 )
-from suite.errors import ConfigError
 
 
 def path(n: int) -> torch.Tensor:

@@ -7,6 +7,7 @@ import torch
 from torch_geometric.data import Batch, Data
 from torch_geometric.utils import scatter, to_undirected
 
+from core.errors import ConfigError
 from layers.graph.grass import (
     GRASSLayer,
     GrassNet,
@@ -16,7 +17,6 @@ from layers.graph.grass import (
     grass_layer_dense_reference,
 )
 from layers.graph.grass_baselines import GINENet, GPSNet, count_parameters
-from suite.errors import ConfigError
 
 
 def random_graph(n: int, e: int, seed: int) -> torch.Tensor:

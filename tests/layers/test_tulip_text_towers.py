@@ -9,6 +9,7 @@ import open_clip
 import pytest
 import torch
 
+from core.errors import CheckpointError, ConfigError
 from layers.vision_language import (
     AbsoluteTextTower,
     DualEncoder,
@@ -19,7 +20,6 @@ from layers.vision_language import (
     stretch_positions,
 )
 from ops.rope import ntk_theta
-from suite.errors import CheckpointError, ConfigError
 
 SIZES = dict(embed_dim=16, image_size=16, patch_size=8, vision_width=16, vision_layers=1, vision_head_width=8,
              context_length=12, text_width=16, text_heads=2, text_layers=2)  # fmt: skip

@@ -7,12 +7,12 @@ import pytest
 import torch
 import torchmetrics
 
+from core.errors import ConfigError
 from datamodules.perception import PerceptionDataModule
 from layers.diffusion import SmallUNet
 from lightning_modules.addp import AddpLitModule
 from lightning_modules.addp.metrics import DepthMetrics, MaskMetrics, mask_iou_per_image
 from lightning_modules.addp.module import pick_negative
-from suite.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -165,7 +165,7 @@ def test_correction_rounds_have_a_restart_control_with_the_original_expression()
 
 
 def test_validation_draws_are_fixed_and_leave_the_training_stream_alone():
-    """val/loss and the validation samples use seeded draws (suite.rng.fixed_draws): the same value at every
+    """val/loss and the validation samples use seeded draws (core.rng.fixed_draws): the same value at every
     validation of the same weights, whatever the training stream's state, and the training stream continues as
     if no validation had run (a noisy validation curve cannot pass for a trend; runs are scored on the same noise)."""
     m, batch = _module("refseg"), _batch("refseg")

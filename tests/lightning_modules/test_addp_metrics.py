@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
+from core.errors import ConfigError
 from datamodules.perception import PerceptionDataModule
 from layers.diffusion import SmallUNet
 from lightning_modules.addp import AddpLitModule
 from lightning_modules.addp.metrics import DepthMetrics, eigen_crop_mask, nyu_eigen_errors
-from suite.errors import ConfigError
 
 
 def test_eigen_crop_is_rows_45_471_cols_41_601_of_the_nyu_frame():

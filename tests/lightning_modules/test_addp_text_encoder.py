@@ -12,10 +12,10 @@ import pytest
 import torch
 from lightning import Trainer
 
+from core.errors import ConfigError
 from datamodules.perception import PerceptionDataModule, embed_expression
 from lightning_modules.addp import AddpLitModule
-from suite.errors import ConfigError
-from suite.run import instantiate
+from suite.build import instantiate
 from tests.conftest import compose_train
 
 pytestmark = pytest.mark.usefixtures("one_thread")

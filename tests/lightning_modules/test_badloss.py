@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from callbacks.loss_dynamics import LossDynamics
+from core.errors import ConfigError
 from datamodules.poisoned import PoisonedDataModule
 from lightning_modules.badloss import BadlossLitModule
-from suite.errors import ConfigError
 
 ATTACKS = ["patch", "single_pix", "blend_r", "blend_p", "sinusoid"]
 

@@ -11,8 +11,8 @@ import torch
 from sklearn.metrics import roc_auc_score
 from sklearn.neighbors import KNeighborsClassifier, NearestNeighbors
 
+from core.errors import ConfigError
 from lightning_modules.badloss import baselines, scoring
-from suite.errors import ConfigError
 
 
 def trajectories(n: int = 120, m: int = 60, e: int = 12, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

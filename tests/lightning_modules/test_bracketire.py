@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from core.errors import CheckpointError, ConfigError
 from lightning_modules.bracketire import BracketIRELitModule
 from lightning_modules.bracketire.schedule import cosine_warmup_factor
 from ops.isp.losses import synthetic_loss
-from suite.errors import CheckpointError, ConfigError
 
 TINY = {"channels": 4, "n_feat": 1, "n_common": 1, "n_specific": 1, "n_recon": 1, "dcn_groups": 2,
         "dcn_impl": "batched"}  # fmt: skip

@@ -7,11 +7,11 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
+from core.errors import ConfigError
 from datamodules._base import SuiteDataModule
 from datamodules.mixtures import GaussianMixtureDataModule
 from layers.diffusion import MLPDenoiser, SmallUNet
 from lightning_modules.diffusion import DiffusionLitModule, mmd_rbf, parse_method, w2_empirical
-from suite.errors import ConfigError
 
 
 def _trainer(**kw) -> pl.Trainer:
@@ -117,7 +117,7 @@ def test_training_reduces_loss_and_measures_lipschitz():
 
 
 def test_validation_loss_uses_fixed_draws_and_leaves_the_training_stream_alone():
-    """val/loss is a fixed function of the weights and the batch index (suite.rng.fixed_draws), whatever the state
+    """val/loss is a fixed function of the weights and the batch index (core.rng.fixed_draws), whatever the state
     of the training stream, and validating does not move that stream."""
     model = DiffusionLitModule(MLPDenoiser(2, hidden=16, depth=1), n_eval_samples=8, ref_steps=0)
     x = torch.randn(64, 2)

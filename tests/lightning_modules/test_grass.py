@@ -10,11 +10,11 @@ import pytest
 import torch
 from lion_pytorch import Lion
 
+from core.errors import ConfigError
 from datamodules.molecules import MoleculesDataModule
 from layers.graph.grass import GrassNet, NoAffineBatchNorm
 from layers.graph.grass_baselines import GINENet, GPSNet, count_parameters
 from lightning_modules.grass import GrassLitModule, RewiringMAE
-from suite.errors import ConfigError
 
 SMALL = dict(num_layers=2, dim=16, hidden_dim=16, encoding_steps=4, num_components=4, added_edges_per_node=2)
 

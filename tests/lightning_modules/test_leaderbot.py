@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from core.errors import ConfigError
 from datamodules.arena import ArenaDataModule, embedded_path, read_votes
 from lightning_modules.leaderbot import LeaderbotLitModule
 from lightning_modules.leaderbot import likelihoods as lk
@@ -18,7 +19,6 @@ from lightning_modules.leaderbot.elo import elo_to_scores, expand_battles, onlin
 from lightning_modules.leaderbot.fit import fit_newton
 from lightning_modules.leaderbot.metrics import PairOutcomeMetrics, information_criteria
 from lightning_modules.leaderbot.newton import DampedNewton
-from suite.errors import ConfigError
 
 SOLVER_CLASSES = {"newton": DampedNewton, "lbfgs": torch.optim.LBFGS}
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from core.errors import ConfigError
 from datamodules.arena import embedded_path, read_votes
 from lightning_modules.leaderbot import LeaderbotLitModule
 from lightning_modules.leaderbot import likelihoods as lk
 from lightning_modules.leaderbot.fit import fit_lbfgs, fit_newton
 from lightning_modules.leaderbot.newton import DampedNewton
-from suite.errors import ConfigError
 
 CONFIGS = [
     ("bradley_terry", None, 0),

@@ -7,6 +7,7 @@ import pyomo.environ as pyo
 import pytest
 import torch
 
+from core.errors import ConfigError
 from datamodules.tabular import FeatureSpec, encode
 from lightning_modules.lice.dice import DiceRandomSearch
 from lightning_modules.lice.mio import (
@@ -21,7 +22,6 @@ from lightning_modules.lice.mio import (
     sparsity,
 )
 from lightning_modules.lice.spn import SPN, CategoricalLeaf, HistogramLeaf, LearnSPN, ProductNode
-from suite.errors import ConfigError
 
 FEATURES = [
     FeatureSpec("a", "continuous"),

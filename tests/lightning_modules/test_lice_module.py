@@ -12,9 +12,9 @@ import pytest
 import torch
 from omegaconf import ListConfig
 
+from core.errors import ConfigError
 from datamodules.tabular import TabularDataModule
 from lightning_modules.lice import LiceLitModule
-from suite.errors import ConfigError
 
 
 def test_fit_then_counterfactuals(tmp_path: Path):

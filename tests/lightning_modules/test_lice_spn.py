@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
+from core.errors import ConfigError
 from lightning_modules.lice.spn import (
     SPN,
     CategoricalLeaf,
@@ -18,7 +19,6 @@ from lightning_modules.lice.spn import (
     histogram_bin,
     histogram_leaf_logdensity,
 )
-from suite.errors import ConfigError
 
 
 def test_histogram_leaf_logdensity_bins():

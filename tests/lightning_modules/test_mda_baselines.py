@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 
+from core.errors import ConfigError
 from lightning_modules.mda import baselines as B
 from lightning_modules.mda import lrp as L
-from suite.errors import ConfigError
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ import pytest
 import torch
 from timm.models.vision_transformer import VisionTransformer
 
+from core.errors import CheckpointError, ConfigError
 from lightning_modules.mda import MdaLitModule
 from lightning_modules.mda.evaluation import evaluate_attributions, patch_grid
 from suite.compare import RunRecord
-from suite.errors import CheckpointError, ConfigError
 
 
 def tiny_vit() -> VisionTransformer:

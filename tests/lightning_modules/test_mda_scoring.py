@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from core.errors import ConfigError
 from lightning_modules.mda.evaluation import EXTRA, FAITHFULNESS, LOWER_IS_BETTER, score_map
 from ops.attribution import metrics as M
-from suite.errors import ConfigError
 
 # A 4x2 all-ones image scored by a linear two-class model. The saliency visits the pixels in raster order, two per
 # step (step = W = 2), so the steps move the pixel pairs whose weights sum to +0.5, -0.3, +0.4, +0.1.

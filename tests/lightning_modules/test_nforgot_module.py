@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from core.errors import ConfigError
 from datamodules.temporal_graph import TemporalGraphDataModule
 from lightning_modules.nforgot import NForGOTLitModule
-from suite.errors import ConfigError
 
 
 def write_stream(root, classes=(0, 1, 2, 3), n=40, e=600, seed=0, name="toy"):

@@ -10,11 +10,11 @@ import torch
 from torch import nn
 
 from callbacks.quant_calibration import QuantCalibration
+from core.errors import ConfigError
 from layers.attention.outlier_variants import OutlierVariantAttention
 from layers.lm import CausalLM
 from layers.quant.ostquant import TransformedLM
 from ops.quant import kl_top
-from suite.errors import ConfigError
 
 MIXERS = {
     "softmax_variant": partial(OutlierVariantAttention, num_heads=4, variant="softmax"),

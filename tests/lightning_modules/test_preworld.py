@@ -8,12 +8,12 @@ import math
 import pytest
 import torch
 
+from core.errors import CheckpointError, ConfigError
 from datamodules.nuscenes import NuScenesDataModule
 from layers.occupancy.preworld import Forecaster, LiftSplat, forecast
 from lightning_modules.preworld import PreWorldLitModule
 from lightning_modules.preworld.metrics import collisions, iou_from_confusion
 from ops.occupancy.schedule import horizon_schedule, ray_sampling_weights
-from suite.errors import CheckpointError, ConfigError
 
 PC = (-8.0, -8.0, -1.0, 8.0, 8.0, 3.0)
 

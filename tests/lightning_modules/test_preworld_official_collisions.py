@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
+from core.errors import ConfigError
 from lightning_modules.preworld.metrics import EGO_LENGTH, EGO_OFFSET, EGO_WIDTH, ego_box_collisions, stp3_collisions
-from suite.errors import ConfigError
 
 N, CELL = 200, 0.5
 SUITE_EXTENT = torch.tensor([-49.75, -49.75, 50.25, 50.25])  # the official raster's cells in the suite's frame

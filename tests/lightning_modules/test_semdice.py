@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from callbacks.online_collection import OnlineDataCollection
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules.tabular_mdp import TabularMDPDataModule
 from lightning_modules.semdice import SemdiceLitModule
 from ops.semdice import tabular as tb
-from suite.errors import ConfigError, DataFormatError, MissingDataError
-from suite.run import build
+from suite.build import build
 from tests.conftest import compose_train
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.run import build
+from suite.build import build
 from tests.conftest import compose_train
 
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from core.errors import ConfigError, DataFormatError
 from datamodules.gym_offline import ARRAYS, GymOfflineDataModule, generate, make_env
 from lightning_modules.semdice import DeepSemdiceLitModule
 from ops.semdice import deep as ops
-from suite.errors import ConfigError, DataFormatError
 
 
 def test_unknown_env_names_the_package():
@@ -114,8 +114,8 @@ def test_coverage_counts_cells():
 
 
 def test_finetune_loads_pretrained_actor(tmp_path):
+    from core.errors import CheckpointError
     from lightning_modules.semdice import DdpgFinetuneLitModule
-    from suite.errors import CheckpointError
 
     pre = DeepSemdiceLitModule(obs_dim=4, act_dim=2, hidden=16)
     torch.save({"state_dict": pre.state_dict()}, tmp_path / "pre.ckpt")
@@ -143,9 +143,9 @@ def test_finetune_experiment_fixes_the_maze_task(tmp_path):
 
 def test_finetune_picks_the_pretraining_run_of_its_seed(tmp_path):
     """``init_run`` = a claim entry's multirun folder: the run whose saved config has the fine-tuning seed."""
+    from core.errors import CheckpointError
     from lightning_modules.semdice import DdpgFinetuneLitModule
     from lightning_modules.semdice.finetune import pretrained_checkpoint
-    from suite.errors import CheckpointError
 
     sweep = tmp_path / "semdice_deep" / "semdice"
     actors = {}

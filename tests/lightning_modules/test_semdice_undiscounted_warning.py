@@ -10,7 +10,7 @@ import torch
 
 from lightning_modules.semdice.tabular import UNDISCOUNTED_WARNING
 from ops.semdice import tabular as tb
-from suite.run import build
+from suite.build import build
 from tests.conftest import compose_train
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from core.errors import ConfigError
 from layers.multimodal import AudioVisualTransformer
 from lightning_modules.sumi import SumiLitModule
-from suite.errors import ConfigError
 
 C = 5
 

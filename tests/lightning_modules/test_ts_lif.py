@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from core.errors import ConfigError
 from datamodules.timeseries import TimeSeriesDataModule
 from lightning_modules.ts_lif import TSLIFLitModule, introduce_missing_values, neuron_summary
 from lightning_modules.ts_lif.module import forecast_metrics
-from suite.errors import ConfigError
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from core.errors import CheckpointError, ConfigError
 from layers.vision_language import build_open_clip, clip_loss, pca_features, stretch_positions
 from lightning_modules.tulip import TulipLitModule
 from ops.rope import ntk_theta
-from suite.errors import CheckpointError, ConfigError
 from tests.conftest import run_entry
 
 NET = dict(embed_dim=16, image_size=16, patch_size=8, vision_width=16, vision_layers=1, vision_head_width=8,

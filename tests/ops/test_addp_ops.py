@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from core.errors import ConfigError
 from ops.addp import (
     contribution_curve,
     correctional_cfg,
@@ -18,7 +19,6 @@ from ops.addp import (
     vp_sigma_tilde,
 )
 from ops.samplers import recording, sample
-from suite.errors import ConfigError
 
 
 def test_contribution_curve_follows_the_gains_and_normalises():

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from core.errors import ConfigError
 from ops.attribution import metrics as M
 from ops.attribution.projection import normalize_curve, normalize_curve_naive, second_difference
-from suite.errors import ConfigError
 
 IMG = torch.tensor([[[1.0, 0.5], [0.0, 0.0]]], dtype=torch.float64)  # [1, 2, 2]
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from core.errors import ConfigError
 from ops.attribution import mda as A
 from ops.attribution.projection import second_difference
-from suite.errors import ConfigError
 
 GEN = torch.Generator().manual_seed(0)
 W = torch.randn(3, 16, generator=GEN, dtype=torch.float64) * 4.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from core.errors import ConfigError
 from ops.outliers import (
     activation_outlier_mask,
     activation_outlier_stats,
@@ -12,7 +13,6 @@ from ops.outliers import (
     outlier_dimensions,
     weight_outlier_ratio,
 )
-from suite.errors import ConfigError
 
 
 def _planted() -> torch.Tensor:

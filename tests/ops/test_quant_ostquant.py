@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from core.errors import ConfigError
 from ops.quant import (
     CayleySGD,
     cayley_retraction,
@@ -26,7 +27,6 @@ from ops.quant import (
     rtn_weight,
     weight_klt,
 )
-from suite.errors import ConfigError
 
 
 def test_fake_quant_levels_and_exact_grid():

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from core.errors import ConfigError
 from ops.rope import apply_rope, apply_rope_complex, naive_apply_rope, ntk_theta, rope_angles, rope_cis, rope_cos_sin
-from suite.errors import ConfigError
 
 
 def test_rotated_dot_product_depends_only_on_the_offset():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from core.errors import ConfigError
 from ops.samplers import (
     check_grid,
     karras_sigmas,
@@ -27,7 +28,6 @@ from ops.samplers.naive import (
 )
 from ops.samplers.rx import dpm2_interval, heun_interval, rx_plan
 from ops.scores.gmm import gmm_denoiser
-from suite.errors import ConfigError
 
 D64 = torch.float64
 

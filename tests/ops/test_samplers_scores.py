@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from core.errors import ConfigError
 from ops.scores import gmm_denoiser, gmm_hessian, gmm_score, naive_gmm_denoiser, naive_gmm_hessian
 from ops.scores.gmm import check_gmm, gmm_log_prob, gmm_sample
 from ops.scores.lipschitz import (
@@ -19,7 +20,6 @@ from ops.scores.lipschitz import (
     semiconvex_bound,
     spectral_norm_sym,
 )
-from suite.errors import ConfigError
 
 D64 = torch.float64
 

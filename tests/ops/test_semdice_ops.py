@@ -7,10 +7,10 @@ import pytest
 import scipy.optimize
 import torch
 
+from core.errors import ConfigError
 from ops.semdice import deep
 from ops.semdice import tabular as tb
 from ops.semdice.maxent import maxent_optimal
-from suite.errors import ConfigError
 
 GAMMA = 0.95
 

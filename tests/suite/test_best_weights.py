@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from suite.errors import ConfigError
-from suite.run import load_checkpoint, train
+from core.checkpoint import load_checkpoint
+from core.errors import ConfigError
+from suite.run import train
 from tests.conftest import FIXTURE_CONF, compose_train, run_cli, run_entry
 
 BASE = [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "trainer.max_epochs=4"]

@@ -180,8 +180,8 @@ def test_claim_exit_code_counts_only_the_runs_of_this_process(tmp_path):
 
 
 def test_claim_only_runs_the_entries_in_the_order_given():
+    from core.errors import ConfigError
     from suite.claim import select_entries
-    from suite.errors import ConfigError
 
     spec = {"runs": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}
     assert [e["name"] for e in select_entries("x", spec, None)] == ["a", "b", "c"]
@@ -192,8 +192,8 @@ def test_claim_only_runs_the_entries_in_the_order_given():
 
 
 def test_claim_seeds_splits_an_entry_by_seed():
+    from core.errors import ConfigError
     from suite.claim import entry_command, record_status, select_seeds
-    from suite.errors import ConfigError
 
     spec = {"runs": [{"name": "a"}, {"name": "b", "seeds": [2]}], "seeds": [0, 1, 2], "overrides": ""}
     assert select_seeds("x", spec, spec["runs"], None) == {}

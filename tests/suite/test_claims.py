@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from core.errors import ConfigError
 from suite import claim as claim_mod
 from suite import results_data, stats
 from suite.claims import (
@@ -21,7 +22,6 @@ from suite.claims import (
     parse_claims,
 )
 from suite.compare import RunRecord
-from suite.errors import ConfigError
 
 RUNS = [{"name": "m"}, {"name": "b"}]
 

@@ -105,8 +105,8 @@ def test_a_trainer_value_is_reported_under_the_key_the_user_typed(tmp_path, caps
 def test_an_interpolated_value_names_its_source_key():
     from omegaconf import OmegaConf
 
-    from suite.errors import ConfigError
-    from suite.run import check_value_types
+    from core.errors import ConfigError
+    from suite.build import check_value_types
 
     cfg = OmegaConf.create(
         {"trainer": {"max_steps": 2.5},
@@ -223,8 +223,8 @@ def test_a_missing_data_dir_is_an_error_never_the_system_copy(tmp_path, capsys):
 def test_model_and_data_variants_of_one_family_stay_the_users_choice():
     """Only another paper's model on data no experiment trains its LightningModule on is refused: the data and model
     swaps the docs and claim specs use pass."""
-    from suite.errors import ConfigError
-    from suite.run import check_model_fits_data
+    from core.errors import ConfigError
+    from suite.build import check_model_fits_data
 
     conf = ROOT / "conf"
     for experiment, model, data in [

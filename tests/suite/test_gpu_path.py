@@ -20,8 +20,8 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
+from core.errors import ConfigError
 from suite.claim import load_spec, machine_line, spec_path
-from suite.errors import ConfigError
 from suite.gpu_wheels import pins
 from suite.preflight import compose_run
 from tests.conftest import ROOT
@@ -234,7 +234,7 @@ class _Tiny(pl.LightningModule):
 
 
 def test_step_timer_leaves_validation_out_of_the_step_time(tmp_path):
-    from callbacks.step_timer import StepTimer
+    from suite.plumbing.step_timer import StepTimer
 
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 2)), batch_size=4)
     timer = StepTimer(warmup=0)

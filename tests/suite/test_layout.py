@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import graphlib
 import re
 from pathlib import Path
 
@@ -141,3 +142,131 @@ def test_nothing_outside_reports_imports_reports():
         if p.relative_to(ROOT).parts[0] not in skip and "reports" in _imports(p)
     ]
     assert offenders == []
+
+
+LAYERS = ("core", "ops", "layers", "datamodules", "callbacks", "lightning_modules", "suite", "reports")
+"""The packages from the floor up: each imports only packages before it (``core`` nothing of the suite's, ``suite``
+none of ``ops`` ... ``lightning_modules``: it builds them from their configs' ``_target_``)."""
+BELOW_SUITE = ("core", "ops", "layers", "datamodules", "callbacks", "lightning_modules")
+DRAWING = ROOT / "docs" / "design.md"
+
+
+def _files(folders: tuple[str, ...] | list[str]) -> list[Path]:
+    return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py"))
+
+
+@pytest.mark.parametrize("folder", BELOW_SUITE)
+def test_nothing_below_the_runner_imports_suite(folder: str):
+    offenders = [str(p.relative_to(ROOT)) for p in _files([folder]) if "suite" in _imports(p)]
+    assert offenders == [], f"{folder}/ imports suite (the runner): use core/ (errors, rng, smoke, checkpoint)"
+
+
+def test_suite_imports_no_shared_callbacks():
+    """The runner's own callbacks live in ``suite/plumbing/``; ``callbacks/`` is the papers' and builds on suite."""
+    offenders = [str(p.relative_to(ROOT)) for p in _files(["suite"]) if "callbacks" in _imports(p)]
+    assert offenders == []
+
+
+def test_core_is_lightning_free_and_imports_no_other_package():
+    offenders = {
+        str(p.relative_to(ROOT)): sorted(bad)
+        for p in _files(["core"])
+        if (bad := _imports(p) & ({"lightning", "pytorch_lightning", "hydra"} | set(LAYERS) - {"core"}))
+    }
+    assert offenders == {}
+
+
+def deferred_imports(path: Path) -> list[str]:
+    """``line: statement`` of every import of a project package (one of :data:`LAYERS`) inside a function body:
+    an import that hides an edge of the package graph (or a circle) until the function runs."""
+    found = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if in_function and isinstance(child, ast.Import | ast.ImportFrom):
+                names = [a.name for a in child.names] if isinstance(child, ast.Import) else [child.module or ""]
+                if getattr(child, "level", 0) == 0 and any(n.split(".")[0] in LAYERS for n in names):
+                    found.append(f"{child.lineno}: {ast.unparse(child)}")
+            visit(child, in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda))
+
+    visit(ast.parse(path.read_text()), False)
+    return found
+
+
+def test_no_project_import_is_deferred_into_a_function():
+    offenders = {str(p.relative_to(ROOT)): d for p in _files(LAYERS) if (d := deferred_imports(p))}
+    assert offenders == {}, "import these at the top of the module (a circle they close is a layering error)"
+
+
+def test_the_deferred_import_check_sees_imports_in_any_function(tmp_path: Path):
+    cases = {
+        "from suite.errors import ConfigError\n": 0,  # module level
+        "def f():\n    from suite.run import train\n": 1,
+        "class A:\n    def m(self):\n        if x:\n            import ops.quant\n": 1,
+        "def f():\n    import numpy\n    from . import sibling\n": 0,  # third-party, relative
+        "def f():\n    def g():\n        from core import smoke\n": 1,
+    }
+    for i, (text, expected) in enumerate(cases.items()):
+        path = tmp_path / f"m{i}.py"
+        path.write_text(text)
+        assert len(deferred_imports(path)) == expected, text
+
+
+def package_edges() -> dict[str, set[str]]:
+    """Package -> the packages of :data:`LAYERS` its modules import (at any depth of the module)."""
+    edges: dict[str, set[str]] = {pkg: set() for pkg in LAYERS}
+    for pkg in LAYERS:
+        for path in _files([pkg]):
+            edges[pkg] |= (_imports(path) & set(LAYERS)) - {pkg}
+    return edges
+
+
+def reduced_edges(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """The edges no longer path implies (the transitive reduction of an acyclic graph), sorted by layer."""
+
+    def reachable(start: str, skip: tuple[str, str]) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            node = todo.pop()
+            for nxt in edges[node]:
+                if (node, nxt) != skip and nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    kept = [(a, b) for a in edges for b in edges[a] if b not in reachable(a, (a, b))]
+    return sorted(kept, key=lambda e: (LAYERS.index(e[0]), LAYERS.index(e[1])))
+
+
+def mermaid(edges: dict[str, set[str]]) -> str:
+    """The package graph as a mermaid flowchart, floor at the bottom, one arrow per edge of its reduction."""
+    return "\n".join(["```mermaid", "graph BT", *(f"  {a} --> {b}" for a, b in reduced_edges(edges)), "```"])
+
+
+def test_the_package_graph_has_no_circle_and_no_arrow_back_up():
+    edges = package_edges()
+    graphlib.TopologicalSorter(edges).prepare()  # CycleError names the circle
+    up = sorted(f"{a} -> {b}" for a in edges for b in edges[a] if LAYERS.index(b) > LAYERS.index(a))
+    assert up == [], f"imports against the layer order {' < '.join(LAYERS)}"
+
+
+def test_a_circle_is_found():
+    with pytest.raises(graphlib.CycleError):
+        graphlib.TopologicalSorter({"core": {"ops"}, "ops": {"layers"}, "layers": {"core"}}).prepare()
+    assert reduced_edges({"core": set(), "ops": {"core"}, "layers": {"ops", "core"}}) == [
+        ("ops", "core"),
+        ("layers", "ops"),
+    ]
+
+
+def test_the_drawing_in_the_design_notes_is_the_package_graph():
+    assert mermaid(package_edges()) in DRAWING.read_text(), (
+        f"{DRAWING.relative_to(ROOT)}: redraw with `python -m tests.suite.test_layout`"
+    )
+
+
+if __name__ == "__main__":  # print the package graph: edges, then the drawing docs/design.md shows
+    graph = package_edges()
+    for pkg in LAYERS:
+        print(f"{pkg} -> {', '.join(sorted(graph[pkg], key=LAYERS.index)) or '(nothing)'}")
+    print(mermaid(graph))

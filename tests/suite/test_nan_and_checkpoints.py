@@ -7,9 +7,10 @@ import math
 import pytest
 import torch
 
-from callbacks.run_config import CONFIG_KEY
-from suite.errors import CheckpointError, NonFiniteLossError
-from suite.run import load_checkpoint, train
+from core.checkpoint import load_checkpoint
+from core.errors import CheckpointError, NonFiniteLossError
+from suite.plumbing.run_config import CONFIG_KEY
+from suite.run import train
 from tests.conftest import FIXTURE_CONF, compose_train, run_cli, run_entry
 
 

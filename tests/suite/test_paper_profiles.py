@@ -27,8 +27,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import suite.resolvers  # noqa: F401 - the suite's resolvers, as in tests/conftest.py
+from suite.build import build
 from suite.claim import PAPER_KEYS, load_spec, merge_overrides
-from suite.run import build
 from tests.conftest import ROOT, compose_train
 
 PAPER = ROOT / "conf" / "claim" / "paper"
@@ -243,7 +243,7 @@ def test_later_overrides_win_and_slurm_is_detected():
 
 
 def test_paper_spec_errors_are_one_line(tmp_path: Path):
-    from suite.errors import ConfigError
+    from core.errors import ConfigError
 
     bad = tmp_path / "p.yaml"
     bad.write_text("runs: [{name: a}]\nprofile: paper\npublished: {}\npaper_params: null\n")

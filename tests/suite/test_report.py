@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from core.errors import ConfigError
 from suite import claim, report
 from suite.compare import RunRecord
-from suite.errors import ConfigError
 from suite.report import (
     NOISE,
     NOT_REPRODUCED,

@@ -10,7 +10,7 @@ import shlex
 import pytest
 import torch
 
-from suite.errors import PREEMPTED_EXIT_CODE
+from core.errors import PREEMPTED_EXIT_CODE
 from tests.conftest import FIXTURE_CONF, ROOT, run_cli, run_entry
 
 COMMON = [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "trainer.max_epochs=3"]
@@ -56,7 +56,7 @@ def test_a_fresh_run_in_a_reused_folder_keeps_only_its_own_curve(tmp_path):
 
 
 def test_last_never_picks_another_configurations_checkpoint(tmp_path):
-    from suite.run import resolve_checkpoint
+    from suite.resume import resolve_checkpoint
 
     for name, overrides in (("a", ["experiment=x", "model.lr=1"]), ("b", ["experiment=x", "model.lr=2"])):
         run = tmp_path / "runs" / name

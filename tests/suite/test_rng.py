@@ -1,10 +1,10 @@
-"""suite.rng.fixed_draws: seeded evaluation draws that leave the global stream where it was."""
+"""core.rng.fixed_draws: seeded evaluation draws that leave the global stream where it was."""
 
 from __future__ import annotations
 
 import torch
 
-from suite.rng import EVAL_SEED, fixed_draws
+from core.rng import EVAL_SEED, fixed_draws
 
 
 def test_fixed_draws_repeat_and_restore_the_stream():

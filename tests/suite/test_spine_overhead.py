@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from callbacks.progress import ThrottledRichProgressBar
 from suite.loggers import ResumableCSVLogger, make_wandb_logger
+from suite.plumbing.progress import ThrottledRichProgressBar
 from suite.run import train
 from suite.wandb_reader import find_wandb_files, wait_for_wandb_run
 from tests.conftest import FIXTURE_CONF, compose_train

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment
 
-from suite.errors import ConfigError
+from core.errors import ConfigError
 from suite.startup import StartupWatch, _StageStarted, slurm_task
 from tests.conftest import FIXTURE_CONF, ROOT
 

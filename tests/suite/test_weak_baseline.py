@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from core.errors import ConfigError
 from suite.claims import Claim, ClaimResult, apply_weak_baselines, judge
 from suite.compare import RunRecord
-from suite.errors import ConfigError
 from suite.report import (
     NOT_REPRODUCED,
     REPRODUCED,
@@ -24,7 +24,8 @@ from suite.report import (
     headline_spec,
     weak_baselines,
 )
-from suite.start_metrics import START_FILE, preserved_rng
+from suite.rundir import START_FILE
+from suite.start_metrics import preserved_rng
 
 SPEC = {
     "runs": [{"name": "ours"}, {"name": "base"}, {"name": "base_exact"}],

@@ -3,9 +3,17 @@
 The classifier sibling of :class:`callbacks.quant_calibration.QuantCalibration`. At the start of ``trainer.test``
 (after fit), for each method in ``methods`` the callback swaps the module's ``nn.Linear`` / ``nn.Conv2d`` layers for
 fake-quantized ones with the method's equivalent input transforms (:class:`layers.quant.classifier.
-QuantizedClassifier`: weights symmetric RTN per output channel, activations asymmetric dynamic per token -- a row of
-a linear's input, a pixel of a convolution's input channels), calibrates them on ``calib_batches`` training
-batches, scores top-1 accuracy on the test loader next to full precision, and puts the original layers back.
+QuantizedClassifier`: weights symmetric RTN per output channel, activations asymmetric), calibrates them on
+``calib_batches`` batches of the ``calib_split`` loader, scores top-1 accuracy on the test loader next to full
+precision, and puts the original layers back. Activation scales (``act_scale``): ``token``, dynamic per token (a row of
+a linear's input, a pixel of a convolution's input channels; OSTQuant's LLM setting, under which a large entry coarsens
+only its own token's grid), or ``tensor``, static per tensor: one range per layer input, the min / max of its
+(transformed) input over the calibration batches, fixed before the test images are seen (SmoothQuant's static
+setting, where one outlier coarsens every input's grid). ``fold_bn`` first folds every eval-mode BatchNorm into the
+convolution that feeds it (:class:`layers.quant.fold.FoldedBatchNorm`), so the weight quantizer sees the weight a
+deployed integer convolution holds, and restores the model afterwards. With ``act_scale=tensor`` the OSTQuant
+transforms are learned under each input's own per-tensor range and the ranges are calibrated after the weights are
+frozen.
 
 * ``fp``: no quantization (reference).   ``rtn``: no transform.
 * ``smoothquant``: ``s = max|X|^a / max|W|^(1-a)`` (``alpha``, 0.5) per input channel of every layer (convolutions
@@ -48,10 +56,13 @@ from callbacks.quant_calibration import log_results, write_results
 from core.errors import ConfigError
 from core.smoke import smoke_test
 from layers.quant.classifier import QuantizedClassifier
+from layers.quant.fold import FoldedBatchNorm
 from ops.quant import CayleySGD, check_bits, kl_full
 from ops.quant.fake import SYM_SCALES
 
 METHODS = ("fp", "rtn", "smoothquant", "quarot", "ostquant")
+ACT_SCALES = ("token", "tensor")
+CALIB_SPLITS = ("train", "val")
 WHAT = "callbacks.quant_calibration"
 
 
@@ -69,6 +80,10 @@ class ClassifierQuantCalibration(Callback):
         seed: Seed of the random Hadamards.
         w_clip: Search each weight row's clip ratio (the official ``w_clip``) when freezing.
         w_sym_scale: Symmetric weight scale, ``signed`` or ``absmax`` (:mod:`ops.quant.fake`).
+        act_scale: ``token`` (dynamic per token) or ``tensor`` (static per tensor, calibrated; module docstring).
+        fold_bn: Fold BatchNorm into the preceding convolution before quantizing the weights.
+        calib_split: The loader calibration batches come from, ``train`` or ``val`` (a clean held-out split where
+            the training set is poisoned, as in the suite's backdoor data).
         prefix: Metric prefix and file stem: ``<prefix>/<method>_acc`` and ``<prefix>_calibration.json`` (default
             ``quant``); a second instance with another prefix (e.g. ``quant_w8a8``) scores other bit widths in the
             same run.
@@ -89,6 +104,9 @@ class ClassifierQuantCalibration(Callback):
         w_clip: bool = False,
         w_sym_scale: str = "signed",
         prefix: str = "quant",
+        act_scale: str = "token",
+        fold_bn: bool = False,
+        calib_split: str = "train",
     ) -> None:
         bad = [m for m in methods if m not in METHODS]
         if bad or not methods:
@@ -111,6 +129,11 @@ class ClassifierQuantCalibration(Callback):
         if not isinstance(prefix, str) or not prefix.replace("_", "").isalnum():
             raise ConfigError(f"{WHAT}.prefix={prefix!r} must be a non-empty word (letters, digits, underscores)")
         self.w_clip, self.w_sym_scale, self.prefix = w_clip, w_sym_scale, prefix
+        if act_scale not in ACT_SCALES:
+            raise ConfigError(f"{WHAT}.act_scale={act_scale!r} must be one of {list(ACT_SCALES)}")
+        if calib_split not in CALIB_SPLITS:
+            raise ConfigError(f"{WHAT}.calib_split={calib_split!r} must be one of {list(CALIB_SPLITS)}")
+        self.act_scale, self.fold_bn, self.calib_split = act_scale, bool(fold_bn), calib_split
         self.results: dict[str, dict[str, float]] = {}
 
     # -- the calibration pipeline (usable without a Trainer) -------------------------------------------------------
@@ -132,6 +155,7 @@ class ClassifierQuantCalibration(Callback):
             learn=method == "ostquant",
             seed=self.seed,
             w_sym_scale=self.w_sym_scale,
+            act_scale=self.act_scale,
         )
         try:
             if method == "smoothquant":
@@ -140,10 +164,22 @@ class ClassifierQuantCalibration(Callback):
                 self._learn(model, q, calib, fp_logits, steps)
             if freeze:
                 q.freeze(self.w_clip)
+                q.calibrate_activations(model, calib)  # static per-tensor ranges (act_scale=tensor), else a no-op
         except BaseException:
             q.detach()
             raise
         return q
+
+    def fold(self, model: torch.nn.Module, calib: list[Any]):
+        """Fold ``model``'s BatchNorms into their convolutions (in place, eval mode) when ``fold_bn``; returns the
+        :class:`~layers.quant.fold.FoldedBatchNorm` (call ``restore()``), or ``None``."""
+        if not self.fold_bn:
+            return None
+
+        try:
+            return FoldedBatchNorm(model, lambda: model(calib[0]))
+        except ValueError as err:
+            raise ConfigError(f"{WHAT}.fold_bn=true: {err}") from None
 
     def _learn(self, model, q, calib: list[Any], fp_logits: list[torch.Tensor], steps: int) -> None:
         rot, scales = q.rotation_parameters(), q.scale_parameters()
@@ -204,7 +240,8 @@ class ClassifierQuantCalibration(Callback):
 
     def _run(self, trainer: Trainer, pl_module: LightningModule) -> None:
         dm, fast = trainer.datamodule, smoke_test(trainer)
-        calib = [x for x, _ in _take(dm.train_dataloader(), 1 if fast else self.calib_batches, pl_module.device)]
+        loader = dm.val_dataloader() if self.calib_split == "val" else dm.train_dataloader()
+        calib = [x for x, _ in _take(loader, 1 if fast else self.calib_batches, pl_module.device)]
         calib = gather_batches(trainer, pl_module, calib)  # DDP: every rank calibrates on the pooled batches
         evals = _take(dm.test_dataloader(), 1 if fast else self.eval_batches, pl_module.device)
         pool = partial(sum_over_ranks, trainer, device=pl_module.device)  # DDP: each rank scores its own shard
@@ -215,7 +252,9 @@ class ClassifierQuantCalibration(Callback):
         with torch.no_grad():
             fp_logits = [pl_module(x) for x, _ in evals]
         self.results = {}
+        folded = None
         try:
+            folded = self.fold(pl_module, calib)
             for method in self.methods:
                 q = self.build(pl_module, method, calib, steps)
                 try:
@@ -224,11 +263,14 @@ class ClassifierQuantCalibration(Callback):
                     if q is not None:
                         q.detach()
         finally:
+            if folded is not None:
+                folded.restore()
             pl_module.train(was_training)
         fp = self.results.get("fp") or self.evaluate(pl_module, evals, fp_logits, pool)
         for r in self.results.values():
             r["acc_drop"] = fp["acc"] - r["acc"]
-        payload = {"w_bits": self.w_bits, "a_bits": self.a_bits, "results": self.results}
+        payload = {"w_bits": self.w_bits, "a_bits": self.a_bits, "act_scale": self.act_scale, "fold_bn": self.fold_bn,
+                   "calib_split": self.calib_split, "results": self.results}  # fmt: skip
         if self.prefix == "quant":
             write_results(trainer, payload)
         else:  # the same folder, the instance's own file

@@ -5,7 +5,10 @@ Used as ``report: reports.quant_outliers:claim_report`` in ``conf/claim/quant_ou
 classifier (entry ``vit``: the MDA subject; entry ``cnn``: the BaDLoss CNN) and writes ``outlier_census.csv``
 (:class:`callbacks.outlier_census.OutlierCensus`, the last census is the end of fit), ``quant_calibration.json``
 (W4A4) and ``quant_w8a8_calibration.json`` (the W8A8 control) (:class:`callbacks.quant_classifier.
-ClassifierQuantCalibration`); all three are ``data_files`` of the spec.
+ClassifierQuantCalibration`); all three are ``data_files`` of the spec. The study's quantizer (set in the spec):
+weights RTN per output channel after BatchNorm is folded into its convolution, activations static per tensor with
+ranges calibrated on clean held-out images (``act_scale=tensor fold_bn=true calib_split=val``): the setting in which
+one large activation coarsens the grid of every input, the damage SmoothQuant and OSTQuant address.
 
 Pre-registered verdicts (stated before the runs; ``hi`` is the architecture with the larger mean census ratio, the
 entries are paired by seed when both train and test on the same seed's data):
@@ -16,8 +19,10 @@ entries are paired by seed when both train and test on the same seed's data):
 3. ``w8a8_control_<arch>``: W8A8 RTN is non-inferior to full precision within :data:`DELTA` of top-1 on each
    architecture (the same model and test images: paired), a check that the quantizers are not broken.
 
-Verdicts 1-2 read ``inconclusive: phenomenon absent`` when the two architectures' census ratios overlap over seeds
-(no architecture has the larger outliers), ``inconclusive: underfit`` when a classifier's full-precision top-1 is
+Verdicts 1-2 read ``inconclusive: phenomenon absent`` when neither architecture has massive activations by the
+census's criterion (mean over seeds of the census ratio below :data:`MASSIVE`, the systematic-outliers study's
+threshold: :func:`massive_absent`), or when the two architectures' census ratios overlap over seeds (no architecture
+has the larger outliers); ``inconclusive: underfit`` when a classifier's full-precision top-1 is
 below :data:`MIN_FP_ACC` (the drops of a near-chance model mean nothing) or its ``val/loss`` had not converged.
 """
 
@@ -29,7 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from reports.systematic_outliers import census_summary, read_census
+from reports.systematic_outliers import MASSIVE, census_summary, read_census
 from suite import report as rep
 from suite.claims import Claim, ClaimResult, ClaimSpec, HookResult, Table, default_paired, judge_values
 
@@ -71,6 +76,22 @@ def recovery(d: dict[str, dict[str, float]]) -> dict[str, float]:
     return {s: rtn[s] - min(a[s] for a in aware) for s in rtn if aware and all(s in a for a in aware)}
 
 
+def massive_absent(data: Data) -> str | None:
+    """Why the phenomenon is absent when no architecture has massive activations (mean over seeds of its census
+    ratio, the max over layers of top1 / median |h|, below :data:`MASSIVE`); ``None`` when one has."""
+    means = {a: statistics.fmean(d["ratio"].values()) for a, d in data.items() if d.get("ratio")}
+    if not means or max(means.values()) >= MASSIVE:
+        return None
+    seen = "; ".join(
+        f"{a} {means[a]:.1f} (by seed " + ", ".join(f"{v:.1f}" for _, v in sorted(data[a]["ratio"].items())) + ")"
+        for a in means
+    )
+    return (
+        f"neither model has massive activations (census top1/median, max over layers: {seen}; criterion >= "
+        f"{MASSIVE:.0f})"
+    )
+
+
 def verdicts(records: list[Any], data: Data, convergence: dict[str, tuple[bool, str]]) -> list[ClaimResult]:
     """The pre-registered verdicts (module docstring) from :func:`collect`'s table; ``convergence``: entry ->
     ``(converged, reading)`` (the page's convergence rule)."""
@@ -78,8 +99,8 @@ def verdicts(records: list[Any], data: Data, convergence: dict[str, tuple[bool, 
     out: list[ClaimResult] = []
     if len(archs) == 2:
         hi, lo = sorted(archs, key=lambda a: -statistics.fmean(data[a]["ratio"].values()))
-        absent = None
-        if not min(data[hi]["ratio"].values()) > max(data[lo]["ratio"].values()):
+        absent = massive_absent(data)
+        if absent is None and not min(data[hi]["ratio"].values()) > max(data[lo]["ratio"].values()):
             ratios = ", ".join(f"{a} {rep.mean_sd(data[a]['ratio'].values())}" for a in (hi, lo))
             absent = f"the census ratios overlap over seeds ({ratios}): no architecture has the larger outliers"
         unconverged = {a: convergence[a][1] for a in archs if a in convergence and not convergence[a][0]}
@@ -126,9 +147,33 @@ def table(data: Data) -> Table:
                  columns, rows)  # fmt: skip
 
 
+def quantizer_note(records: list[Any]) -> str | None:
+    """One line naming the W4A4 quantizer the runs used (from their ``quant_calibration.json``)."""
+    seen = set()
+    for rec in records:
+        files = sorted(Path(rec.path).rglob("quant_calibration.json"))
+        if files:
+            p = json.loads(files[-1].read_text())
+            seen.add((p.get("act_scale", "token"), bool(p.get("fold_bn", False)), p.get("calib_split", "train")))
+    if not seen:
+        return None
+    words = {"token": "dynamic per token", "tensor": "static per tensor (ranges calibrated once)"}
+    return (
+        "Quantizer: "
+        + "; ".join(
+            f"activations {words.get(a, a)}, BatchNorm {'folded into its convolution' if f else 'not folded'}, "
+            f"calibration on the {c} split"
+            for a, f, c in sorted(seen)
+        )
+        + "; weights RTN per output channel."
+    )
+
+
 def claim_report(records: list[Any], spec: ClaimSpec, out_dir: Path) -> HookResult:
-    """The pre-registered verdicts and the table (module docstring)."""
+    """The pre-registered verdicts, the table and the quantizer note (module docstring)."""
     data = collect(records)
     if not data:
         return HookResult(notes=["No runs with `quant_calibration.json` found: no verdict."])
-    return HookResult(verdicts=verdicts(records, data, spec.convergence(records)), tables=[table(data)])
+    note = quantizer_note(records)
+    return HookResult(verdicts=verdicts(records, data, spec.convergence(records)), tables=[table(data)],
+                      notes=[note] if note else [])  # fmt: skip

@@ -14,9 +14,16 @@ op: a classifier's previous op is often a GELU, a pooling or a residual sum, whi
 with.
 
 Quantization (:mod:`ops.quant`): weights symmetric per output channel (rows of ``W [out, in * kh * kw]``, RTN,
-optional clip search); activations asymmetric, dynamic per token: per row of the last dimension for a linear (per
-token of a ViT, per example of an MLP head), per pixel across the input channels for a convolution (a 1-channel
-input, such as a grayscale stem, is then exact). Transforms per method (:class:`ClassifierQuantCalibration
+optional clip search); activations asymmetric, with ``act_scale``
+
+* ``token`` (default): dynamic per token: per row of the last dimension for a linear (per token of a ViT, per
+  example of an MLP head), per pixel across the input channels for a convolution (a 1-channel input, such as a
+  grayscale stem, is then exact);
+* ``tensor``: static per tensor (:class:`ops.quant.static.StaticQuantizer`): one range per layer input, every token
+  and channel together, calibrated once by :meth:`QuantizedClassifier.calibrate_activations` (min / max of the
+  layer's transformed input over the calibration batches); before that calibration, each input's own range.
+
+Transforms per method (:class:`ClassifierQuantCalibration
 <callbacks.quant_classifier.ClassifierQuantCalibration>`):
 
 * ``rtn``: none. ``smoothquant``: ``s = max|X|^a / max|W|^(1-a)`` per input channel (``a = 0.5``), from calibration
@@ -38,8 +45,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ops.quant import Quantizer, fake_quant, random_hadamard, rtn_weight
+from ops.quant.static import StaticQuantizer
 
 ROTATIONS = ("none", "hadamard")
+ACT_SCALES = ("token", "tensor")
 
 
 class QLayer(nn.Module):
@@ -47,12 +56,15 @@ class QLayer(nn.Module):
 
     Args:
         base: The layer (kept frozen and unchanged; its weight is read on the fly).
-        act_quant: Shared activation quantizer (per row of the channel-last input).
+        act_quant: Activation quantizer (shared per-token :class:`ops.quant.Quantizer`, or the layer's own
+            :class:`ops.quant.static.StaticQuantizer`).
         w_bits: Weight bits (16: full precision).
         w_sym_scale: Symmetric scale rule of :func:`ops.quant.fake_quant`.
     """
 
-    def __init__(self, base: nn.Linear | nn.Conv2d, act_quant: Quantizer, w_bits: int, w_sym_scale: str) -> None:
+    def __init__(
+        self, base: nn.Linear | nn.Conv2d, act_quant: Quantizer | StaticQuantizer, w_bits: int, w_sym_scale: str
+    ) -> None:
         super().__init__()
         self.base = base
         self.conv = isinstance(base, nn.Conv2d)
@@ -130,6 +142,8 @@ class QuantizedClassifier:
         learn: Linear layers get a trainable rotation and a trainable smoothing vector (OSTQuant).
         seed: Seed of the random Hadamard signs.
         w_sym_scale: Symmetric weight scale rule (``signed`` or ``absmax``).
+        act_scale: ``token`` (dynamic per token, shared quantizer) or ``tensor`` (static per tensor, one calibrated
+            quantizer per layer; see the module docstring).
     """
 
     def __init__(
@@ -141,9 +155,12 @@ class QuantizedClassifier:
         learn: bool = False,
         seed: int = 0,
         w_sym_scale: str = "signed",
+        act_scale: str = "token",
     ) -> None:
         if rotation not in ROTATIONS:
             raise ValueError(f"rotation={rotation!r} must be one of {ROTATIONS}")
+        if act_scale not in ACT_SCALES:
+            raise ValueError(f"act_scale={act_scale!r} must be one of {ACT_SCALES}")
         self.model = model
         self.act_quant = Quantizer(a_bits, symmetric=False, name="a_bits")
         self.layers: dict[str, QLayer] = {}
@@ -156,7 +173,8 @@ class QuantizedClassifier:
         ]
         gen = torch.Generator().manual_seed(seed)
         for name, m in targets:
-            q = QLayer(m, self.act_quant, w_bits, w_sym_scale)
+            aq = StaticQuantizer(a_bits) if act_scale == "tensor" else self.act_quant
+            q = QLayer(m, aq, w_bits, w_sym_scale)
             if q.transformable and rotation == "hadamard":
                 q.set_rotation(random_hadamard(q.n_in, gen, q.base.weight.dtype), learn=learn and not q.conv)
             if q.transformable and learn and not q.conv:
@@ -187,6 +205,7 @@ class QuantizedClassifier:
         """Switch activation quantization and the on-the-fly (training) weight quantization on or off."""
         self.act_quant.enabled = enabled
         for q in self.layers.values():
+            q.act_quant.enabled = enabled
             q.w_quant_on = enabled and q.w_frozen is None
 
     @torch.no_grad()
@@ -213,6 +232,22 @@ class QuantizedClassifier:
             wmax = q.base.weight.detach().transpose(0, 1).reshape(q.n_in, -1).abs().amax(1)
             s = q.amax.clamp_min(1e-5) ** alpha / wmax.clamp_min(1e-5) ** (1 - alpha)
             q.set_scale(s.clamp_min(1e-5), learn=False)
+
+    @torch.no_grad()
+    def calibrate_activations(self, forward, batches: list) -> None:
+        """Fix the range of every static per-tensor activation quantizer (``act_scale="tensor"``) to the min / max of
+        its layer's transformed input ``(x / s) R`` over ``forward(batch)`` for ``batch`` in ``batches``, the model
+        running with its current weights and full-precision activations. No-op for ``act_scale="token"``."""
+        static = [q.act_quant for q in self.layers.values() if isinstance(q.act_quant, StaticQuantizer)]
+        for a in static:
+            a.reset()
+            a.observing = True
+        try:
+            for batch in batches:
+                forward(batch)
+        finally:
+            for a in static:
+                a.observing = False
 
     @torch.no_grad()
     def freeze(self, clip_search: bool = False) -> None:

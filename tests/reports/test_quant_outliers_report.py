@@ -39,15 +39,16 @@ def _run(root: Path, name: str, seed: int, ratio: float, fp: float, drops: dict[
 
 
 def _records(root: Path, vit_rtn: float, cnn_rtn: float, fp: float = 0.85, w8: float = 0.001, jitter: float = 0.002,
-             vit_curve=FLAT) -> list[RunRecord]:  # fmt: skip
+             vit_curve=FLAT, vit_ratio: float = 150.0) -> list[RunRecord]:  # fmt: skip
     """Three seeds of each architecture; the seeds' RTN drops move in opposite directions on the two (so the
-    difference has a spread of its own), and the W8A8 drop grows a little with the seed (so has the control's)."""
+    difference has a spread of its own), and the W8A8 drop grows a little with the seed (so has the control's). The
+    ViT's census ratio (``vit_ratio`` + seed) is massive by default (>= 100), the CNN's (8 + seed) is not."""
     out = []
     for s, j in enumerate((-jitter, 0.0, jitter)):
         vit = {"rtn": vit_rtn + j, "smoothquant": 0.01, "quarot": 0.005 + j / 2, "ostquant": 0.004}
         cnn = {"rtn": cnn_rtn - j, "smoothquant": 0.01, "quarot": 0.01 - j / 2, "ostquant": 0.01}
         w8s = w8 + 0.0005 * s * s
-        out.append(_run(root, "vit", s, 50.0 + s, fp, vit, w8s, vit_curve))
+        out.append(_run(root, "vit", s, vit_ratio + s, fp, vit, w8s, vit_curve))
         out.append(_run(root, "cnn", s, 8.0 + s, fp, cnn, 2 * w8s))
     return out
 
@@ -68,7 +69,7 @@ def _words(records: list[RunRecord], out: Path) -> list[str]:
 def test_verdicts_follow_the_numbers(tmp_path: Path) -> None:
     # the high-outlier ViT loses more to RTN and the aware methods recover more there: both reproduced, paired
     recs = _records(tmp_path / "a", vit_rtn=0.10, cnn_rtn=0.02)
-    assert qo.table(qo.collect(recs)).rows[0][:3] == ["vit", "51 ± 1 (n=3)", "85 ± 0 (n=3) (0 ± 0 (n=3))"]
+    assert qo.table(qo.collect(recs)).rows[0][:3] == ["vit", "151 ± 1 (n=3)", "85 ± 0 (n=3) (0 ± 0 (n=3))"]
     by_id = _verdicts(recs, tmp_path)
     lose = by_id["larger_outliers_lose_more"]
     assert lose.verdict == stats.REPRODUCED and lose.paired and lose.entries == ("vit", "cnn") and lose.primary
@@ -96,7 +97,9 @@ def test_pairing_by_seed_decides(tmp_path: Path) -> None:
     paired by seed the difference is decided, which a Welch interval over the seed-to-seed spread would not."""
     recs = []
     for s in range(3):
-        recs.append(_run(tmp_path, "vit", s, 50.0 + s, 0.85, {"rtn": 0.10 + 0.05 * s + 0.001 * s, "quarot": 0.01}, 0.0))
+        recs.append(
+            _run(tmp_path, "vit", s, 150.0 + s, 0.85, {"rtn": 0.10 + 0.05 * s + 0.001 * s, "quarot": 0.01}, 0.0)
+        )
         recs.append(_run(tmp_path, "cnn", s, 8.0 + s, 0.85, {"rtn": 0.08 + 0.05 * s, "quarot": 0.01}, 0.0))
     lose = _verdicts(recs, tmp_path)["larger_outliers_lose_more"]
     assert lose.paired and lose.verdict == stats.REPRODUCED
@@ -108,10 +111,40 @@ def test_pairing_by_seed_decides(tmp_path: Path) -> None:
 def test_overlapping_census_is_phenomenon_absent(tmp_path: Path) -> None:
     recs = _records(tmp_path, vit_rtn=0.10, cnn_rtn=0.02)
     for r in recs:  # the same census ratio for both architectures
-        (Path(r.path) / "outlier_census.csv").write_text("step,kind,name,metric,value\n10,act,net.blocks.0,ratio,51\n")
+        (Path(r.path) / "outlier_census.csv").write_text("step,kind,name,metric,value\n10,act,net.blocks.0,ratio,151\n")
     by_id = _verdicts(recs, tmp_path)
     assert by_id["larger_outliers_lose_more"].verdict == by_id["aware_recover_more"].verdict == stats.ABSENT
     assert "overlap" in by_id["larger_outliers_lose_more"].why
+
+
+def test_no_massive_activations_is_phenomenon_absent(tmp_path: Path) -> None:
+    """Census ratios apart (ViT 50-52, CNN 8-10) but neither reaching the census's massive criterion (>= 100):
+    the primary claims read `phenomenon absent` whatever the drops say; the W8A8 control is still judged."""
+    recs = _records(tmp_path / "a", vit_rtn=0.10, cnn_rtn=0.02, vit_ratio=50.0)
+    by_id = _verdicts(recs, tmp_path)
+    for cid in ("larger_outliers_lose_more", "aware_recover_more"):
+        assert by_id[cid].verdict == stats.ABSENT
+        assert "massive" in by_id[cid].why and "criterion >= 100" in by_id[cid].why and "vit 51.0" in by_id[cid].why
+    assert by_id["w8a8_control_vit"].verdict == stats.REPRODUCED
+    # one ViT seed at the criterion is not enough: the mean over seeds decides (99, 100, 101 -> 100: present)
+    present = _records(tmp_path / "b", vit_rtn=0.10, cnn_rtn=0.02, vit_ratio=99.0)
+    assert qo.massive_absent(qo.collect(present)) is None
+    assert _verdicts(present, tmp_path)["larger_outliers_lose_more"].verdict == stats.REPRODUCED
+    low = _records(tmp_path / "c", vit_rtn=0.10, cnn_rtn=0.02, vit_ratio=98.0)  # 98, 99, 100 -> 99: absent
+    assert "massive" in qo.massive_absent(qo.collect(low))
+
+
+def test_quantizer_note_names_the_static_setting(tmp_path: Path) -> None:
+    recs = _records(tmp_path, vit_rtn=0.10, cnn_rtn=0.02)
+    assert qo.quantizer_note(recs) == (
+        "Quantizer: activations dynamic per token, BatchNorm not folded, calibration on the train split; weights RTN "
+        "per output channel."
+    )
+    for r in recs:
+        f = Path(r.path) / "quant_calibration.json"
+        p = json.loads(f.read_text())
+        f.write_text(json.dumps({**p, "act_scale": "tensor", "fold_bn": True, "calib_split": "val"}))
+    assert "static per tensor" in qo.quantizer_note(recs) and "folded into its convolution" in qo.quantizer_note(recs)
 
 
 def _plant(o: torch.Tensor, where: tuple[int, ...]) -> torch.Tensor:

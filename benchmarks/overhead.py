@@ -2,9 +2,12 @@
 
 Every variant trains the same MLP (same init, data, optimiser, batch) for the same number of steps, each in its own
 process (a variant run after another in one process inherits its threads, wandb service and allocator state), and the
-variants are interleaved over ``--rounds`` rounds so drift on a shared machine hits all of them alike. We report the
-median per-step wall time and main-process CPU time after warm-up, as ratios to the bare loop (goal: the suite
-<= 1.1x bare), and what each part of the suite costs (ablations: the suite's config minus one thing).
+variants are interleaved over ``--rounds`` rounds (every variant once per round, the order rotating) so drift on a
+shared machine hits all of them alike. Each round gives each variant's median per-step wall time and main-process CPU
+time after warm-up; we report their medians over the rounds and each variant's ratio to the bare loop (and the
+suite's to Lightning alone) as the geometric mean of the per-round ratios with its 95% interval over the rounds
+(``benchmarks/_timing.py``); the goal (the suite <= 1.1x bare) is met only when the interval clears it. Ablations (the
+suite's config minus one thing) say what each part of the suite costs.
 
 Variants:
 
@@ -14,7 +17,7 @@ Variants:
   wandb offline), trainer=cpu), instantiated by ``suite.run``'s own builders.
 - ``suite-...``: the suite with one Hydra override (see ``VARIANTS``), to attribute the cost.
 
-    python benchmarks/overhead.py [--steps 400] [--rounds 3] [--width 512] [--batch 128] [--only suite,bare]
+    python benchmarks/overhead.py [--steps 400] [--rounds 5] [--width 512] [--batch 128] [--only suite,bare] [--quick]
     python benchmarks/overhead.py --profile suite   # where one step's time goes (cProfile, grouped by component)
 """
 
@@ -36,6 +39,7 @@ from torch.utils.data import TensorDataset
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._timing import add_args, describe, header, interleave, ratio_interval, rounds_of  # noqa: E402
 from datamodules._base import ResumableLoader  # noqa: E402
 from lightning_modules._base import SuiteLitModule  # noqa: E402
 
@@ -78,6 +82,7 @@ DESCRIPTION = {
     "suite-csv-every-step": "  suite, CSV written every step",
     "suite-rich-bar": "  suite, Lightning's rich bar (per batch)",
 }
+GOAL = 1.1
 
 
 def make_net(width: int) -> torch.nn.Module:
@@ -281,12 +286,12 @@ def profile(name: str, steps: int, width: int, batch: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=400)
-    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--width", type=int, default=512)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--only", default=None, help="comma-separated variants (default: all)")
     p.add_argument("--profile", default=None, metavar="VARIANT", help="profile one variant's steps by component")
     p.add_argument("--variant", default=None, help=argparse.SUPPRESS)  # internal: run one variant, print JSON
+    add_args(p)
     a = p.parse_args()
     if a.profile:
         if a.profile not in VARIANTS:
@@ -296,31 +301,34 @@ def main() -> None:
     if a.variant:
         print(json.dumps(run_variant(a.variant, a.steps, a.width, a.batch)))
         return
+    rounds = rounds_of(p, a)
+    if a.quick:
+        a.steps, a.width, a.batch, a.only = 30, 32, 8, a.only or "bare,lightning,suite"
     names = a.only.split(",") if a.only else list(VARIANTS)
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
         raise SystemExit(f"unknown variant(s) {unknown}; choose from {sorted(VARIANTS)}")
     if "bare" not in names:
         names = ["bare", *names]
-    rows: dict[str, list[dict[str, float]]] = {n: [] for n in names}
-    for r in range(a.rounds):  # rotate the order each round
-        for n in names[r % len(names) :] + names[: r % len(names)]:
-            rows[n].append(measure(n, a.steps, a.width, a.batch))
+    rows = interleave({n: lambda n=n: measure(n, a.steps, a.width, a.batch) for n in names}, rounds)
     print(
         f"MLP 64-{a.width}-{a.width}-10, batch {a.batch}, {a.steps} steps (first fifth = warm-up), one torch thread, "
-        f"{a.rounds} rounds, each variant in its own process; median over rounds of the per-step median"
+        f"each variant in its own process; per round the per-step median, below the median over rounds"
     )
-    base = {k: statistics.median(x[k] for x in rows["bare"]) for k in ("wall", "cpu")}
-    print(f"{'variant':<40}{'wall ms':>9}{'x bare':>8}{'cpu ms':>9}{'x bare':>8}")
+    print(header(rounds))
+
+    def ratio(n: str, base: str, clock: str):
+        return ratio_interval([x[clock] for x in rows[n]], [x[clock] for x in rows[base]])
+
+    print(f"{'variant':<40}{'wall ms':>9}{'cpu ms':>9}   x bare (wall; cpu)")
     for n in names:
         med = {k: statistics.median(x[k] for x in rows[n]) for k in ("wall", "cpu")}
-        print(
-            f"{DESCRIPTION[n]:<40}{med['wall'] * 1e3:>9.3f}{med['wall'] / base['wall']:>8.3f}"
-            f"{med['cpu'] * 1e3:>9.3f}{med['cpu'] / base['cpu']:>8.3f}"
-        )
+        vs = "" if n == "bare" else f"   {describe(ratio(n, 'bare', 'wall'))}; {describe(ratio(n, 'bare', 'cpu'))}"
+        print(f"{DESCRIPTION[n]:<40}{med['wall'] * 1e3:>9.3f}{med['cpu'] * 1e3:>9.3f}{vs}")
     if "suite" in names:
-        med = statistics.median(x["wall"] for x in rows["suite"])
-        print(f"step overhead ratio suite/bare = {med / base['wall']:.3f}x wall (goal <= 1.1x)")
+        print(f"step overhead suite/bare (wall): {describe(ratio('suite', 'bare', 'wall'), goal=GOAL)}")
+        if "lightning" in names:
+            print(f"suite/Lightning alone (wall): {describe(ratio('suite', 'lightning', 'wall'))}")
 
 
 if __name__ == "__main__":

@@ -102,7 +102,7 @@ def fmt(value: float, unit: str = "x") -> str:
         pct = 100 * value
         return f"{pct:,.0f}%" if abs(pct) >= 1000 else f"{pct:.1f}%" if abs(pct) >= 1 else f"{pct:.3g}%"
     a = abs(value)
-    text = f"{value:,.0f}" if a >= 100 else f"{value:.1f}" if a >= 10 else f"{value:.2f}" if a >= 1 else f"{value:.3g}"
+    text = f"{value:,.0f}" if a >= 100 else f"{value:.1f}" if a >= 10 else f"{value:.2f}" if a >= 1 else f"{value:#.3g}"
     return text + unit
 
 

@@ -10,16 +10,18 @@ factuals (desired class = the flipped prediction) and solves the plain MIO (dist
 * ``matrix``: ``LiceMIO(..., backend="highspy")`` -- the same MIO assembled as a sparse matrix in numpy (``build``),
   passed to HiGHS with ``passModel`` (``translate``) and solved (``solve``).
 
-It prints per factual and the mean: the three parts, the total, the optimal objectives of both paths (they must
-agree) and the ratio ``matrix / pyomo`` of the mean totals, both in wall time (``perf_counter``) and in CPU time
-(``process_time``, robust when the machine is shared).
+Every factual is solved in ``--rounds`` rounds, round ``r`` with HiGHS ``random_seed = r``, the two paths alternating
+(their order rotating by round). It prints per factual and the mean: the three parts, the total, the optimal
+objectives of both paths (they must agree) and the ratios ``matrix / pyomo`` of the round's mean totals, both in wall
+time (``perf_counter``) and in CPU time (``process_time``, robust when the machine is shared), each with its 95%
+interval over the rounds (``benchmarks/_timing.py``).
 
 Datasets: ``german`` (the embedded UCI file, 20 features of all three kinds) or ``gmsc`` (GMSC-shaped synthetic:
 a ``cs-training.csv`` with Kaggle's header written to a temporary directory and read by the suite's GMSC loader, so
 the 10 integer/real features, monotonicity and normalisation are GMSC's; the values are drawn from distributions
 roughly matching the real marginals, heavy tails included, because the real file is not available here).
 
-    python benchmarks/lice_mio_speed.py [--dataset gmsc|german] [--rows 10] [--seed 0] [--repeats 1]
+    python benchmarks/lice_mio_speed.py [--dataset gmsc|german] [--rows 10] [--seed 0] [--rounds 5] [--quick]
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from benchmarks._timing import add_args, describe, header, ratio_interval, round_order, rounds_of  # noqa: E402
 from datamodules.tabular import GMSC_COLUMNS, TabularDataModule  # noqa: E402
 from lightning_modules.lice.mio import LiceMIO, feature_costs, mlp_forward  # noqa: E402
 from lightning_modules.lice.module import relu_mlp  # noqa: E402
@@ -129,8 +132,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--gmsc-rows", type=int, default=20000, help="size of the synthetic GMSC table")
     parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--highs-seeds", type=int, default=3, help="repeat every solve with HiGHS random_seed 0..n-1")
+    add_args(parser)
+    parser.add_argument("--highs-seeds", dest="rounds", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    rounds = rounds_of(parser, args)
+    if args.quick:
+        args.rows, args.gmsc_rows, args.epochs = 2, 2000, 2
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         if args.dataset == "gmsc":
@@ -153,19 +160,20 @@ def main() -> None:
     timed_pyomo(slow, x_warm, d_warm), timed_matrix(fast, x_warm, d_warm)
     keys = ("build", "translate", "solve")
     # t[path]: [seed, row, (build, translate, solve) x (wall, cpu)] and the objectives [seed, row]
-    t = {p: np.zeros((args.highs_seeds, len(rows), 3, 2)) for p in ("pyomo", "matrix")}
-    obj = {p: np.zeros((args.highs_seeds, len(rows))) for p in ("pyomo", "matrix")}
-    run = {p: np.zeros((args.highs_seeds, len(rows))) for p in ("pyomo", "matrix")}
-    for s in range(args.highs_seeds):
+    t = {p: np.zeros((rounds, len(rows), 3, 2)) for p in ("pyomo", "matrix")}
+    obj = {p: np.zeros((rounds, len(rows))) for p in ("pyomo", "matrix")}
+    run = {p: np.zeros((rounds, len(rows))) for p in ("pyomo", "matrix")}
+    for s in range(rounds):
         slow.highs_options["random_seed"] = fast.highs_options["random_seed"] = s
         for i, r in enumerate(rows):
             x0 = test[r]
             desired = int(mlp_forward(layers, dm.encode(np.atleast_2d(x0)))[0] < 0)
-            for name, fn, mio in (("pyomo", timed_pyomo, slow), ("matrix", timed_matrix, fast)):
+            for name in round_order(["pyomo", "matrix"], s):
+                fn, mio = (timed_pyomo, slow) if name == "pyomo" else (timed_matrix, fast)
                 res = fn(mio, x0, desired)
                 t[name][s, i] = [res[k] for k in keys]
                 obj[name][s, i], run[name][s, i] = res["obj"], res["run"]
-    print(f"per factual, mean over HiGHS random_seed 0..{args.highs_seeds - 1} (ms)")
+    print(f"per factual, mean over HiGHS random_seed 0..{rounds - 1} (ms)")
     print("row | path | build | translate | HiGHS solve | total (wall) | total (cpu) | objective")
     for i, r in enumerate(rows):
         for p in t:
@@ -183,17 +191,17 @@ def main() -> None:
     print("mean cpu total per HiGHS seed (ms): " + "; ".join(
         f"{p} " + ", ".join(f"{v:.0f}" for v in per_seed[p]) for p in t))  # fmt: skip
     print(f"largest objective difference pyomo vs matrix: {np.max(np.abs(obj['pyomo'] - obj['matrix'])):.2e}")
-    tot = {p: [t[p][..., c].sum(-1).mean() for c in (0, 1)] for p in t}
-    own = {p: [t[p][..., :2, c].sum(-1).mean() for c in (0, 1)] for p in t}
-    sol = {p: [t[p][..., 2, c].mean() for c in (0, 1)] for p in t}
-    print(
-        f"ratio matrix / pyomo, mean total: wall {tot['matrix'][0] / tot['pyomo'][0]:.3f}, "
-        f"cpu {tot['matrix'][1] / tot['pyomo'][1]:.3f}; build + translate: wall "
-        f"{own['matrix'][0] / own['pyomo'][0]:.3f}, cpu {own['matrix'][1] / own['pyomo'][1]:.3f}; "
-        f"HiGHS solve alone: wall {sol['matrix'][0] / sol['pyomo'][0]:.3f}, "
-        f"cpu {sol['matrix'][1] / sol['pyomo'][1]:.3f}"
-    )
-    print(f"HiGHS solve share of the pyomo path (cpu): {sol['pyomo'][1] / tot['pyomo'][1]:.1%}")
+    # per round (= HiGHS seed): the mean over factuals of the total, build + translate, and the HiGHS solve
+    parts = {"total": slice(0, 3), "build + translate": slice(0, 2), "HiGHS solve alone": slice(2, 3)}
+    print(header(rounds))
+    for part, sl in parts.items():
+        ivs = [
+            describe(ratio_interval(t["matrix"][:, :, sl, c].sum(-1).mean(1), t["pyomo"][:, :, sl, c].sum(-1).mean(1)))
+            for c in (0, 1)
+        ]
+        print(f"ratio matrix / pyomo, {part}: wall {ivs[0]}; cpu {ivs[1]}")
+    share = ratio_interval(t["pyomo"][:, :, 2, 1].mean(1), t["pyomo"][:, :, :, 1].sum(-1).mean(1))
+    print(f"HiGHS solve share of the pyomo path (cpu): {describe(share, '%')}")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,9 @@ classified. A task with a single class is refused by multi-head models (see ``li
 The protocol itself (tasks, per-task node splits, examples) is :mod:`layers.temporal_graph.continual`. Training
 serves task ``min(epoch // epochs_per_task, T - 1)`` (loaders are rebuilt each epoch: set
 ``trainer.reload_dataloaders_every_n_epochs=1``); ``cumulative=true`` serves tasks ``0..t`` (the Joint bound).
-Validation is the current task's val split; test is every task's test split.
+Validation serves the val splits of every task seen so far (``0..t``: the module logs the current task's accuracy
+and their mean); test is every task's test split. The node splits and subsamples are drawn from ``split_seed``, by
+default the run seed: every seed draws its own split.
 """
 
 from __future__ import annotations
@@ -296,7 +298,8 @@ class TemporalGraphDataModule(SuiteDataModule):
             later one) or ``stream`` (the whole stream, future tasks included: transductive).
         feature_dim: width of generated features (ignored for ``file``).
         train_frac: fraction of each task's nodes used for training (the rest: half val, half test).
-        split_seed: seed of the node splits (42 in the official code) and of subsampling.
+        split_seed: seed of the node splits, of the subsampling and of the generated features; ``None`` (the
+            default): the run seed, so every seed draws its own split (the official code fixes 42).
         max_train_examples_per_task, max_eval_examples_per_task: seeded subsample per task (None: all).
         chronological: serve the training queries in time order instead of shuffled (TGN's regime: its memory
             learns from the events between consecutive batches; ``model.encoder=tgn`` switches it on).
@@ -318,7 +321,7 @@ class TemporalGraphDataModule(SuiteDataModule):
         feature_fit: str = "first_task",
         feature_dim: int = 16,
         train_frac: float = 0.8,
-        split_seed: int = 42,
+        split_seed: int | None = None,
         max_train_examples_per_task: int | None = None,
         max_eval_examples_per_task: int | None = None,
         chronological: bool = False,
@@ -339,7 +342,7 @@ class TemporalGraphDataModule(SuiteDataModule):
         self.dataset, self.name = dataset, name
         self.classes_per_task, self.epochs_per_task, self.cumulative = classes_per_task, epochs_per_task, cumulative
         self.node_features, self.feature_dim, self.feature_fit = node_features, feature_dim, feature_fit
-        self.train_frac, self.split_seed = train_frac, split_seed
+        self.train_frac, self.split_seed = train_frac, seed if split_seed is None else split_seed
         self.max_train, self.max_eval = max_train_examples_per_task, max_eval_examples_per_task
         self.chronological = chronological
         self.stream: ContinualTemporalGraph | None = None
@@ -389,8 +392,8 @@ class TemporalGraphDataModule(SuiteDataModule):
             ex = ex.subset(torch.argsort(ex.t, stable=True))
         return self._serve("train", ex, not self.chronological)
 
-    def val_dataloader(self):
-        return self._serve("val", self.stream.split(self.current_task(), "val"), False)
+    def val_dataloader(self):  # every task seen so far: the module logs the current task's and their mean
+        return self._serve("val", self.stream.split(self.current_task(), "val", cumulative=True), False)
 
     def test_dataloader(self):
         return self._serve("test", self.stream.split(self.stream.num_tasks - 1, "test", cumulative=True), False)

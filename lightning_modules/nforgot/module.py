@@ -24,6 +24,10 @@ task id, i.e. task-incremental); ``multihead=false``: one head over all classes 
   ``detach_plugins=true`` reproduces the released code, where L_class and L_disc are computed without gradient
   (they are logged but do not train anything); the default follows the paper (they carry gradients).
 
+Validation covers every task seen so far: ``val/acc`` is the current task's accuracy, ``val/acc_seen`` the mean over
+the seen tasks of each one's accuracy (the validation counterpart of AP), ``val/task`` the current task; the test
+logs ``test/acc_own_task<j>``, task ``j``'s accuracy right after its own training (was it learned at all?).
+
 KD heads: in multi-head mode the old heads are distilled on the new data (LwF); ``kd_official_head=true``
 distils the current task's head instead, as the released code does (that head of the old model was never
 trained). At each task end the temporal-WL shift between the task's and the previous task's training subtrees
@@ -188,7 +192,9 @@ class NForGOTLitModule(SuiteLitModule):
             self.encoder = TGAT(in_dim or 1, dim, time_dim, num_layers, heads, num_neighbors, dropout)
         self.features = nn.Sequential(nn.Linear(dim, head_hidden), nn.ReLU(), nn.Dropout(head_dropout))
         self.head = nn.Linear(head_hidden, num_classes)  # task k's head = columns k*C .. (k+1)*C - 1
-        self.val_acc = torchmetrics.MeanMetric()
+        self.val_acc = torchmetrics.MeanMetric()  # the current task's validation accuracy
+        self.val_task_acc = nn.ModuleList(torchmetrics.MeanMetric() for _ in range(self.num_tasks))
+        self.val_seen: int | None = None  # the current task of the validation epoch under way
         self.test_acc = torchmetrics.MeanMetric()
         self.stream: Any = None
         self.reset_continual_state()
@@ -521,17 +527,46 @@ class NForGOTLitModule(SuiteLitModule):
             self.anchor[k] = params[k].detach().clone()
 
     # -- evaluation -----------------------------------------------------------------------------------------------
+    def _seen_task(self, batch: dict[str, Tensor]) -> int:
+        """The task being trained (the datamodule's schedule; the batch's largest task without one)."""
+        dm = self.trainer.datamodule if self._trainer is not None else None
+        current = getattr(dm, "current_task", None)
+        return int(current()) if callable(current) else int(batch["task"].max())
+
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, "val", int(batch["task"].max()), self.val_acc)
+        """The validation batches hold every task seen so far (the datamodule serves tasks ``0..t``)."""
+        seen = self._seen_task(batch)
+        correct = self._eval_step(batch, "val", seen)
+        tasks = batch["task"]
+        for k in tasks.unique().tolist():
+            self.val_task_acc[int(k)].update(correct[tasks == k])
+        if (tasks == seen).any():
+            self.val_acc.update(correct[tasks == seen])
+        self.val_seen = seen if self.val_seen is None else max(self.val_seen, seen)
 
     def on_validation_epoch_end(self) -> None:
-        self.log("val/acc", self.val_acc.compute())
+        """``val/acc``: the current task's accuracy; ``val/acc_seen``: the mean over the tasks seen so far of each
+        task's accuracy (the validation counterpart of AP, the curve the claim's convergence rule reads);
+        ``val/task``: the current task, so a reader can cut the curves by task."""
+        seen = self.val_seen
+        if seen is not None:
+            accs = [self.val_task_acc[k].compute() for k in range(seen + 1) if self.val_task_acc[k].update_count]
+            self.log("val/acc", self.val_acc.compute())
+            self.log("val/acc_seen", torch.stack(accs).mean() if accs else torch.tensor(float("nan")))
+            self.log("val/task", float(seen))
         self.val_acc.reset()
+        for m in self.val_task_acc:
+            m.reset()
+        self.val_seen = None
 
-    def _eval_step(self, batch: dict[str, Tensor], stage: str, seen: int, metric: torchmetrics.Metric) -> None:
+    def _eval_step(self, batch: dict[str, Tensor], stage: str, seen: int, metric: torchmetrics.Metric | None = None):
+        """Log ``<stage>/loss``; return the per-example correctness (and add it to ``metric``)."""
         z, target = self._logits(self(batch), batch["task"], batch["y"], seen)
         self.log(f"{stage}/loss", F.cross_entropy(z, target), batch_size=target.numel())
-        metric.update((z.argmax(-1) == target).float())
+        correct = (z.argmax(-1) == target).float()
+        if metric is not None:
+            metric.update(correct)
+        return correct
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         keep = batch["task"] < max(self.finished, 1)  # tasks trained so far
@@ -550,6 +585,7 @@ class NForGOTLitModule(SuiteLitModule):
         metrics = {f"test/ap_after_{i}": float(v) for i, v in enumerate(ap)}
         metrics["test/ap"] = float(ap[-1])
         metrics |= {f"test/acc_task{j}": float(a[j, -1]) for j in range(n)}
+        metrics |= {f"test/acc_own_task{j}": float(a[j, j]) for j in range(n)}  # right after its own training
         if n > 1:
             af, bwt = average_forgetting(a), backward_transfer(a)
             metrics |= {f"test/af_after_{i + 1}": float(v) for i, v in enumerate(af)}

@@ -264,3 +264,26 @@ def test_lwf_warmup_trains_only_the_new_head_then_everything(tmp_path):
     assert joint["encoder"] > 0 and joint["features"] > 0 and joint["head0"] > 0  # L_KD trains the old head
     with pytest.raises(ConfigError, match="lwf_warmup_epochs"):
         NForGOTLitModule(multihead=False, lwf_warmup_epochs=1)
+
+
+@pytest.mark.parametrize("multihead", [True, False])
+def test_validation_covers_the_seen_tasks_and_logs_their_mean_accuracy(tmp_path, multihead):
+    L.seed_everything(0)
+    dm, model, trainer = make(tmp_path, classes=(0, 1, 2, 3, 4, 5), epochs_per_task=1, method="finetune",
+                              multihead=multihead)  # fmt: skip
+    if multihead:  # features without the class: each task's accuracy sits near chance, a different value per task
+        np.save(tmp_path / "toy_node.npy", np.random.default_rng(1).normal(size=(41, 6)))
+    # single-head: the class features; finetuning learns the newest task and forgets the older ones
+    trainer.fit(model, datamodule=dm)
+    m = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    model.eval()
+    per_task = [model.task_accuracy(j, 2, split="val") for j in range(3)]  # the final weights, after task 2
+    sizes = [len(dm.stream.examples[j]["val"]) for j in range(3)]
+    pooled = sum(a * n for a, n in zip(per_task, sizes, strict=True)) / sum(sizes)
+    assert m["val/task"] == 2.0 and m["val/acc"] == pytest.approx(per_task[2], abs=1e-6)  # the current task's
+    assert m["val/acc_seen"] == pytest.approx(sum(per_task) / 3, abs=1e-6)  # the mean of the tasks' accuracies
+    # the values discriminate: the mean over tasks is neither the current task's nor the pooled accuracy
+    assert abs(sum(per_task) / 3 - per_task[2]) > 1e-3 and abs(sum(per_task) / 3 - pooled) > 1e-4
+    trainer.test(model, datamodule=dm, verbose=False)
+    for j in range(3):  # each task's accuracy right after its own training
+        assert float(trainer.callback_metrics[f"test/acc_own_task{j}"]) == pytest.approx(float(model.acc[j, j]))

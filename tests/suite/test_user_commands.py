@@ -178,10 +178,10 @@ def test_settings_and_methods_split_the_claim_entry_names():
 
     spec = OmegaConf.load(ROOT / "conf" / "claim" / "nforgot.yaml")
     split = settings_and_methods([e.name for e in spec.runs])
-    assert {s for s, _ in split.values()} == {"school2d", "school2d_tgn", "school", "school_ci", "pubmed"}
-    assert split["school_ci_lwf"] == ("school_ci", "lwf") and split["school2d_tgn_nforgot_released"] == (
-        "school2d_tgn", "nforgot_released")  # fmt: skip
-    assert split["school2d_nforgot_wl"] == ("school2d", "nforgot_wl")
+    assert {s for s, _ in split.values()} == {"school4d", "school4d_tgn", "school", "school_ci", "pubmed"}
+    assert split["school_ci_lwf"] == ("school_ci", "lwf") and split["school4d_tgn_nforgot_released"] == (
+        "school4d_tgn", "nforgot_released")  # fmt: skip
+    assert split["school4d_nforgot_wl"] == ("school4d", "nforgot_wl")
     assert settings_and_methods(["model.neuron=lif", "model.neuron=gru"]) == {
         "model.neuron=lif": ("", "model.neuron=lif"), "model.neuron=gru": ("", "model.neuron=gru")}  # fmt: skip
 

@@ -87,8 +87,9 @@ compare: $(STAMP) ## Compare finished runs: make compare [METHOD=x | RUNS="dir1 
 
 bench: $(STAMP) ## Run every CPU benchmark in benchmarks/ (GPU-only ones skipped, saying why); BENCH_LIST=1: list only
 	@# A script that cannot run here says why in a module-level line `BENCH_SKIP = "<why>"`. One that fails does not
-	@# stop the others; the last line counts them, and the exit status is 1 when any failed.
-	@ran=0; skipped=0; failed=""; for b in $(BENCH_DIR)/*.py; do \
+	@# stop the others; the last line counts them, and the exit status is 1 when any failed. A module named _*.py is a
+	@# helper the scripts share (benchmarks/_timing.py), not a benchmark.
+	@ran=0; skipped=0; failed=""; for b in $(BENCH_DIR)/[!_]*.py; do \
 		why=$$(sed -n 's/^BENCH_SKIP = "\(.*\)"$$/\1/p' "$$b"); \
 		if [ -n "$$why" ]; then echo "== $$b: skipped: $$why"; skipped=$$((skipped + 1)); continue; fi; \
 		if [ -n "$(BENCH_LIST)" ]; then echo "== $$b: runs"; ran=$$((ran + 1)); continue; fi; \

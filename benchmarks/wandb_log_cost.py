@@ -5,17 +5,16 @@ Both loggers write an offline run in a temporary folder and log the same rows (`
 a training step logs); the time counted is the ``log_metrics`` calls alone, on the calling thread (the async
 logger's flush at the end of a round is not counted: it runs off the training step). The two are interleaved over
 ``--rounds`` rounds so drift on a shared machine hits both alike; each round gives a ratio async/sync, and the
-summary is their geometric mean with a 95% Student-t interval over the rounds (on the log ratios). The suite's
-claim: queueing is much cheaper than logging (goal: async/sync < 0.1, met only when the interval's upper end is
-below it).
+summary is their geometric mean with a 95% Student-t interval over the rounds (on the log ratios,
+``benchmarks/_timing.py``). The suite's claim: queueing is much cheaper than logging (goal: async/sync <= 0.1, met
+only when the interval's upper end is below it).
 
-    python benchmarks/wandb_log_cost.py [--rounds 7] [--rows 200]
+    python benchmarks/wandb_log_cost.py [--rounds 7] [--rows 200] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -26,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._timing import add_args, describe, header, ratio_interval, round_order, rounds_of  # noqa: E402
 from suite.loggers import make_wandb_logger  # noqa: E402
-from suite.stats import t_quantile  # noqa: E402
 
 GOAL = 0.1
 
@@ -48,36 +47,28 @@ def per_row_seconds(async_log: bool, rows: int, folder: Path) -> float:
     return elapsed / rows
 
 
-def ratio_interval(ratios: list[float]) -> tuple[float, float, float]:
-    """Geometric mean of ``ratios`` and its 95% Student-t interval (computed on the logs, n-1 degrees of freedom)."""
-    logs = [math.log(r) for r in ratios]
-    mean = statistics.fmean(logs)
-    half = t_quantile(0.95, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (>= 5 for an interval)")
     parser.add_argument("--rows", type=int, default=200, help="rows logged per logger and round")
+    add_args(parser, rounds=7)
     args = parser.parse_args(argv)
-    if args.rounds < 5:
-        parser.error(f"--rounds {args.rounds}: at least 5 rounds are needed for an interval")
+    rounds = rounds_of(parser, args)
+    if args.quick:
+        args.rows = 20
     os.environ.setdefault("WANDB_SILENT", "true")
     sync_s, async_s = [], []
     with tempfile.TemporaryDirectory(prefix="wandb-log-cost-") as tmp:
-        for r in range(args.rounds):
-            order = (False, True) if r % 2 == 0 else (True, False)  # alternate which goes first
-            for async_log in order:
+        for r in range(rounds):
+            for async_log in round_order([False, True], r):  # alternate which goes first
                 sec = per_row_seconds(async_log, args.rows, Path(tmp) / f"{r}-{int(async_log)}")
                 (async_s if async_log else sync_s).append(sec)
             print(f"round {r + 1}: sync {1e6 * sync_s[-1]:8.1f} us/row, async {1e6 * async_s[-1]:6.1f} us/row, "
                   f"ratio {async_s[-1] / sync_s[-1]:.4f}")  # fmt: skip
-    mean, lo, hi = ratio_interval([a / s for a, s in zip(async_s, sync_s, strict=True)])
+    iv = ratio_interval(async_s, sync_s)
     med_sync, med_async = 1e6 * statistics.median(sync_s), 1e6 * statistics.median(async_s)
     print(f"median per row: sync {med_sync:.1f} us, async {med_async:.1f} us")
-    verdict = "met" if hi < GOAL else ("not met" if lo >= GOAL else "undecided (the interval straddles it)")
-    print(f"async/sync: {mean:.4f} [95% CI {lo:.4f}, {hi:.4f}] over {args.rounds} rounds; goal < {GOAL}: {verdict}")
+    print(header(rounds))
+    print(f"async/sync: {describe(iv, goal=GOAL)}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import torch
 
 from tests.conftest import PORTS, ROOT
 
-BENCHMARKS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))
+BENCHMARKS = sorted(p.name for p in (ROOT / "benchmarks").glob("[!_]*.py"))  # _*.py: shared helpers
 
 
 def _make(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -52,12 +52,14 @@ def test_make_bench_runs_past_a_failing_script_and_fails_at_the_end(tmp_path):
     (tmp_path / "b_fails.py").write_text("import sys\nsys.exit('b_fails broke')\n")
     (tmp_path / "c_gpu.py").write_text('BENCH_SKIP = "needs a GPU"\nraise SystemExit("c_gpu must not run")\n')
     (tmp_path / "d_ok.py").write_text("print('ran d_ok')\n")
+    (tmp_path / "_helper.py").write_text("raise SystemExit('a helper must not run')\n")
     proc = _make("bench", f"BENCH_DIR={tmp_path}")
     assert proc.returncode != 0
     out = proc.stdout.splitlines()
     assert "ran a_ok" in out and "ran d_ok" in out, proc.stdout
     assert f"== {tmp_path}/c_gpu.py: skipped: needs a GPU" in out
     assert "c_gpu must not run" not in proc.stderr and "b_fails broke" in proc.stderr
+    assert "a helper must not run" not in proc.stderr and not any("_helper" in line for line in out)
     assert out[-1] == f"bench: 2 run, 1 skipped, failed: {tmp_path}/b_fails.py"
 
 

@@ -238,7 +238,7 @@ _GROUPS = [
     ("csv_logs", "loggers: CSV"),
     ("loggers/", "loggers: other"),
     ("rich", "progress bar"),
-    ("callbacks/progress", "progress bar"),
+    ("suite/plumbing/progress", "progress bar"),
     ("lr_monitor", "LR monitor"),
     ("logger_connector", "Lightning: self.log / ResultCollection"),
     ("lightning_utilities", "Lightning: collection traversal (apply_to_collection)"),

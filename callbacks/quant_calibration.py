@@ -20,7 +20,7 @@ full-precision model. Methods (the paper's method and the baselines it compares 
 losses at the masked positions).
 
 Contract (:func:`callbacks.contracts.quant_calibration_problems`, checked at ``setup`` with one
-:class:`~suite.errors.ConfigError` line naming what is missing): ``pl_module.<net_attr>`` is a causal LM shaped like
+:class:`~core.errors.ConfigError` line naming what is missing): ``pl_module.<net_attr>`` is a causal LM shaped like
 :class:`layers.lm.CausalLM` (``embed``, ``blocks`` of ``norm1``/``mixer``/``norm2``/``mlp`` with linear layers,
 ``norm``, ``lm_head``; :class:`~callbacks.contracts.CausalLMNet`), and the datamodule's train (calibration) and val
 (evaluation) batches are dicts with ``input_ids`` and ``labels``. Vision (and other) classifiers:

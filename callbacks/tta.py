@@ -6,7 +6,7 @@ During ``trainer.test`` the callback adapts the module on each unlabelled test b
 from :mod:`callbacks.tta_methods` chosen by name (``source``, ``bn``, ``tent``, ``eata``, ``sar``, ``sumi``).
 
 What the module must provide (the contract, :func:`callbacks.contracts.tta_problems`, checked at ``setup`` with
-one :class:`~suite.errors.ConfigError` line naming what is missing): batches ``(x, y, ...)`` with class labels ``y``
+one :class:`~core.errors.ConfigError` line naming what is missing): batches ``(x, y, ...)`` with class labels ``y``
 where ``x`` is whatever ``module(x)`` maps to logits ``[B, C]`` (a tensor or a tuple of modalities), a
 ``num_classes`` attribute (or pass ``num_classes``) and, for ``params=norm``, normalisation layers. SuMi also needs
 ``module.tta_forward(x)`` (see ``lightning_modules.sumi.SumiLitModule``). The callback scores every adapted batch:
@@ -21,7 +21,7 @@ Which parameters adapt (``params``): ``norm`` (affine weights and biases of ever
 GroupNorm / InstanceNorm, as Tent, EATA, SAR and SuMi) or ``all``. BatchNorm layers use test-batch statistics
 (Tent) for every method but ``source``; ``bn`` (BN-adapt) does only that and adapts no parameter, so it needs no
 normalisation layer (without BatchNorm it is the source model). A model without normalisation layers is a
-:class:`~suite.errors.ConfigError` at test start for the methods that take gradient steps.
+:class:`~core.errors.ConfigError` at test start for the methods that take gradient steps.
 
 Under DDP (``trainer=ddp``) the result differs from one process by design. Each rank adapts its own copy of the
 model online on its own shard of the stream (the ranks' ``k``-th batches together are one process's ``k``-th

@@ -303,7 +303,7 @@ def main() -> None:
         return
     rounds = rounds_of(p, a)
     if a.quick:
-        a.steps, a.width, a.batch, a.only = 30, 32, 8, a.only or "bare,lightning,suite"
+        a.steps, a.width, a.batch, a.only = 30, 32, 8, a.only or "bare,suite"
     names = a.only.split(",") if a.only else list(VARIANTS)
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:

@@ -222,9 +222,13 @@ class OutlierCensus(Callback):
         pl_module.eval()
         try:
             rows = run_census(
-                pl_module, lambda: pl_module(x), self.activation_pattern, self.weight_pattern, self.k,
+                pl_module,
+                lambda: pl_module(x),
+                self.activation_pattern,
+                self.weight_pattern,
+                self.k,
                 capture=self.capture,
-            )  # fmt: skip
+            )
         finally:
             pl_module.train(was_training)
         self._last_step = trainer.global_step

@@ -269,8 +269,14 @@ class ClassifierQuantCalibration(Callback):
         fp = self.results.get("fp") or self.evaluate(pl_module, evals, fp_logits, pool)
         for r in self.results.values():
             r["acc_drop"] = fp["acc"] - r["acc"]
-        payload = {"w_bits": self.w_bits, "a_bits": self.a_bits, "act_scale": self.act_scale, "fold_bn": self.fold_bn,
-                   "calib_split": self.calib_split, "results": self.results}  # fmt: skip
+        payload = {
+            "w_bits": self.w_bits,
+            "a_bits": self.a_bits,
+            "act_scale": self.act_scale,
+            "fold_bn": self.fold_bn,
+            "calib_split": self.calib_split,
+            "results": self.results,
+        }
         if self.prefix == "quant":
             write_results(trainer, payload)
         else:  # the same folder, the instance's own file

@@ -20,10 +20,16 @@ class FeatureNet(nn.Module):
         super().__init__()
         self.num_features = num_features
         self.body = nn.Sequential(
-            nn.Conv2d(in_channels, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
-            nn.Flatten(), nn.Linear(256, num_features), nn.ReLU(),
-        )  # fmt: skip
+            nn.Conv2d(in_channels, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(2),
+            nn.Flatten(),
+            nn.Linear(256, num_features),
+            nn.ReLU(),
+        )
         self.head = nn.Linear(num_features, num_classes)
 
     def forward(self, x: Tensor) -> Tensor:

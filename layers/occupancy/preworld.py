@@ -38,8 +38,16 @@ class ImageEncoder(nn.Module):
             feature level (2: stride 8 for ResNets).
     """
 
-    def __init__(self, depth_bins: int, context: int, width: int = 32, stride: int = 2, backbone: str = "cnn",
-                 pretrained: bool = False, timm_index: int = 2) -> None:  # fmt: skip
+    def __init__(
+        self,
+        depth_bins: int,
+        context: int,
+        width: int = 32,
+        stride: int = 2,
+        backbone: str = "cnn",
+        pretrained: bool = False,
+        timm_index: int = 2,
+    ) -> None:
         super().__init__()
         self.depth_bins, self.context, self.stride = depth_bins, context, stride
         if backbone == "cnn":
@@ -72,17 +80,29 @@ class ImageEncoder(nn.Module):
 class LiftSplat(nn.Module):
     """Images [B, N, 3, H, W] + intrinsics [B, N, 3, 3] + camera-to-ego [B, N, 4, 4] -> V [B, C, X, Y, Z]."""
 
-    def __init__(self, grid, pc_range, depth_range=(1.0, 12.0), depth_bins: int = 16, context: int = 16,
-                 channels: int = 32, width: int = 32, stride: int = 2, backbone: str = "cnn",
-                 timm_index: int = 2) -> None:  # fmt: skip
+    def __init__(
+        self,
+        grid,
+        pc_range,
+        depth_range=(1.0, 12.0),
+        depth_bins: int = 16,
+        context: int = 16,
+        channels: int = 32,
+        width: int = 32,
+        stride: int = 2,
+        backbone: str = "cnn",
+        timm_index: int = 2,
+    ) -> None:
         super().__init__()
         self.grid, self.pc_range = tuple(grid), tuple(pc_range)
         self.encoder = ImageEncoder(depth_bins, context, width, stride, backbone, timm_index=timm_index)
         self.register_buffer("depths", torch.linspace(depth_range[0], depth_range[1], depth_bins), persistent=False)
         self.final_conv = nn.Sequential(
-            nn.Conv3d(context, channels, 3, padding=1), nn.BatchNorm3d(channels), nn.ReLU(),
+            nn.Conv3d(context, channels, 3, padding=1),
+            nn.BatchNorm3d(channels),
+            nn.ReLU(),
             nn.Conv3d(channels, channels, 3, padding=1),
-        )  # fmt: skip
+        )
 
     def frustum(self, intrins, cam2ego, h: int, w: int, stride: int) -> torch.Tensor:
         """Ego-frame points of every (depth bin, feature pixel): [B, N, D, h, w, 3]."""
@@ -129,8 +149,9 @@ class OccHead(nn.Module):
 
     def __init__(self, channels: int, num_classes: int) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Conv3d(channels, channels, 3, padding=1), nn.Softplus(),
-                                 nn.Conv3d(channels, num_classes, 1))  # fmt: skip
+        self.net = nn.Sequential(
+            nn.Conv3d(channels, channels, 3, padding=1), nn.Softplus(), nn.Conv3d(channels, num_classes, 1)
+        )
 
     def forward(self, v: torch.Tensor) -> torch.Tensor:
         return self.net(v)
@@ -154,9 +175,13 @@ class Forecaster(nn.Module):
         self.plan = mlp([state_dim, 8 * c, 8 * c, c], act=nn.ReLU)
         self.fuse = mlp([2 * c, 4 * c, c])
         self.down = nn.Sequential(
-            nn.Conv3d(c, 2 * c, 3, stride=2, padding=1), nn.ReLU(), nn.Conv3d(2 * c, 4 * c, 3, stride=2, padding=1),
-            nn.ReLU(), nn.Conv3d(4 * c, 4 * c, 3, stride=2, padding=1), nn.ReLU(),
-        )  # fmt: skip
+            nn.Conv3d(c, 2 * c, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.Conv3d(2 * c, 4 * c, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.Conv3d(4 * c, 4 * c, 3, stride=2, padding=1),
+            nn.ReLU(),
+        )
         self.ego = mlp([5 * c, 8 * c, 4 * c, 2 * c, c], act=nn.ReLU)
         self.traj = mlp([c, 2 * c, 2], act=nn.ReLU)
 

@@ -64,8 +64,9 @@ class FoldedBatchNorm:
                 continue  # a BatchNorm on batch statistics is not a fixed affine map
             folded = copy.deepcopy(conv)
             with torch.no_grad():
-                w, b = fold_batchnorm(conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.weight, bn.bias,
-                                      bn.eps)  # fmt: skip
+                w, b = fold_batchnorm(
+                    conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.weight, bn.bias, bn.eps
+                )
                 folded.weight = nn.Parameter(w.clone(), requires_grad=conv.weight.requires_grad)
                 folded.bias = nn.Parameter(b.clone(), requires_grad=conv.weight.requires_grad)
             self._swap(conv_name, folded)
@@ -77,8 +78,10 @@ class FoldedBatchNorm:
             err = float((after.detach() - before.detach()).abs().amax() / scale)
             if not err <= rtol:
                 self.restore()
-                raise ValueError(f"folding BatchNorm into {found} changes the model's output ({err:.2e} relative): "
-                                 "a folded convolution's output also feeds another layer")  # fmt: skip
+                raise ValueError(
+                    f"folding BatchNorm into {found} changes the model's output ({err:.2e} relative): "
+                    "a folded convolution's output also feeds another layer"
+                )
 
     def _swap(self, name: str, new: nn.Module) -> None:
         parent_name, _, child = name.rpartition(".")

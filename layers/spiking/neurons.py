@@ -184,9 +184,18 @@ class TCLIFNeuron(_Neuron):
         one, zero = x.new_ones(()), x.new_zeros(())
         d = torch.stack([one, one, one, zero])
         y, u_d, u_s = two_compartment_scan(
-            x, d, -b2, -b1, one, zero, self.theta, self.gamma, self.alpha, reset_dendrite_by="soma",
+            x,
+            d,
+            -b2,
+            -b1,
+            one,
+            zero,
+            self.theta,
+            self.gamma,
+            self.alpha,
+            reset_dendrite_by="soma",
             detach_reset=self.detach_reset,
-        )  # fmt: skip
+        )
         return (y, u_d, u_s) if return_states else y
 
     def coefficients(self) -> dict[str, torch.Tensor]:
@@ -246,9 +255,17 @@ class TSLIFNeuron(_Neuron):
         """
         self._check(x)
         y, v_d, v_s = two_compartment_scan(
-            x, self.d(), self.kappa, self.gamma_ds, self.alpha_s, self.alpha_d_eff(), self.theta, self.gamma,
-            self.alpha, detach_reset=self.detach_reset,
-        )  # fmt: skip
+            x,
+            self.d(),
+            self.kappa,
+            self.gamma_ds,
+            self.alpha_s,
+            self.alpha_d_eff(),
+            self.theta,
+            self.gamma,
+            self.alpha,
+            detach_reset=self.detach_reset,
+        )
         return (y, v_d, v_s) if return_states else y
 
     def coefficients(self) -> dict[str, torch.Tensor]:

@@ -110,10 +110,12 @@ def memory_chunk_step(
     tt = torch.cat([t, t])
     raw = memory.new_zeros(2 * m, mem.raw_msg_dim)  # no edge features (the N-ForGOT code feeds zeros)
     enc = mem.time_enc((tt - last[node]).to(memory.dtype))
-    msg = torch.cat([
-        mem.msg_s_module(memory[src], memory[dst], raw[:m], enc[:m]),
-        mem.msg_d_module(memory[dst], memory[src], raw[m:], enc[m:]),
-    ])  # fmt: skip
+    msg = torch.cat(
+        [
+            mem.msg_s_module(memory[src], memory[dst], raw[:m], enc[:m]),
+            mem.msg_d_module(memory[dst], memory[src], raw[m:], enc[m:]),
+        ]
+    )
     uniq, inv = torch.unique(node, return_inverse=True)
     order = torch.arange(m, device=memory.device).double()
     key = torch.cat([order, order + 0.5])  # event order in the chunk: strictly increasing, so "last" is unique
@@ -200,10 +202,13 @@ class TGN(TGAT):
         h = self._histories.get(key)
         if h is None:
             h = MemoryHistory(
-                torch.zeros(n, self.dim, device=dev, dtype=dtype), torch.zeros(n, dtype=torch.float64, device=dev),
-                0, torch.zeros(0, dtype=torch.long, device=dev), torch.zeros(0, self.dim, device=dev, dtype=dtype),
+                torch.zeros(n, self.dim, device=dev, dtype=dtype),
+                torch.zeros(n, dtype=torch.float64, device=dev),
+                0,
+                torch.zeros(0, dtype=torch.long, device=dev),
+                torch.zeros(0, self.dim, device=dev, dtype=dtype),
                 num_chunks + 1,
-            )  # fmt: skip
+            )
         if upto <= h.done:
             return h
         memory, last = h.memory, h.last

@@ -78,10 +78,14 @@ class FlowNet(nn.Module):
         super().__init__()
         self.max_flow = max_flow
         self.net = nn.Sequential(
-            nn.Conv2d(6, c, 5, padding=2), nn.LeakyReLU(0.1), nn.Conv2d(c, c, 3, padding=2, dilation=2),
-            nn.LeakyReLU(0.1), nn.Conv2d(c, c, 3, padding=4, dilation=4), nn.LeakyReLU(0.1),
+            nn.Conv2d(6, c, 5, padding=2),
+            nn.LeakyReLU(0.1),
+            nn.Conv2d(c, c, 3, padding=2, dilation=2),
+            nn.LeakyReLU(0.1),
+            nn.Conv2d(c, c, 3, padding=4, dilation=4),
+            nn.LeakyReLU(0.1),
             nn.Conv2d(c, 2, 3, padding=1),
-        )  # fmt: skip
+        )
         nn.init.zeros_(self.net[-1].weight)
         nn.init.zeros_(self.net[-1].bias)
 
@@ -106,9 +110,12 @@ class FlowGuidedDCN(nn.Module):
         self.bias = nn.Parameter(torch.zeros(c))
         nn.init.kaiming_uniform_(self.weight, a=5**0.5)
         self.offset = nn.Sequential(
-            nn.Conv2d(2 * c + 2, c, 3, padding=1), nn.LeakyReLU(0.1), nn.Conv2d(c, c, 3, padding=1),
-            nn.LeakyReLU(0.1), nn.Conv2d(c, 3 * groups * 9, 3, padding=1),
-        )  # fmt: skip
+            nn.Conv2d(2 * c + 2, c, 3, padding=1),
+            nn.LeakyReLU(0.1),
+            nn.Conv2d(c, c, 3, padding=1),
+            nn.LeakyReLU(0.1),
+            nn.Conv2d(c, 3 * groups * 9, 3, padding=1),
+        )
         nn.init.zeros_(self.offset[-1].weight)  # start at offsets = flow, mask = 0.5 (BasicVSR++)
         nn.init.zeros_(self.offset[-1].bias)
 

@@ -78,9 +78,12 @@ def build_open_clip(
     check(checkpoint is None, "model.net.checkpoint needs model.net.model_name (an open_clip architecture)")
     check(image_size % patch_size == 0, f"image_size={image_size} must divide by patch_size={patch_size}")
     vision = CLIPVisionCfg(
-        layers=vision_layers, width=vision_width, head_width=vision_head_width, patch_size=patch_size,
+        layers=vision_layers,
+        width=vision_width,
+        head_width=vision_head_width,
+        patch_size=patch_size,
         image_size=image_size,
-    )  # fmt: skip
+    )
     text = CLIPTextCfg(
         context_length=context_length, vocab_size=vocab_size, width=text_width, heads=text_heads, layers=text_layers
     )

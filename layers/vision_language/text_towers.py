@@ -83,9 +83,15 @@ class AbsoluteTextTower(nn.Module):
     """
 
     def __init__(
-        self, vocab_size: int, context_length: int, width: int, heads: int, layers: int, embed_dim: int,
+        self,
+        vocab_size: int,
+        context_length: int,
+        width: int,
+        heads: int,
+        layers: int,
+        embed_dim: int,
         mlp_ratio: float = 4.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__()
         self.context_length = context_length
         self.token_embedding = nn.Embedding(vocab_size, width)
@@ -168,9 +174,17 @@ class RoPETextTower(nn.Module):
     """
 
     def __init__(
-        self, vocab_size: int, context_length: int, width: int, heads: int, layers: int, embed_dim: int,
-        mlp_ratio: float = 4.0, theta: float = 10000.0, attention: str = "sdpa",
-    ) -> None:  # fmt: skip
+        self,
+        vocab_size: int,
+        context_length: int,
+        width: int,
+        heads: int,
+        layers: int,
+        embed_dim: int,
+        mlp_ratio: float = 4.0,
+        theta: float = 10000.0,
+        attention: str = "sdpa",
+    ) -> None:
         super().__init__()
         check(width % heads == 0, f"text width={width} must divide by heads={heads}")
         check((width // heads) % 2 == 0, f"RoPE head size {width // heads} (width/heads) must be even")
@@ -224,9 +238,11 @@ class RoPETextTower(nn.Module):
         overrides the lengths in the NTK ratio (the official defaults are ``(231, 248)``); by default they are
         ``(context_length, old_length)``. Returns the new base."""
         new, old = ntk_lengths if ntk_lengths is not None else (context_length, old_length)
-        theta = self.theta if scaling_factor is None else ntk_theta(
-            self.theta, scaling_factor, int(new), int(old), self.head_dim
-        )  # fmt: skip
+        theta = (
+            self.theta
+            if scaling_factor is None
+            else ntk_theta(self.theta, scaling_factor, int(new), int(old), self.head_dim)
+        )
         self.set_rope(context_length, theta)
         return theta
 

@@ -153,8 +153,9 @@ class PreWorldLitModule(SuiteLitModule):
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         self.stage, self.init_from = stage, init_from
         self.grid, self.pc_range, self.num_classes, self.horizon = tuple(grid), tuple(pc_range), num_classes, horizon
-        self.lift = LiftSplat(grid, pc_range, depth_range, depth_bins, context, channels, encoder_width, stride,
-                              backbone, timm_index)  # fmt: skip
+        self.lift = LiftSplat(
+            grid, pc_range, depth_range, depth_bins, context, channels, encoder_width, stride, backbone, timm_index
+        )
         self.attrs = AttributeHeads(channels, num_classes - 1)
         self.occ_head = OccHead(channels, num_classes)
         self.forecaster = Forecaster(channels, state_dim)
@@ -209,8 +210,9 @@ class PreWorldLitModule(SuiteLitModule):
 
     def volumes(self, batch: dict, steps: int):
         v = self.lift(batch["img"], batch["intrins"], batch["cam2ego"])
-        vols, offsets = forecast(v, batch["ego_state"], self.forecaster, steps, self.hparams.roll_state,
-                                 self.hparams.ego_conditioning)  # fmt: skip
+        vols, offsets = forecast(
+            v, batch["ego_state"], self.forecaster, steps, self.hparams.roll_state, self.hparams.ego_conditioning
+        )
         return [v, *vols], offsets
 
     def _draw_rays(self, batch: dict, k: int) -> dict:
@@ -225,16 +227,31 @@ class PreWorldLitModule(SuiteLitModule):
             pick = torch.multinomial(w.float(), n, replacement=False)
             idx.append(torch.cat([pick, pick[:1].expand(self.hparams.n_rays - n)]))
         idx = torch.stack(idx)
-        take = lambda x: torch.gather(x[:, k], 1, idx.view(*idx.shape, *([1] * (x.dim() - 3))).expand(  # noqa: E731
-            *idx.shape, *x.shape[3:]))  # fmt: skip
+
+        def take(x: torch.Tensor) -> torch.Tensor:
+            return torch.gather(
+                x[:, k], 1, idx.view(*idx.shape, *([1] * (x.dim() - 3))).expand(*idx.shape, *x.shape[3:])
+            )
+
         return {key: take(batch[key]) for key in ("rays_o", "rays_d", "ray_depth", "ray_sem", "ray_rgb", "ray_valid")}
 
     def render(self, v: torch.Tensor, rays: dict) -> dict[str, torch.Tensor]:
         """Volume rendering (Sec. 3.2, Eq. 5) of the attributes of V along ``rays`` (``rays_o``/``rays_d`` [B, R, 3]):
         :func:`ops.occupancy.render.render_rays` with this module's sampling and depth convention."""
         h = self.hparams
-        return render_rays(self.attrs(v), rays["rays_o"], rays["rays_d"], self.pc_range, tuple(h.center), h.radius,
-                           h.bg_len, h.n_inner, h.interval, 0.0, h.depth_mode)  # fmt: skip
+        return render_rays(
+            self.attrs(v),
+            rays["rays_o"],
+            rays["rays_d"],
+            self.pc_range,
+            tuple(h.center),
+            h.radius,
+            h.bg_len,
+            h.n_inner,
+            h.interval,
+            0.0,
+            h.depth_mode,
+        )
 
     def render_loss(self, v: torch.Tensor, rays: dict) -> dict[str, torch.Tensor]:
         """Sec. 3.2 losses of one frame's rays rendered from the volume V."""
@@ -278,8 +295,13 @@ class PreWorldLitModule(SuiteLitModule):
         for k, v in enumerate(vols):
             if self.stage == "pretrain":
                 part = self.render_loss(v, self._draw_rays(batch, k))
-                wts = {"depth": h.w_depth, "sem": h.w_sem, "rgb": h.w_rgb, "entropy": h.w_entropy,
-                       "distortion": h.w_distortion}  # fmt: skip
+                wts = {
+                    "depth": h.w_depth,
+                    "sem": h.w_sem,
+                    "rgb": h.w_rgb,
+                    "entropy": h.w_entropy,
+                    "distortion": h.w_distortion,
+                }
             else:
                 lab = batch["labelled"]
                 if not lab.any():
@@ -348,8 +370,12 @@ class PreWorldLitModule(SuiteLitModule):
                 continue
             pose = batch["ego_poses"][:, t]
             copy = warp_occupancy(preds[0], pose, self.pc_range, free)
-            fore = {"fore": p, "copy": copy, "copy_gt": warp_occupancy(batch["occ"][:, 0], pose, self.pc_range, free),
-                    "copy_unwarped": preds[0]}  # fmt: skip
+            fore = {
+                "fore": p,
+                "copy": copy,
+                "copy_gt": warp_occupancy(batch["occ"][:, 0], pose, self.pc_range, free),
+                "copy_unwarped": preds[0],
+            }
             for name, pred in fore.items():
                 self.metrics[f"{split}_{name}_{k}"].update(pred, target)
             self.metrics[f"{split}_copy_masked_{k}"].update(copy, target, m)
@@ -431,7 +457,11 @@ class PreWorldLitModule(SuiteLitModule):
                 "a voxel is occupied iff its density exceeds model.density_threshold=%s (the official test_threshold), "
                 "and the largest density is %.2f. Rendering trains densities up slowly; the 3D occupancy is scored "
                 "after stage 2 (model.stage=finetune), or lower model.density_threshold to read these densities.",
-                split, split, self.hparams.density_threshold, dmax)  # fmt: skip
+                split,
+                split,
+                self.hparams.density_threshold,
+                dmax,
+            )
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._eval(batch, "val")

@@ -309,8 +309,9 @@ class MDAResult:
     forward_images: int = 0
 
 
-def _insertion_prefix(ins: SearchResult, p: int, window: int, cutoff: float, p_blur: float, p_orig: float,
-                      official_quirks: bool) -> list[int]:  # fmt: skip
+def _insertion_prefix(
+    ins: SearchResult, p: int, window: int, cutoff: float, p_blur: float, p_orig: float, official_quirks: bool
+) -> list[int]:
     if not official_quirks:
         return ins.order
     # Official: MR list (raw softmax) with `cutoff` written at the exit step, at the wrong index in phase 2;

@@ -275,8 +275,9 @@ def pixel_monotonicity(
     """
     if mode not in ("positive", "negative"):
         raise ConfigError(f"monotonicity mode={mode!r} must be 'positive' or 'negative'")
-    raw = causal_curve(model_fn, img, saliency, "ins" if mode == "positive" else "del", substrate, step, target,
-                       batch_size)  # fmt: skip
+    raw = causal_curve(
+        model_fn, img, saliency, "ins" if mode == "positive" else "del", substrate, step, target, batch_size
+    )
     return raw, ramp_spearman(raw, mode)
 
 

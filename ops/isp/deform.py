@@ -58,9 +58,10 @@ def naive_modulated_deform_conv2d(
     groups = offset.shape[1] // (2 * k)
     hout, wout = offset.shape[-2:]
     ys, xs = torch.meshgrid(
-        torch.arange(hout, dtype=x.dtype, device=x.device), torch.arange(wout, dtype=x.dtype, device=x.device),
+        torch.arange(hout, dtype=x.dtype, device=x.device),
+        torch.arange(wout, dtype=x.dtype, device=x.device),
         indexing="ij",
-    )  # fmt: skip
+    )
     cpg = cin // groups
     cols = x.new_zeros(b, cin, k, hout, wout)
     for g in range(groups):
@@ -93,9 +94,10 @@ def batched_modulated_deform_conv2d(
     groups = offset.shape[1] // (2 * k)
     hout, wout = offset.shape[-2:]
     ky, kx = torch.meshgrid(
-        torch.arange(kh, dtype=x.dtype, device=x.device), torch.arange(kw, dtype=x.dtype, device=x.device),
+        torch.arange(kh, dtype=x.dtype, device=x.device),
+        torch.arange(kw, dtype=x.dtype, device=x.device),
         indexing="ij",
-    )  # fmt: skip
+    )
     ys = torch.arange(hout, dtype=x.dtype, device=x.device)[:, None] - padding
     xs = torch.arange(wout, dtype=x.dtype, device=x.device)[None, :] - padding
     off = offset.view(b, groups, k, 2, hout, wout)

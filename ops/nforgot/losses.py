@@ -80,8 +80,9 @@ def linear_time_mmd(x: Tensor, y: Tensor, kernel_mul: float = 2.0, kernel_num: i
         raise ValueError("linear_time_mmd needs at least 2 samples on each side")
     x, y = x[: 2 * m].flatten(1), y[: 2 * m].flatten(1)
     x1, x2, y1, y2 = x[0::2], x[1::2], y[0::2], y[1::2]
-    sq = torch.stack([(x1 - x2).pow(2).sum(-1), (y1 - y2).pow(2).sum(-1), (x1 - y2).pow(2).sum(-1),
-                      (x2 - y1).pow(2).sum(-1)])  # fmt: skip
+    sq = torch.stack(
+        [(x1 - x2).pow(2).sum(-1), (y1 - y2).pow(2).sum(-1), (x1 - y2).pow(2).sum(-1), (x2 - y1).pow(2).sum(-1)]
+    )
     base = (sq.detach().mean(0) + 1e-6) / kernel_mul ** (kernel_num // 2)
     k = _multi_gauss(sq, base, kernel_mul, kernel_num)
     return (k[0] + k[1] - k[2] - k[3]).mean()

@@ -28,9 +28,13 @@ def _kernel(u: Tensor, v: Tensor, base: float, kernel_mul: float, kernel_num: in
 
 
 def naive_wl_kernel_mmd(
-    x: Tensor, y: Tensor, lx: list[int] | None = None, ly: list[int] | None = None,
-    kernel_mul: float = 2.0, kernel_num: int = 5,
-) -> Tensor:  # fmt: skip
+    x: Tensor,
+    y: Tensor,
+    lx: list[int] | None = None,
+    ly: list[int] | None = None,
+    kernel_mul: float = 2.0,
+    kernel_num: int = 5,
+) -> Tensor:
     """Loop twin of ``wl_kernel_mmd`` (and of ``multi_kernel_mmd`` when the labels are None)."""
     pts = [p.flatten() for p in x] + [p.flatten() for p in y]
     labs = (list(lx) + list(ly)) if lx is not None else [0] * len(pts)

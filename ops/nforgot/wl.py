@@ -47,9 +47,15 @@ def time_bucket(dt: Tensor, time_scale: float, time_buckets: int) -> Tensor:
 
 
 def temporal_wl_labels(
-    sampler: Any, nodes: Tensor, times: Tensor, k: int, iterations: int = 2, time_scale: float = 1.0,
-    time_buckets: int = 8, max_degree_bucket: int = 15,
-) -> Tensor:  # fmt: skip
+    sampler: Any,
+    nodes: Tensor,
+    times: Tensor,
+    k: int,
+    iterations: int = 2,
+    time_scale: float = 1.0,
+    time_buckets: int = 8,
+    max_degree_bucket: int = 15,
+) -> Tensor:
     """``[B]`` int64 temporal WL pattern ids of ``(nodes, times)`` after ``iterations`` rounds (see module doc)."""
     nodes, times = nodes.long(), times.double()
     if iterations == 0:
@@ -58,9 +64,15 @@ def temporal_wl_labels(
     b = nodes.numel()
     own = temporal_wl_labels(sampler, nodes, times, k, iterations - 1, time_scale, time_buckets, max_degree_bucket)
     nbr = temporal_wl_labels(
-        sampler, nb.nodes.reshape(-1), nb.times.reshape(-1), k, iterations - 1, time_scale, time_buckets,
+        sampler,
+        nb.nodes.reshape(-1),
+        nb.times.reshape(-1),
+        k,
+        iterations - 1,
+        time_scale,
+        time_buckets,
         max_degree_bucket,
-    ).view(b, k)  # fmt: skip
+    ).view(b, k)
     bucket = time_bucket(times.unsqueeze(1) - nb.times, time_scale, time_buckets)
     pair = hash_rows(torch.stack([nbr.reshape(-1), bucket.reshape(-1)], 1)).view(b, k)
     pair = torch.where(nb.mask, pair, torch.full_like(pair, -1)).sort(1).values  # multiset: order-free
@@ -68,9 +80,16 @@ def temporal_wl_labels(
 
 
 def naive_temporal_wl_labels(
-    neighbors: Any, count: Any, nodes: list[int], times: list[float], k: int, iterations: int = 2,
-    time_scale: float = 1.0, time_buckets: int = 8, max_degree_bucket: int = 15,
-) -> list[Any]:  # fmt: skip
+    neighbors: Any,
+    count: Any,
+    nodes: list[int],
+    times: list[float],
+    k: int,
+    iterations: int = 2,
+    time_scale: float = 1.0,
+    time_buckets: int = 8,
+    max_degree_bucket: int = 15,
+) -> list[Any]:
     """Exact twin: nested tuples. ``neighbors(u, t, k) -> [(v, t_v), ...]`` and ``count(u, t) -> int``."""
     import math
 

@@ -57,9 +57,12 @@ def distortion_loss(w: torch.Tensor, s: torch.Tensor, interval: torch.Tensor | f
 
 
 def focal_ce(
-    logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None, gamma: float = 2.0,
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    gamma: float = 2.0,
     ignore_index: int = 255,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """Class-weighted focal cross-entropy ``-w_y (1 - p_y)^gamma log p_y``, weighted mean. logits [N, C]."""
     keep = target != ignore_index
     logits, target = logits[keep], target[keep]
@@ -80,9 +83,15 @@ def radial_weight(x: int, y: int, device=None, dtype=None) -> torch.Tensor:
 
 
 def sigmoid_focal(
-    logits: torch.Tensor, target: torch.Tensor, class_weight: torch.Tensor, voxel_weight: torch.Tensor | None = None,
-    gamma: float = 2.0, alpha: float = 0.25, scale: float = 100.0, ignore_index: int = 255,
-) -> torch.Tensor:  # fmt: skip
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    class_weight: torch.Tensor,
+    voxel_weight: torch.Tensor | None = None,
+    gamma: float = 2.0,
+    alpha: float = 0.25,
+    scale: float = 100.0,
+    ignore_index: int = 255,
+) -> torch.Tensor:
     """Official 3D focal loss (``CustomFocalLoss``, sigmoid focal loss of Lin et al. 2017 over one-hot channels):
 
         scale * mean_i sum_c  w_c r_i a_t (1 - p_t)^gamma BCE(sigmoid(z_ic), y_ic),

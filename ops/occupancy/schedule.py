@@ -19,9 +19,13 @@ def horizon_schedule(epoch: int, stage: str, max_horizon: int = 6) -> int:
 
 
 def ray_sampling_weights(
-    classes: torch.Tensor, frame_ids: torch.Tensor, dynamic: tuple[int, ...], w_adj: float = 0.3, w_dyn: float = 0.0,
+    classes: torch.Tensor,
+    frame_ids: torch.Tensor,
+    dynamic: tuple[int, ...],
+    w_adj: float = 0.3,
+    w_dyn: float = 0.0,
     ignore_index: int = 255,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """Per-ray sampling weights (official ``datasets/ray.py``): class balance ``exp(0.005 (max_count/count - 1))``,
     times ``w_adj`` for rays of adjacent frames (``frame_ids != 0``) and ``w_dyn`` for dynamic-class rays of adjacent
     frames. Rays without a class get the weight of the most frequent class. classes, frame_ids [R] -> [R]."""

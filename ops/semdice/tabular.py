@@ -286,9 +286,14 @@ def policy_evaluation(T: torch.Tensor, pi: torch.Tensor, gamma: float, reward: t
 
 
 def official_pg_ascent(
-    logits: torch.Tensor, T: torch.Tensor, gamma: float, reward: torch.Tensor, p_s: torch.Tensor, lr: float,
+    logits: torch.Tensor,
+    T: torch.Tensor,
+    gamma: float,
+    reward: torch.Tensor,
+    p_s: torch.Tensor,
+    lr: float,
     steps: int,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """The official baselines' policy update (``compute_pb_entropy_policy`` / ``compute_cb_exploration_policy``):
     ``steps`` ascent steps ``theta <- theta + lr p_s(s) Q^{pi_theta}(s, a)`` (``Q`` unnormalised under the MLE model
     ``T``, ``p_s`` the discounted data state distribution), then the logits reset to ``log(pi + 1e-100)``. This is not

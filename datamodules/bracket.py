@@ -92,10 +92,14 @@ DOMAIN_SETTINGS = {
     "synthetic": Domain(),
     # the "real" captures: 2.5x the noise, twice the motion, warmer light (other red/blue gains)
     "shifted": Domain(
-        shot_range=(0.003, 0.012), camera_shift=12.0, shake=2.0, light_shift=16.0, red_gain=(1.2, 1.8),
+        shot_range=(0.003, 0.012),
+        camera_shift=12.0,
+        shake=2.0,
+        light_shift=16.0,
+        red_gain=(1.2, 1.8),
         blue_gain=(2.0, 3.0),
     ),
-}  # fmt: skip
+}
 
 
 @functools.cache
@@ -421,7 +425,13 @@ class BracketDataModule(SuiteDataModule):
         inp = self.patch_size // self.scale
         return {
             "train": ReleasedBrackets(splits["Train"], self.scale, inp, True, self.n_train, self.seed),
-            "val": ReleasedBrackets(splits["Test"][:: max(1, len(splits["Test"]) // self.n_val)][: self.n_val],
-                                    self.scale, self.eval_patch, False, None, self.seed),
+            "val": ReleasedBrackets(
+                splits["Test"][:: max(1, len(splits["Test"]) // self.n_val)][: self.n_val],
+                self.scale,
+                self.eval_patch,
+                False,
+                None,
+                self.seed,
+            ),
             "test": ReleasedBrackets(splits["Test"], self.scale, self.eval_patch, False, None, self.seed),
-        }  # fmt: skip
+        }

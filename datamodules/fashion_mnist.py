@@ -42,8 +42,17 @@ FILES: dict[str, tuple[str, str]] = {
 }
 SIZES = {"train": 60000, "test": 10000}
 CLASSES = (
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
-)  # fmt: skip
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
 HOW_TO_GET = (
     "Install the Debian package (`apt-get update && apt-get install -y dataset-fashion-mnist`, files land in "
     "/usr/share/datasets/fashion-mnist), or put the four IDX files (train-images-idx3-ubyte[.gz], "

@@ -282,10 +282,19 @@ class PerceptionDataModule(SuiteDataModule):
         depth = torch.where(valid, depth, torch.zeros_like(depth))
         z = torch.zeros(n, d)
         return PerceptionDataset(
-            _pack(image, depth, valid, {"cond": z, "refined": z.clone()},
-                  {"obj_masks": torch.zeros(n, 1, 1, s, s), "obj_conds": torch.zeros(n, 1, d),
-                   "obj_valid": torch.zeros(n, 1, dtype=torch.bool), **_texts([""] * n, [""] * n, [[""]] * n)})
-        )  # fmt: skip
+            _pack(
+                image,
+                depth,
+                valid,
+                {"cond": z, "refined": z.clone()},
+                {
+                    "obj_masks": torch.zeros(n, 1, 1, s, s),
+                    "obj_conds": torch.zeros(n, 1, d),
+                    "obj_valid": torch.zeros(n, 1, dtype=torch.bool),
+                    **_texts([""] * n, [""] * n, [[""]] * n),
+                },
+            )
+        )
 
     def _splits(self, n: int, test_idx: np.ndarray | None) -> dict[str, np.ndarray]:
         if test_idx is None:
@@ -399,12 +408,19 @@ class PerceptionDataModule(SuiteDataModule):
             target = torch.cat(masks)
             n = target.shape[0]
             out[split] = PerceptionDataset(
-                _pack(torch.cat(imgs), target, torch.ones_like(target, dtype=torch.bool),
-                      {"cond": torch.stack(conds), "refined": torch.stack(refined)},
-                      {"obj_masks": target[:, None].clone(), "obj_conds": torch.stack(refined)[:, None],
-                       "obj_valid": torch.zeros(n, 1, dtype=torch.bool),
-                       **_texts([a for a, _ in texts], [b for _, b in texts], [[b] for _, b in texts])})
-            )  # fmt: skip
+                _pack(
+                    torch.cat(imgs),
+                    target,
+                    torch.ones_like(target, dtype=torch.bool),
+                    {"cond": torch.stack(conds), "refined": torch.stack(refined)},
+                    {
+                        "obj_masks": target[:, None].clone(),
+                        "obj_conds": torch.stack(refined)[:, None],
+                        "obj_valid": torch.zeros(n, 1, dtype=torch.bool),
+                        **_texts([a for a, _ in texts], [b for _, b in texts], [[b] for _, b in texts]),
+                    },
+                )
+            )
         return out
 
 

@@ -32,11 +32,26 @@ from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLit
 
 ARCHS = ("grass", "gine", "gps")
 GRASS_NET_ARGS = (
-    "num_layers", "dim", "hidden_dim", "num_node_types", "num_edge_types", "encoding", "encoding_steps",
-    "num_components", "degree_encoding", "added_edges_per_node", "official_rewiring", "edge_removal_rate",
-    "residual_scale", "alternate_edge_direction", "add_self_loops", "expected_nodes", "expected_edges",
-    "expected_added", "output_scale",
-)  # fmt: skip
+    "num_layers",
+    "dim",
+    "hidden_dim",
+    "num_node_types",
+    "num_edge_types",
+    "encoding",
+    "encoding_steps",
+    "num_components",
+    "degree_encoding",
+    "added_edges_per_node",
+    "official_rewiring",
+    "edge_removal_rate",
+    "residual_scale",
+    "alternate_edge_direction",
+    "add_self_loops",
+    "expected_nodes",
+    "expected_edges",
+    "expected_added",
+    "output_scale",
+)
 
 
 class RewiringMAE(torchmetrics.Metric):

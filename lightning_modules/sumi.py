@@ -130,8 +130,10 @@ class SumiLitModule(SuiteLitModule):
         self.val_metrics(logits.argmax(-1), y)
         self.log("val/loss", F.cross_entropy(logits, y), prog_bar=True, batch_size=len(y))
         self.log_dict(self.val_metrics, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(y))
-        for m, z in (("audio", self.net.fuse(tok_a, None, "audioonly")),
-                     ("video", self.net.fuse(None, tok_v, "videoonly"))):  # fmt: skip
+        for m, z in (
+            ("audio", self.net.fuse(tok_a, None, "audioonly")),
+            ("video", self.net.fuse(None, tok_v, "videoonly")),
+        ):
             self.val_uni[m](z.argmax(-1), y)
             self.log(f"val/acc_{m}", self.val_uni[m], on_step=False, on_epoch=True, batch_size=len(y))
 

@@ -203,10 +203,16 @@ def entry_command(
     overrides = merge_overrides(
         ["eval_at_start=true"],  # the step-0 value of the weak-baseline rule (a spec or entry may turn it off)
         evaluate_overrides(entry, spec),
-        shlex.split(spec.get("overrides", "")), shlex.split(entry.get("overrides", "")), extra,
-        [*pinned, f"logger={spec.get('logger', 'csv')}", "trainer.enable_progress_bar=false",
-         f"hydra.sweep.dir={out / entry['name']}"],
-    )  # fmt: skip
+        shlex.split(spec.get("overrides", "")),
+        shlex.split(entry.get("overrides", "")),
+        extra,
+        [
+            *pinned,
+            f"logger={spec.get('logger', 'csv')}",
+            "trainer.enable_progress_bar=false",
+            f"hydra.sweep.dir={out / entry['name']}",
+        ],
+    )
     return [sys.executable, "-m", "train", "-m", f"experiment={entry_experiment(slug, entry, spec)}", *overrides]
 
 
@@ -592,9 +598,13 @@ def sizing_section(
     if not trained and not shown_untrained:
         return [*head, "No runs."]
     png = plot_sizing(
-        [r for r in records if r.name in trained], metric, trained, folder / f"{slug}_sizing.png",
-        patience=spec.patience, higher_is_better=spec.higher_is_better,
-    )  # fmt: skip
+        [r for r in records if r.name in trained],
+        metric,
+        trained,
+        folder / f"{slug}_sizing.png",
+        patience=spec.patience,
+        higher_is_better=spec.higher_is_better,
+    )
     lines = [
         *head,
         f"Criterion: {spec.rule_text()}. A verdict whose entries did not converge reads `inconclusive: underfit`.",
@@ -746,6 +756,7 @@ def plan(spec: ClaimSpec, records: list[RunRecord], status: dict) -> list[str]:
     """``--plan``: per declared claim, the spread seen in ``records`` (the sd of the paired differences, or the
     larger side's sd for Welch), the seeds a 95% interval of half-width ``delta`` needs, and what they cost in CPU
     time at the wall time per seed the entries took (from the status file or the data file)."""
+
     def per_seed(name: str) -> float | None:
         rc_secs = status.get(name)
         n = len({str(r.seed) for r in records if r.name == name})
@@ -808,8 +819,16 @@ def select_seeds(slug: str, spec: dict, entries: list[dict], seeds: str | None) 
 
 
 # A profile's runs on one CPU process for one batch: `--smoke` (tests/suite/test_paper_profiles uses the same).
-SMOKE_CPU = ["trainer=cpu", "trainer.devices=1", "trainer.num_nodes=1", "trainer.precision=32-true",
-             "trainer.accumulate_grad_batches=1", "data.num_workers=0", "debug=fdr", "logger=csv"]  # fmt: skip
+SMOKE_CPU = [
+    "trainer=cpu",
+    "trainer.devices=1",
+    "trainer.num_nodes=1",
+    "trainer.precision=32-true",
+    "trainer.accumulate_grad_batches=1",
+    "data.num_workers=0",
+    "debug=fdr",
+    "logger=csv",
+]
 
 
 def smoke(slug: str, spec: dict, profile: str, out: str | None, extra: list[str]) -> None:
@@ -847,34 +866,46 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--page", default=None, help="results page (default: docs/results/<slug>.md)")
     parser.add_argument("--report-only", action="store_true", help="rebuild the page from existing runs")
     parser.add_argument(
-        "--profile", default="cpu", choices=PROFILES, help="cpu: conf/claim/<slug>.yaml (default); paper: the "
+        "--profile",
+        default="cpu",
+        choices=PROFILES,
+        help="cpu: conf/claim/<slug>.yaml (default); paper: the "
         "paper's own experiment, conf/claim/paper/<slug>.yaml; gpu: the CPU claim at a budget that converges on one "
-        "GPU, conf/claim/gpu/<slug>.yaml (runs in logs/claim/gpu/<slug>, page docs/results/gpu/<slug>.md)"
-    )  # fmt: skip
+        "GPU, conf/claim/gpu/<slug>.yaml (runs in logs/claim/gpu/<slug>, page docs/results/gpu/<slug>.md)",
+    )
     parser.add_argument(
-        "--no-page", action="store_true", help="run and record status only (many claim processes at once: build "
-        "the page afterwards with --report-only)"
-    )  # fmt: skip
+        "--no-page",
+        action="store_true",
+        help="run and record status only (many claim processes at once: build the page afterwards with --report-only)",
+    )
     parser.add_argument(
         "--only", default=None, help="comma-separated run names to (re)run; the others are reused from disk"
     )
     parser.add_argument(
-        "--seeds", default=None, help="comma-separated seeds to (re)run of the selected entries, one process each "
-        "(into the folders a full run uses), e.g. to split one entry's seeds over processes"
-    )  # fmt: skip
+        "--seeds",
+        default=None,
+        help="comma-separated seeds to (re)run of the selected entries, one process each "
+        "(into the folders a full run uses), e.g. to split one entry's seeds over processes",
+    )
     parser.add_argument(
-        "--smoke", action="store_true", help="check a profile on this machine's CPU before booking GPUs: one seed of "
+        "--smoke",
+        action="store_true",
+        help="check a profile on this machine's CPU before booking GPUs: one seed of "
         "its smoke entry, a few steps at reduced width (the spec's `smoke: overrides`), into logs/claim/<profile>-"
-        "smoke/<slug>; no page"
-    )  # fmt: skip
+        "smoke/<slug>; no page",
+    )
     parser.add_argument(
-        "--jobs", type=int, default=1, help="run (entry, seed) pairs as this many parallel one-thread processes, "
-        "longest first (make claim JOBS=2)"
-    )  # fmt: skip
+        "--jobs",
+        type=int,
+        default=1,
+        help="run (entry, seed) pairs as this many parallel one-thread processes, longest first (make claim JOBS=2)",
+    )
     parser.add_argument(
-        "--plan", action="store_true", help="print, from the runs on disk or the data file, the seeds each declared "
-        "claim needs for a 95%% interval of half-width delta and what that costs; runs nothing"
-    )  # fmt: skip
+        "--plan",
+        action="store_true",
+        help="print, from the runs on disk or the data file, the seeds each declared "
+        "claim needs for a 95%% interval of half-width delta and what that costs; runs nothing",
+    )
     args = parser.parse_intermixed_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind through run_entry's cleanup
     try:
@@ -886,8 +917,10 @@ def main(argv: list[str] | None = None) -> None:
                 args.out or ROOT / "logs" / "claim" / ("" if args.profile == "cpu" else args.profile) / args.slug
             )
             disk, status = collect(spec, out.resolve()), load_status(out.resolve() / "claim_status.json")
-            page = Path(args.page or ROOT / "docs" / "results" / ("" if args.profile == "cpu" else args.profile)
-                        / f"{args.slug}.md")  # fmt: skip
+            page = Path(
+                args.page
+                or ROOT / "docs" / "results" / ("" if args.profile == "cpu" else args.profile) / f"{args.slug}.md"
+            )
             if not disk and results_data.data_path(page).exists():
                 data = results_data.load(results_data.data_path(page))
                 disk, status = results_data.records_from(data), results_data.status_from(data)
@@ -913,8 +946,9 @@ def main(argv: list[str] | None = None) -> None:
         failures = []
         slurm = uses_slurm([*shlex.split(spec.get("overrides", "")), *args.overrides])
         if not args.report_only and not slurm and args.profile != "cpu":  # what is missing, before anything runs
-            missing = preflight(args.slug, {e["name"]: entry_command(args.slug, e, spec, out, args.overrides)[4:]
-                                            for e in todo})  # fmt: skip
+            missing = preflight(
+                args.slug, {e["name"]: entry_command(args.slug, e, spec, out, args.overrides)[4:] for e in todo}
+            )
             if missing:
                 raise SuiteError(missing)
         if not args.report_only and slurm and args.seeds is not None:
@@ -931,8 +965,9 @@ def main(argv: list[str] | None = None) -> None:
         elif not args.report_only:
             pairs = [(e, seed) for e in todo for seed in picked.get(e["name"], [None])]
             if args.jobs > 1:  # (entry, seed) pairs as one-thread processes, longest first
-                pairs = longest_first([(e, seed) for e in todo for seed in picked.get(e["name"], entry_seeds(e, spec))],
-                                      spec, status)  # fmt: skip
+                pairs = longest_first(
+                    [(e, seed) for e in todo for seed in picked.get(e["name"], entry_seeds(e, spec))], spec, status
+                )
             extra = [*args.overrides, "num_threads=1"] if args.jobs > 1 else args.overrides
             failures = run_pairs(args.slug, pairs, spec, out, extra, status_file, jobs=args.jobs)
             status = load_status(status_file)

@@ -364,10 +364,22 @@ def judge_values(
             verdict, p, why = stats.decide(iv, kind=claim.kind, delta=claim.delta)
             spread = stats.spread_for_plan(iv, list(a.values()), list(b.values()))
             needed = stats.seeds_for_half_width(spread, claim.delta, paired=paired) if claim.delta > 0 else None
-            against = {"superiority": "delta" if "as large as delta" in why else "0", "non_inferior": "-delta",
-                       "equivalent": "±delta"}[claim.kind]  # fmt: skip
-            res = replace(base, verdict=verdict, diff=iv.diff, lo=iv.lo, hi=iv.hi, p=p, p_against=against, why=why,
-                          seeds_needed=needed)  # fmt: skip
+            against = {
+                "superiority": "delta" if "as large as delta" in why else "0",
+                "non_inferior": "-delta",
+                "equivalent": "±delta",
+            }[claim.kind]
+            res = replace(
+                base,
+                verdict=verdict,
+                diff=iv.diff,
+                lo=iv.lo,
+                hi=iv.hi,
+                p=p,
+                p_against=against,
+                why=why,
+                seeds_needed=needed,
+            )
     return _finish(res, absent, unconverged)
 
 
@@ -402,8 +414,10 @@ def _no_spread(base: ClaimResult, claim: Claim, iv: stats.Interval) -> ClaimResu
         why = f"every one of {n} seeds gave the difference {d:+.4g}: sign test p = {p:.3g}"
     else:
         verdict = stats.NOISE
-        why = (f"every one of {n} seeds gave the difference {d:+.4g} (no spread, so no t interval); the sign test "
-               f"needs at least 6 agreeing seeds (p = {p:.3g} with {n})")  # fmt: skip
+        why = (
+            f"every one of {n} seeds gave the difference {d:+.4g} (no spread, so no t interval); the sign test "
+            f"needs at least 6 agreeing seeds (p = {p:.3g} with {n})"
+        )
     return replace(base, verdict=verdict, diff=d, lo=d, hi=d, p=p, p_against="sign test", why=why)
 
 

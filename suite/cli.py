@@ -250,8 +250,11 @@ def learning_rate_alias(argv: list[str]) -> list[str]:
         plus, value = match.group(1), match.group(2)
         first = f"model.{keys[0]}"
         out += [f"{plus}{first}={value}", *(f"{plus}model.{k}=${{{first}}}" for k in keys[1:])]
-    print(f"note: {LR_ALIAS} sets {' and '.join('model.' + k for k in keys)} (this experiment's learning rate)",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"note: {LR_ALIAS} sets {' and '.join('model.' + k for k in keys)} (this experiment's learning rate)",
+        file=sys.stderr,
+        flush=True,
+    )
     return out
 
 

@@ -459,8 +459,16 @@ def curves_figure(
     fig.tight_layout()
     if handles:
         title = "mean over seeds (bold); each seed (thin)"
-        fig.legend(list(handles.values()), [_wrap(m) for m in handles], loc="center left", bbox_to_anchor=(1.0, 0.5),
-                   fontsize=7, frameon=False, title=title, title_fontsize=7)  # fmt: skip
+        fig.legend(
+            list(handles.values()),
+            [_wrap(m) for m in handles],
+            loc="center left",
+            bbox_to_anchor=(1.0, 0.5),
+            fontsize=7,
+            frameon=False,
+            title=title,
+            title_fontsize=7,
+        )
     return fig
 
 

@@ -32,8 +32,13 @@ ROOT = Path(__file__).resolve().parents[1]
 FROM_PYPROJECT = ("hydra-core", "omegaconf", "flash-linear-attention")  # pinned there (fla in the [gpu] extra)
 ANTLR = "antlr4-python3-runtime==4.9.3"  # hydra-core and omegaconf require 4.9.*; sdist only on PyPI
 # The top-level modules each wheel provides: what the preflight checks resolves from the install target.
-MODULES = {"hydra-core": "hydra", "omegaconf": "omegaconf", "antlr4-python3-runtime": "antlr4",
-           "flash-linear-attention": "fla", "fla-core": "fla"}  # fmt: skip
+MODULES = {
+    "hydra-core": "hydra",
+    "omegaconf": "omegaconf",
+    "antlr4-python3-runtime": "antlr4",
+    "flash-linear-attention": "fla",
+    "fla-core": "fla",
+}
 
 
 def pins(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
@@ -41,8 +46,9 @@ def pins(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
     pinned to flash-linear-attention's version, which requires exactly it."""
     data = tomllib.loads(pyproject.read_text())
     project = data["project"]
-    reqs = list(project["dependencies"]) + [r for extra in project.get("optional-dependencies", {}).values()
-                                            for r in extra]  # fmt: skip
+    reqs = list(project["dependencies"]) + [
+        r for extra in project.get("optional-dependencies", {}).values() for r in extra
+    ]
     found = {}
     for req in reqs:
         m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*==\s*([^;\s]+)\s*(;.*)?", req)
@@ -63,10 +69,25 @@ def fetch(dest: Path, python_version: str = "3.12", python: str = sys.executable
     try:
         base = [python, "-m", "pip", "-q", "--disable-pip-version-check"]
         subprocess.run(
-            [*base, "download", "--no-deps", "--only-binary=:all:", "--python-version", python_version,
-             "--implementation", "py", "--abi", "none", "--platform", "any", "-d", str(tmp), *pins()],
+            [
+                *base,
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                python_version,
+                "--implementation",
+                "py",
+                "--abi",
+                "none",
+                "--platform",
+                "any",
+                "-d",
+                str(tmp),
+                *pins(),
+            ],
             check=True,
-        )  # fmt: skip
+        )
         subprocess.run([*base, "wheel", "--no-deps", "-w", str(tmp), ANTLR], check=True)
         wheels = sorted(tmp.glob("*.whl"))
         impure = [w.name for w in wheels if not w.name.endswith("-none-any.whl")]

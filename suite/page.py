@@ -90,11 +90,15 @@ def meaning(results: Sequence[ClaimResult]) -> str:
     else:
         text = _tally(results, "", " at this scale")
     c = counts(results)
-    needs = [(what, which) for verdict, what, which in (
-        (stats.UNDERFIT, "longer runs", "the underfit ones"),
-        (stats.NOISE, "more seeds", "the ones within noise"),
-        (stats.WEAK, "a stronger baseline", "the weak-baseline ones"),
-    ) if c[verdict]]  # fmt: skip
+    needs = [
+        (what, which)
+        for verdict, what, which in (
+            (stats.UNDERFIT, "longer runs", "the underfit ones"),
+            (stats.NOISE, "more seeds", "the ones within noise"),
+            (stats.WEAK, "a stronger baseline", "the weak-baseline ones"),
+        )
+        if c[verdict]
+    ]
     if needs:
         text += f"; {needs[0][0]} would decide {needs[0][1]}" + "".join(f", {a} {b}" for a, b in needs[1:])
     return text + "."

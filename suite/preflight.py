@@ -87,8 +87,9 @@ def compose_run(slug: str, overrides: list[str]) -> DictConfig:
     for o in parsed:
         if o.key_or_group.startswith("hydra.") and o.key_or_group != "hydra.searchpath":
             continue
-        pinned.append(f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override()
-                      else o.input_line)  # fmt: skip
+        pinned.append(
+            f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override() else o.input_line
+        )
     if not any(o.startswith("experiment=") for o in pinned):  # an entry's own experiment comes first in overrides
         pinned = [f"experiment={slug}", *pinned]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

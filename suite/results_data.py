@@ -107,8 +107,13 @@ def git_commit(root: Path) -> str | None:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
         if head.returncode:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return head.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -280,9 +285,14 @@ def verdict_counts(folder: Path) -> dict[str, dict[str, int]]:
     return out
 
 
-SHORT_WORDS = {"reproduced": "reproduced", "not reproduced": "not", "inconclusive: underfit": "underfit",
-               "inconclusive: phenomenon absent": "absent", "inconclusive: within noise": "noise",
-               "inconclusive: weak baseline": "weak"}  # fmt: skip
+SHORT_WORDS = {
+    "reproduced": "reproduced",
+    "not reproduced": "not",
+    "inconclusive: underfit": "underfit",
+    "inconclusive: phenomenon absent": "absent",
+    "inconclusive: within noise": "noise",
+    "inconclusive: weak baseline": "weak",
+}
 PENDING = "former rule, rerun pending"  # the verdict cell of a README row whose page has no data file
 
 
@@ -360,8 +370,16 @@ def forest_figure(title: str, claims: Sequence[Any]):
             ax.spines[side].set_visible(False)
         xs = [v for v in (r.diff, r.lo, r.hi, r.published) if v is not None and math.isfinite(v)]
         if not xs:
-            ax.text(0.5, 0, f"no interval: {r.verdict}", transform=ax.get_yaxis_transform(), ha="center",
-                    va="center", fontsize=8, color="0.4")  # fmt: skip
+            ax.text(
+                0.5,
+                0,
+                f"no interval: {r.verdict}",
+                transform=ax.get_yaxis_transform(),
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="0.4",
+            )
             ax.set_xticks([])
             ax.spines["bottom"].set_visible(False)
             continue
@@ -452,8 +470,15 @@ def overview(results: Path) -> str:
     for page in listed:
         rel = page.relative_to(results)
         for r in claims[page] or []:
-            cells = [str(rel.with_suffix("")), f"`{r.id}`: {r.text}", f"**{r.verdict}**", interval_text(r),
-                     fmt(r.published), "yes" if r.primary else "no", f"[page]({rel}#verdicts)"]  # fmt: skip
+            cells = [
+                str(rel.with_suffix("")),
+                f"`{r.id}`: {r.text}",
+                f"**{r.verdict}**",
+                interval_text(r),
+                fmt(r.published),
+                "yes" if r.primary else "no",
+                f"[page]({rel}#verdicts)",
+            ]
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     lines += [
         "",

@@ -194,9 +194,12 @@ class AddpLitModule(SuiteLitModule):
                 raise ConfigError("model.text_encoder=bert needs a denoiser with model.net.cond_dim >= 1")
 
             self.text_encoder = PretrainedTextEncoder.from_pretrained(
-                str(text_encoder_path), self.cond_dim, pooling=text_pooling, trainable=text_encoder_trainable,
+                str(text_encoder_path),
+                self.cond_dim,
+                pooling=text_pooling,
+                trainable=text_encoder_trainable,
                 max_length=text_max_length,
-            )  # fmt: skip
+            )
         self.precond = EDMPrecond(net, sigma_data)
         self.steps = ddim_timesteps(T, n_steps)
         p0 = power_distribution(T, power_gamma) if timestep_dist == "power" else torch.full((T,), 1.0 / T)
@@ -416,8 +419,9 @@ class AddpLitModule(SuiteLitModule):
     def refresh_p_t(self, quality: Tensor) -> None:
         """p_t <- ema p_t + (1 - ema) contribution_curve(quality [K+1]) (insight 1, ``timestep_dist=contribution``)."""
         h = self.hparams
-        p_new = contribution_curve(quality, self.steps, h.T, h.task == "refseg", h.contribution_floor,
-                                   h.contribution_smooth)  # fmt: skip
+        p_new = contribution_curve(
+            quality, self.steps, h.T, h.task == "refseg", h.contribution_floor, h.contribution_smooth
+        )
         p = h.contribution_ema * self.p_t.cpu() + (1 - h.contribution_ema) * p_new
         self.p_t.copy_((p / p.sum()).to(self.p_t))
 

@@ -50,13 +50,40 @@ ARCHS = ("tmrnet", "shared", "single", "early", "average")
 MODES = ("supervised", "adapt")
 
 
-def build_net(arch: str, frames: int, channels: int, n_feat: int, n_common: int, n_specific: int, n_recon: int,
-              alpha_init: float, alpha_learnable: bool, flow: str, dcn_groups: int, max_offset: float,
-              dcn_impl: str, scale: int) -> nn.Module:  # fmt: skip
+def build_net(
+    arch: str,
+    frames: int,
+    channels: int,
+    n_feat: int,
+    n_common: int,
+    n_specific: int,
+    n_recon: int,
+    alpha_init: float,
+    alpha_learnable: bool,
+    flow: str,
+    dcn_groups: int,
+    max_offset: float,
+    dcn_impl: str,
+    scale: int,
+) -> nn.Module:
     """The network of ``arch`` at the given width; the baselines get the recurrence's blocks as their body."""
     if arch in ("tmrnet", "shared"):
-        return TMRNet(frames, channels, n_feat, n_common, n_specific, n_recon, arch == "tmrnet", alpha_init,
-                      alpha_learnable, flow, dcn_groups, max_offset, dcn_impl, scale)  # fmt: skip
+        return TMRNet(
+            frames,
+            channels,
+            n_feat,
+            n_common,
+            n_specific,
+            n_recon,
+            arch == "tmrnet",
+            alpha_init,
+            alpha_learnable,
+            flow,
+            dcn_groups,
+            max_offset,
+            dcn_impl,
+            scale,
+        )
     if arch == "single":
         return SingleFrameNet(channels, n_feat, n_common + n_specific, n_recon, scale)
     if arch == "early":
@@ -130,26 +157,46 @@ class BracketIRELitModule(SuiteLitModule):
         monitor: str = "val/loss",
     ) -> None:
         super().__init__(optimizer, scheduler, scheduler_interval, monitor)
-        checks = [(arch in ARCHS, f"model.arch={arch!r} must be one of {list(ARCHS)}"),
-                  (mode in MODES, f"model.mode={mode!r} must be one of {list(MODES)}"),
-                  (flow in FLOWS, f"model.flow={flow!r} must be one of {list(FLOWS)}"),
-                  (dcn_impl in DCN_IMPLS, f"model.dcn_impl={dcn_impl!r} must be one of {list(DCN_IMPLS)}"),
-                  (1 <= frames <= 5, f"model.frames={frames} must be in 1..5"),
-                  (scale in (1, 4), f"model.scale={scale} must be 1 (BracketIRE) or 4 (BracketIRE+)"),
-                  (channels >= 1 and channels % dcn_groups == 0,
-                   f"model.channels={channels} must be a positive multiple of model.dcn_groups={dcn_groups}"),
-                  (0.0 <= ema_decay < 1.0, f"model.ema_decay={ema_decay} must be in [0, 1)"),
-                  (1 <= self_frames < frames or mode != "adapt",
-                   f"model.self_frames={self_frames} must be in 1..frames-1 ({frames - 1}) for mode=adapt"),
-                  (mode != "adapt" or init_ckpt, "model.mode=adapt needs model.init_ckpt (a supervised checkpoint)"),
-                  (crop >= 0 and ssim_kernel % 2 == 1, "model.crop must be >= 0, model.ssim_kernel odd")]  # fmt: skip
+        checks = [
+            (arch in ARCHS, f"model.arch={arch!r} must be one of {list(ARCHS)}"),
+            (mode in MODES, f"model.mode={mode!r} must be one of {list(MODES)}"),
+            (flow in FLOWS, f"model.flow={flow!r} must be one of {list(FLOWS)}"),
+            (dcn_impl in DCN_IMPLS, f"model.dcn_impl={dcn_impl!r} must be one of {list(DCN_IMPLS)}"),
+            (1 <= frames <= 5, f"model.frames={frames} must be in 1..5"),
+            (scale in (1, 4), f"model.scale={scale} must be 1 (BracketIRE) or 4 (BracketIRE+)"),
+            (
+                channels >= 1 and channels % dcn_groups == 0,
+                f"model.channels={channels} must be a positive multiple of model.dcn_groups={dcn_groups}",
+            ),
+            (0.0 <= ema_decay < 1.0, f"model.ema_decay={ema_decay} must be in [0, 1)"),
+            (
+                1 <= self_frames < frames or mode != "adapt",
+                f"model.self_frames={self_frames} must be in 1..frames-1 ({frames - 1}) for mode=adapt",
+            ),
+            (mode != "adapt" or init_ckpt, "model.mode=adapt needs model.init_ckpt (a supervised checkpoint)"),
+            (crop >= 0 and ssim_kernel % 2 == 1, "model.crop must be >= 0, model.ssim_kernel odd"),
+        ]
         for ok, msg in checks:
             if not ok:
                 raise ConfigError(msg)
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         self.arch, self.mode, self.frames, self.scale, self.crop = arch, mode, frames, scale, crop
-        self.net = build_net(arch, frames, channels, n_feat, n_common, n_specific, n_recon, alpha_init,
-                             alpha_learnable, flow, dcn_groups, max_offset, dcn_impl, scale)  # fmt: skip
+        self.net = build_net(
+            arch,
+            frames,
+            channels,
+            n_feat,
+            n_common,
+            n_specific,
+            n_recon,
+            alpha_init,
+            alpha_learnable,
+            flow,
+            dcn_groups,
+            max_offset,
+            dcn_impl,
+            scale,
+        )
         if init_ckpt:
             self._load_init(Path(init_ckpt))
         self.teacher = copy.deepcopy(self.net).requires_grad_(False) if mode == "adapt" else None

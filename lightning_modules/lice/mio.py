@@ -327,8 +327,10 @@ class LiceMIO:
         h = inputs
         m.relu = pyo.Block()
         for li, ((w, b), (low, up)) in enumerate(zip(self.layers, bounds)):
-            pre = [sum(float(w[o, i]) * h[i] for i in range(w.shape[1]) if w[o, i] != 0.0) + float(b[o])
-                   for o in range(w.shape[0])]  # fmt: skip
+            pre = [
+                sum(float(w[o, i]) * h[i] for i in range(w.shape[1]) if w[o, i] != 0.0) + float(b[o])
+                for o in range(w.shape[0])
+            ]
             if li == len(self.layers) - 1:
                 return pre[0]
             out = []
@@ -608,8 +610,9 @@ class LiceMIO:
         # constants as Pyomo sums them, so the row bounds are bitwise those of the Pyomo path: per value, its constant
         # leaves as (weights above the leaf, bottom first; leaf value), the leaves summed in expression order and each
         # leaf's weights multiplied top-down into it (the weight times an immutable input is a float product)
-        h0: list[list[tuple[tuple[float, ...], float]]] = [[((), c)] if c != 0.0 or not terms else []
-                                                           for terms, c in inputs]  # fmt: skip
+        h0: list[list[tuple[tuple[float, ...], float]]] = [
+            [((), c)] if c != 0.0 or not terms else [] for terms, c in inputs
+        ]
         immutable = [not terms for terms, _ in inputs]
         extra: list[np.ndarray] = []
         extra_lo: list[float] = []
@@ -672,10 +675,19 @@ class LiceMIO:
         order = np.concatenate([first, np.setdiff1d(np.arange(n), first)])
         a[:, fixed] = 0.0  # appsi treats fixed variables as parameters (value 0 here): columns without entries
         return {
-            "cost": np.array(cost), "lb": np.array(lb), "ub": np.array(ub), "integer": np.array(integer),
-            "a": a, "row_lo": np.array(extra_lo), "row_hi": np.array(extra_hi), "order": order,
-            "offset": offset, "x_expr": x_expr, "bounds": bounds, "pre": pres,
-        }  # fmt: skip
+            "cost": np.array(cost),
+            "lb": np.array(lb),
+            "ub": np.array(ub),
+            "integer": np.array(integer),
+            "a": a,
+            "row_lo": np.array(extra_lo),
+            "row_hi": np.array(extra_hi),
+            "order": order,
+            "offset": offset,
+            "x_expr": x_expr,
+            "bounds": bounds,
+            "pre": pres,
+        }
 
     @staticmethod
     def highs_lp(mm: dict[str, Any]) -> Any:
@@ -724,9 +736,14 @@ class LiceMIO:
             return CounterfactualResult(f"error: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
         w4, c4 = time.perf_counter(), time.process_time()
         timing = {
-            "build": w1 - w0, "translate": w3 - w1, "solve": w4 - w3,
-            "build_cpu": c1 - c0, "translate_cpu": c3 - c1, "solve_cpu": c4 - c3, "run": solver.getRunTime(),
-        }  # fmt: skip
+            "build": w1 - w0,
+            "translate": w3 - w1,
+            "solve": w4 - w3,
+            "build_cpu": c1 - c0,
+            "translate_cpu": c3 - c1,
+            "solve_cpu": c4 - c3,
+            "run": solver.getRunTime(),
+        }
         hinfo = solver.getInfo()
         info: dict[str, Any] = {
             "timing": timing,

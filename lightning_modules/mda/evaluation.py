@@ -39,9 +39,17 @@ from ops.attribution import metrics as M
 from ops.attribution.mda import calibrate_blur, mda
 
 FAITHFULNESS = (
-    "rise_ins", "rise_del", "rise_insdel", "mas_ins", "mas_del", "mas_insdel",
-    "mono_pos", "mono_neg", "pert_pos", "pert_neg",
-)  # fmt: skip
+    "rise_ins",
+    "rise_del",
+    "rise_insdel",
+    "mas_ins",
+    "mas_del",
+    "mas_insdel",
+    "mono_pos",
+    "mono_neg",
+    "pert_pos",
+    "pert_neg",
+)
 EXTRA = ("rise_ins_raw", "rise_del_raw", "rise_insdel_raw", "mono_pix_pos", "mono_pix_neg")
 HELD_OUT = ("heldout_rise_ins", "heldout_rise_del", "heldout_rise_insdel", "pointing", "iou_top1", "iou_topk")
 LOWER_IS_BETTER = frozenset({"rise_del", "rise_del_raw", "mas_del", "pert_pos", "heldout_rise_del"})

@@ -243,8 +243,9 @@ class DdpgFinetuneLitModule(SuiteLitModule):
             )
         with torch.random.fork_rng():
             torch.manual_seed(int(self.hparams.init_seed))
-            pre = DeepSemdiceLitModule(obs_dim, act_dim, method="semdice", hidden=self.hparams.hidden, lr=self.lr,
-                                       gamma=self.gamma)  # fmt: skip
+            pre = DeepSemdiceLitModule(
+                obs_dim, act_dim, method="semdice", hidden=self.hparams.hidden, lr=self.lr, gamma=self.gamma
+            )
             opts = pre.configure_optimizers()
             done = 0
             while done < steps:
@@ -255,8 +256,12 @@ class DdpgFinetuneLitModule(SuiteLitModule):
                         break
         self.actor.load_state_dict(pre.actor.state_dict())
         self.pretrained_steps = float(done)
-        log.info("semdice_finetune: pre-trained the actor with SEMDICE for %d updates (dual loss %.4g) on %s",
-                 done, float(losses["dual"].detach()), dm.cache_path.name)  # fmt: skip
+        log.info(
+            "semdice_finetune: pre-trained the actor with SEMDICE for %d updates (dual loss %.4g) on %s",
+            done,
+            float(losses["dual"].detach()),
+            dm.cache_path.name,
+        )
 
     def setup(self, stage: str) -> None:
         if not self._built:

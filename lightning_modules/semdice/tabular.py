@@ -255,9 +255,14 @@ class SemdiceLitModule(SuiteLitModule):
         """``inner_steps`` steps of the official baselines' update, then its logit reset (numpy when ``fused``)."""
         if self.fused:
             logits = fused_ops.official_pg_ascent(
-                self.logits.numpy(), self.T_hat.numpy(), self.gamma, self.reward.numpy(), self.p_s.numpy(), lr,
+                self.logits.numpy(),
+                self.T_hat.numpy(),
+                self.gamma,
+                self.reward.numpy(),
+                self.p_s.numpy(),
+                lr,
                 self.inner_steps,
-            )  # fmt: skip
+            )
             self.logits.copy_(torch.from_numpy(logits))
         else:
             self.logits.copy_(
@@ -270,9 +275,16 @@ class SemdiceLitModule(SuiteLitModule):
         T_hat, p0 = self.T_hat.numpy(), self.p0.double().numpy()
         if self.kind == "semdice":
             nu, mu = fused_ops.dual_gradient_descent(
-                self.nu.numpy(), self.mu.numpy(), self.d_b.numpy(), T_hat, p0, self.gamma, self.alpha, lr,
+                self.nu.numpy(),
+                self.mu.numpy(),
+                self.d_b.numpy(),
+                T_hat,
+                p0,
+                self.gamma,
+                self.alpha,
+                lr,
                 self.inner_steps,
-            )  # fmt: skip
+            )
             self.nu.copy_(torch.from_numpy(nu))
             self.mu.copy_(torch.from_numpy(mu))
         else:

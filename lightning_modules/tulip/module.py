@@ -158,12 +158,16 @@ class TulipLitModule(SuiteLitModule):
         super().__init__()
         stages = list(stages)
         check(bool(stages) and all(s in STAGES for s in stages), f"model.stages={stages} must be a subset of {STAGES}")
-        check(stages == sorted(stages, key=STAGES.index) and len(set(stages)) == len(stages),
-              f"model.stages={stages} must be in the order {list(STAGES)} without repeats")  # fmt: skip
+        check(
+            stages == sorted(stages, key=STAGES.index) and len(set(stages)) == len(stages),
+            f"model.stages={stages} must be in the order {list(STAGES)} without repeats",
+        )
         check(text_tower in TOWERS, f"model.text_tower={text_tower!r} must be one of {list(TOWERS)}")
         check(distill_loss in ("cosine", "mse", "l2"), f"model.distill_loss={distill_loss!r} must be cosine/mse/l2")
-        check(expand_projection in ("teacher", "student"),
-              f"model.expand_projection={expand_projection!r} must be 'teacher' or 'student'")  # fmt: skip
+        check(
+            expand_projection in ("teacher", "student"),
+            f"model.expand_projection={expand_projection!r} must be 'teacher' or 'student'",
+        )
         steps = {s: int((stage_steps or {}).get(s, 100)) for s in stages}
         check(all(v > 0 for v in steps.values()), f"model.stage_steps={steps} must be > 0 for every stage")
         check("distill" not in stages or text_tower == "rope", "the distill stage needs model.text_tower=rope")
@@ -173,12 +177,16 @@ class TulipLitModule(SuiteLitModule):
         self.L, self.E = int(net.positional_embedding.shape[0]), int(long_context)
         check(self.L < self.E, f"model.long_context={long_context} must exceed net.context_length={self.L}")
         self.lrs = {"clip": clip_lr, "distill": distill_lr, "expand": expand_lr}
-        check(ntk_lengths is None or (len(ntk_lengths) == 2 and all(int(n) > 0 for n in ntk_lengths)),
-              f"model.ntk_lengths={ntk_lengths} must be null or [L_new, L_old] with positive lengths")  # fmt: skip
+        check(
+            ntk_lengths is None or (len(ntk_lengths) == 2 and all(int(n) > 0 for n in ntk_lengths)),
+            f"model.ntk_lengths={ntk_lengths} must be null or [L_new, L_old] with positive lengths",
+        )
         self.ntk_lengths = None if ntk_lengths is None else [int(n) for n in ntk_lengths]
         self.ntk_scaling_factor, self.theta, self.distill_kind = ntk_scaling_factor, theta, distill_loss
-        check(long_weight >= 0 and short_weight >= 0 and long_weight + short_weight > 0,
-              f"model.long_weight={long_weight}, model.short_weight={short_weight}: >= 0, not both 0")  # fmt: skip
+        check(
+            long_weight >= 0 and short_weight >= 0 and long_weight + short_weight > 0,
+            f"model.long_weight={long_weight}, model.short_weight={short_weight}: >= 0, not both 0",
+        )
         self.weight_decay, self.warmup_steps = weight_decay, warmup_steps
         self.long_weight, self.short_weight = long_weight, short_weight
         self.lock_image, self.length_bins, self.grad_clip = lock_image, list(length_bins), grad_clip
@@ -189,14 +197,18 @@ class TulipLitModule(SuiteLitModule):
         self.expand_projection = expand_projection
         self.longclip_pca_dim = None if text_tower != "longclip" or longclip_pca_dim is None else int(longclip_pca_dim)
         embed = int(net.visual.output_dim)  # the joint embedding size
-        check(self.longclip_pca_dim is None or 1 <= self.longclip_pca_dim < embed,
-              f"model.longclip_pca_dim={longclip_pca_dim} must be null or in [1, {embed}) (embedding)")  # fmt: skip
+        check(
+            self.longclip_pca_dim is None or 1 <= self.longclip_pca_dim < embed,
+            f"model.longclip_pca_dim={longclip_pca_dim} must be null or in [1, {embed}) (embedding)",
+        )
         if text_tower == "rope":
             self.student = RoPETextTower.from_teacher(self.teacher.text, heads=heads, theta=theta)
         elif text_tower == "longclip":
-            check(0 <= longclip_keep < self.L - 1 and (self.E - longclip_keep) % (self.L - longclip_keep) == 0,
-                  f"model.longclip_keep={longclip_keep}: E - keep = {self.E - longclip_keep} must divide by "
-                  f"L - keep = {self.L - longclip_keep}")  # fmt: skip
+            check(
+                0 <= longclip_keep < self.L - 1 and (self.E - longclip_keep) % (self.L - longclip_keep) == 0,
+                f"model.longclip_keep={longclip_keep}: E - keep = {self.E - longclip_keep} must divide by "
+                f"L - keep = {self.L - longclip_keep}",
+            )
             self.student = copy.deepcopy(self.teacher.text)
             self.student.stretch(longclip_keep, self._longclip_factor, freeze_kept=longclip_freeze_kept)
         # saved in every checkpoint: the stages completed, and the latest stage entered (-1: none)
@@ -217,8 +229,11 @@ class TulipLitModule(SuiteLitModule):
         elif init_from is not None:
             raise ConfigError("model.init_from is only read when model.stages does not start with 'clip'")
         if text_tower == "rope" and "expand" in stages and "distill" not in stages and first == "clip":
-            check(not require_distill, "a rope expansion without a distill stage needs model.require_distill=false "
-                  "(the no-distillation baseline)")  # fmt: skip
+            check(
+                not require_distill,
+                "a rope expansion without a distill stage needs model.require_distill=false "
+                "(the no-distillation baseline)",
+            )
         self._batches, self._active = 0, None
 
     @property
@@ -393,12 +408,15 @@ class TulipLitModule(SuiteLitModule):
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         enc, ctx = self.eval_model()
         with torch.no_grad():
-            self._outputs.append({
-                "image": enc.encode_image(batch["image"]),
-                "long": enc.encode_text(truncate_tokens(batch["long"], ctx)),
-                "short": enc.encode_text(truncate_tokens(batch["short"], min(ctx, batch["short"].shape[1]))),
-                "length": batch["length"], "group": batch["group"],
-            })  # fmt: skip
+            self._outputs.append(
+                {
+                    "image": enc.encode_image(batch["image"]),
+                    "long": enc.encode_text(truncate_tokens(batch["long"], ctx)),
+                    "short": enc.encode_text(truncate_tokens(batch["short"], min(ctx, batch["short"].shape[1]))),
+                    "length": batch["length"],
+                    "group": batch["group"],
+                }
+            )
 
     test_step = validation_step
 

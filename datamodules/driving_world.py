@@ -199,8 +199,7 @@ class DrivingWorld:
             s += u(3.0, 6.0)
         statics = torch.tensor(statics, dtype=torch.float64)
         statics[:, 2:4] = statics[:, 2:4].sort(1).values
-        return {"radius": radius, "ego": ego_t, "agents": keep, "statics": statics, "first": -8,
-                "behaviour": behaviour}  # fmt: skip
+        return {"radius": radius, "ego": ego_t, "agents": keep, "statics": statics, "first": -8, "behaviour": behaviour}
 
     @staticmethod
     def _clear(ego: torch.Tensor, movers: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:

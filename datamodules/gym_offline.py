@@ -64,8 +64,15 @@ class BehaviourPolicy:
     """The behaviour policy of the generated data (see the module docstring): ``act(t)`` is the action at step ``t``
     of the roll-out (``sticky`` draws a new uniform action every ``repeat`` steps and holds it)."""
 
-    def __init__(self, policy: str, low: np.ndarray, high: np.ndarray, rng: np.random.Generator, repeat: int = 10,
-                 epsilon: float = 0.2) -> None:  # fmt: skip
+    def __init__(
+        self,
+        policy: str,
+        low: np.ndarray,
+        high: np.ndarray,
+        rng: np.random.Generator,
+        repeat: int = 10,
+        epsilon: float = 0.2,
+    ) -> None:
         if policy not in POLICIES:
             raise ConfigError(f"data.policy={policy!r} must be one of {list(POLICIES)}")
         self.policy, self.low, self.high, self.rng, self.repeat, self.epsilon = policy, low, high, rng, repeat, epsilon
@@ -163,8 +170,9 @@ class GymOfflineDataModule(SuiteDataModule):
 
     def prepare_data(self) -> None:
         if self.source == "embedded" and not self.cache_path.exists():
-            arrays = generate(self.env_id, self.policy, self.num_steps, self.episode_steps, self.seed, self.repeat,
-                              self.epsilon)  # fmt: skip
+            arrays = generate(
+                self.env_id, self.policy, self.num_steps, self.episode_steps, self.seed, self.repeat, self.epsilon
+            )
             self.cache_path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.cache_path.with_suffix(".tmp.npz")
             np.savez(tmp, **arrays)

@@ -39,9 +39,35 @@ from datamodules._base import SuiteDataModule, seeded_permutation, world
 
 # Atom vocabulary of ZINC (benchmarking-gnns' atom_dict): symbol, explicit H count and charge of bracket atoms.
 ZINC_ATOMS: tuple[str, ...] = (
-    "C", "O", "N", "F", "C H1", "S", "Cl", "O -", "N H1 +", "Br", "N H3 +", "N H2 +", "N +", "N -", "S -", "I",
-    "P", "O H1 +", "N H1 -", "O +", "S +", "P H1", "P H2", "C H2 -", "P +", "S H1 +", "C H1 -", "P H1 +",
-)  # fmt: skip
+    "C",
+    "O",
+    "N",
+    "F",
+    "C H1",
+    "S",
+    "Cl",
+    "O -",
+    "N H1 +",
+    "Br",
+    "N H3 +",
+    "N H2 +",
+    "N +",
+    "N -",
+    "S -",
+    "I",
+    "P",
+    "O H1 +",
+    "N H1 -",
+    "O +",
+    "S +",
+    "P H1",
+    "P H2",
+    "C H2 -",
+    "P +",
+    "S H1 +",
+    "C H1 -",
+    "P H1 +",
+)
 ATOM_IDS = {tok: i for i, tok in enumerate(ZINC_ATOMS)}
 ZINC_BONDS = {"SINGLE": 1, "DOUBLE": 2, "TRIPLE": 3}
 # JT-VAE's ZINC-250k statistics of logP, -SA and -ring penalty (used for ZINC's logP_SA_cycle_normalized).

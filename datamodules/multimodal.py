@@ -160,10 +160,13 @@ class ReadJsonDataset(Dataset):
             frames = Path(entry["video_path"])
             frames = frames if frames.is_absolute() else root / frames
             image = next(
-                (frames / f"frame_{k}" / f"{entry['video_id']}.jpg" for k in range(frame, -1, -1)
-                 if (frames / f"frame_{k}" / f"{entry['video_id']}.jpg").is_file()),
+                (
+                    frames / f"frame_{k}" / f"{entry['video_id']}.jpg"
+                    for k in range(frame, -1, -1)
+                    if (frames / f"frame_{k}" / f"{entry['video_id']}.jpg").is_file()
+                ),
                 None,
-            )  # fmt: skip
+            )
             if image is None:
                 raise MissingDataError(
                     f"{json_path}: row {row}: no frame {frames}/frame_<0..{frame}>/{entry['video_id']}.jpg. "

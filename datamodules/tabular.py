@@ -132,9 +132,22 @@ def _binary(name: str, raw: list[str], one: str, zero: str, **kw: Any) -> tuple[
 # Adult
 # ---------------------------------------------------------------------------------------------------------------
 ADULT_COLUMNS = [
-    "age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation", "relationship",
-    "race", "sex", "capital-gain", "capital-loss", "hours-per-week", "native-country", "income",
-]  # fmt: skip
+    "age",
+    "workclass",
+    "fnlwgt",
+    "education",
+    "education-num",
+    "marital-status",
+    "occupation",
+    "relationship",
+    "race",
+    "sex",
+    "capital-gain",
+    "capital-loss",
+    "hours-per-week",
+    "native-country",
+    "income",
+]
 
 
 def _read_adult_file(path: Path, skip_first: bool) -> list[list[str]]:
@@ -181,8 +194,10 @@ def load_adult(root: str | Path) -> tuple[list[FeatureSpec], np.ndarray, np.ndar
     if not rows:
         raise DataFormatError(f"{train}: no complete rows")
     col = {name: [r[i] for r in rows] for i, name in enumerate(ADULT_COLUMNS)}
-    num = {name: np.array([float(v) for v in col[name]]) for name in ("age", "education-num", "capital-gain",
-                                                                      "capital-loss", "hours-per-week")}  # fmt: skip
+    num = {
+        name: np.array([float(v) for v in col[name]])
+        for name in ("age", "education-num", "capital-gain", "capital-loss", "hours-per-week")
+    }
     parts = [
         _continuous("age", num["age"], monotone="increasing", discrete=True),
         _categorical("workclass", col["workclass"]),
@@ -286,10 +301,18 @@ def load_german(root: str | Path) -> tuple[list[FeatureSpec], np.ndarray, np.nda
 # GMSC (Kaggle "Give Me Some Credit", cs-training.csv)
 # ---------------------------------------------------------------------------------------------------------------
 GMSC_COLUMNS = [
-    "SeriousDlqin2yrs", "RevolvingUtilizationOfUnsecuredLines", "age", "NumberOfTime30-59DaysPastDueNotWorse",
-    "DebtRatio", "MonthlyIncome", "NumberOfOpenCreditLinesAndLoans", "NumberOfTimes90DaysLate",
-    "NumberRealEstateLoansOrLines", "NumberOfTime60-89DaysPastDueNotWorse", "NumberOfDependents",
-]  # fmt: skip
+    "SeriousDlqin2yrs",
+    "RevolvingUtilizationOfUnsecuredLines",
+    "age",
+    "NumberOfTime30-59DaysPastDueNotWorse",
+    "DebtRatio",
+    "MonthlyIncome",
+    "NumberOfOpenCreditLinesAndLoans",
+    "NumberOfTimes90DaysLate",
+    "NumberRealEstateLoansOrLines",
+    "NumberOfTime60-89DaysPastDueNotWorse",
+    "NumberOfDependents",
+]
 GMSC_MONOTONE = {
     "age": "increasing",
     "NumberOfTime30-59DaysPastDueNotWorse": "increasing",

@@ -31,9 +31,15 @@ def test_there_are_experiments():
 def test_every_debug_mode_runs_through_the_train_entry_point(slug: str, mode: str, tmp_path: Path, capsys):
     """`make train METHOD=<slug> ARGS="debug=<mode>"` as a user types it (the same entry point, in this process)."""
     code = run_entry(
-        "train", [f"experiment={slug}", f"debug={mode}", "logger=csv", "trainer.enable_progress_bar=false",
-                  f"paths.log_dir={tmp_path}"]
-    )  # fmt: skip
+        "train",
+        [
+            f"experiment={slug}",
+            f"debug={mode}",
+            "logger=csv",
+            "trainer.enable_progress_bar=false",
+            f"paths.log_dir={tmp_path}",
+        ],
+    )
     out = capsys.readouterr()
     assert code == 0, out.err[-3000:]
     (run,) = (tmp_path / "debug" / slug / "runs").iterdir()  # debug runs never land in logs/train (compare)
@@ -91,17 +97,29 @@ class Positive:
 # The config half fails when someone switches a method off by default (or points the default at a baseline); the
 # metric half is checked on each experiment's `debug=fdr` run above. Every slug of conf/experiment/ must be here.
 METHOD_ON: dict[str, tuple[dict[str, object], list[str]]] = {
-    "addp": ({"model.mode": "diffusion", "model.timestep_dist": "contribution",
-              "model.augment": OneOf(("mix", "self"))}, ["test/absrel", "test/curve/absrel/*"]),
+    "addp": (
+        {"model.mode": "diffusion", "model.timestep_dist": "contribution", "model.augment": OneOf(("mix", "self"))},
+        ["test/absrel", "test/curve/absrel/*"],
+    ),
     "badloss": ({"model.defence": "badloss"}, ["detect/auc", "test/asr_mean"]),
     "bracketire": ({"model.arch": "tmrnet", "model.mode": "supervised", "train": True}, ["test/psnr", "test/ssim"]),
-    "gated_deltanet": ({"model.net.mixer.0.kind": "gated_deltanet", "model.net.mixer.0.use_gate": True,
-                        "model.net.mixer.0.use_delta": True}, ["test/acc*"]),
-    "grass": ({"model.arch": "grass", "model.encoding": "rrwp", "model.added_edges_per_node": Positive()},
-              ["test/mae"]),
+    "gated_deltanet": (
+        {
+            "model.net.mixer.0.kind": "gated_deltanet",
+            "model.net.mixer.0.use_gate": True,
+            "model.net.mixer.0.use_delta": True,
+        },
+        ["test/acc*"],
+    ),
+    "grass": (
+        {"model.arch": "grass", "model.encoding": "rrwp", "model.added_edges_per_node": Positive()},
+        ["test/mae"],
+    ),
     "leaderbot": ({"model.kind": "davidson", "model.k_cov": 0, "model.k_tie": 1}, ["test/nll", "test/mae_tie"]),
-    "lice": ({"model.methods": OneOf(("lice_optimize",)), "model.num_counterfactuals": Positive()},
-             ["test/lice_optimize/found", "test/lice_threshold/found"]),
+    "lice": (
+        {"model.methods": OneOf(("lice_optimize",)), "model.num_counterfactuals": Positive()},
+        ["test/lice_optimize/found", "test/lice_threshold/found"],
+    ),
     "mda": ({"model.attribution.enabled": True, "model.attribution.methods": OneOf(("mda",))}, ["attr/n_images"]),
     "nforgot": ({"model.method": "nforgot"}, ["test/ap"]),
     "ostquant": ({"callbacks.quant_calibration.methods": OneOf(("ostquant",))}, ["quant/ostquant_ppl"]),
@@ -110,17 +128,23 @@ METHOD_ON: dict[str, tuple[dict[str, object], list[str]]] = {
     "rx_dpm": ({"model.rx": True, "model.analytic": False}, ["test/w2"]),
     "semdice": ({"model.kind": "semdice"}, ["test/normalized_entropy"]),
     "semdice_deep": ({"model.method": "semdice"}, ["test/cell_entropy"]),
-    "semdice_finetune": ({"model.pretrain_steps": Positive(), "model.init_ckpt": None, "model.init_run": None},
-                         ["test/pretrain_steps"]),
-    "sgm_lipschitz": ({"model.lipschitz_sigmas": OneOf((0.05, 0.2, 0.5, 1.0, 2.0))},
-                      ["test/lip_learned_0", "test/lip_exact_0"]),
+    "semdice_finetune": (
+        {"model.pretrain_steps": Positive(), "model.init_ckpt": None, "model.init_run": None},
+        ["test/pretrain_steps"],
+    ),
+    "sgm_lipschitz": (
+        {"model.lipschitz_sigmas": OneOf((0.05, 0.2, 0.5, 1.0, 2.0))},
+        ["test/lip_learned_0", "test/lip_exact_0"],
+    ),
     "stickbreaking": ({"model.net.mixer.0.kind": "stickbreaking"}, ["test/ppl_len*"]),
     "sumi": ({"callbacks.tta.method": "sumi"}, ["tta/acc_q*"]),
-    "systematic_outliers": ({"callbacks.outlier_census._target_": "callbacks.outlier_census.OutlierCensus"},
-                            ["census/sink_share"]),
+    "systematic_outliers": (
+        {"callbacks.outlier_census._target_": "callbacks.outlier_census.OutlierCensus"},
+        ["census/sink_share"],
+    ),
     "ts_lif": ({"model.neuron": "ts_lif", "model.backbone": "gru"}, ["test/r2"]),
     "tulip": ({"model.stages": ["clip", "distill", "expand"], "model.text_tower": "rope"}, ["test/long_r1"]),
-}  # fmt: skip
+}
 
 
 def _method_value_ok(value: object, want: object) -> bool:
@@ -174,9 +198,13 @@ def test_make_train_with_the_method_switched_off_says_it_measured_nothing(tmp_pa
     args = f"ARGS=debug=fdr logger=csv model.lipschitz_sigmas=null paths.log_dir={tmp_path}"
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        ["make", "-s", "--no-print-directory", "train", "METHOD=sgm_lipschitz", args], cwd=ROOT, capture_output=True,
-        text=True, timeout=600, env=env,
-    )  # fmt: skip
+        ["make", "-s", "--no-print-directory", "train", "METHOD=sgm_lipschitz", args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines()[-1] == (
         "note: sgm_lipschitz: the method measured nothing: none of its metrics (test/lip_learned_*, test/lip_exact_*) "
@@ -194,9 +222,13 @@ def test_a_method_that_predicted_nothing_says_it_measured_nothing(tmp_path):
     args = f"ARGS=trainer.max_epochs=1 model.density_threshold=1e9 logger=csv paths.log_dir={tmp_path}"
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        ["make", "-s", "--no-print-directory", "train", "METHOD=preworld", args], cwd=ROOT, capture_output=True,
-        text=True, timeout=600, env=env,
-    )  # fmt: skip
+        ["make", "-s", "--no-print-directory", "train", "METHOD=preworld", args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = (tmp_path / "train" / "preworld" / "runs").iterdir()
     metrics = json.loads((run / "metrics.json").read_text())

@@ -172,8 +172,14 @@ def test_readme_callback_table_lists_the_experiments_each_callback_works_with() 
 
 # -- the runs --------------------------------------------------------------------------------------------------------
 def _run(slug: str, extra: list[str], tmp_path: Path, capsys) -> tuple[Path, dict[str, float]]:  # noqa: ANN001
-    args = [f"experiment={slug}", "debug=fdr", "logger=csv", "trainer.enable_progress_bar=false",
-            f"paths.log_dir={tmp_path}", *extra]  # fmt: skip
+    args = [
+        f"experiment={slug}",
+        "debug=fdr",
+        "logger=csv",
+        "trainer.enable_progress_bar=false",
+        f"paths.log_dir={tmp_path}",
+        *extra,
+    ]
     code = run_entry("train", args)
     out = capsys.readouterr()
     assert code == 0, out.err[-3000:]
@@ -249,8 +255,16 @@ def test_callback_does_its_work_through_train(name: str, slug: str, tmp_path: Pa
 def test_a_pair_that_misses_a_contract_is_refused_in_one_line(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     """``python -m train experiment=leaderbot +callbacks.tta=...``: refused at setup, before any training, in one line
     naming what the module lacks."""
-    code = run_entry("train", ["experiment=leaderbot", "debug=fdr", "logger=csv", f"paths.log_dir={tmp_path}",
-                               *SPECS["TestTimeAdaptation"].overrides()])  # fmt: skip
+    code = run_entry(
+        "train",
+        [
+            "experiment=leaderbot",
+            "debug=fdr",
+            "logger=csv",
+            f"paths.log_dir={tmp_path}",
+            *SPECS["TestTimeAdaptation"].overrides(),
+        ],
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2, err
     assert err[-1].startswith("error: callbacks.tta: model LeaderbotLitModule has no integer num_classes >= 2"), err

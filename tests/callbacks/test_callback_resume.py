@@ -21,16 +21,26 @@ from tests.conftest import run_cli
 pytestmark = pytest.mark.slow
 
 # A tiny systematic_outliers run: 16 steps, a census every 4 (the census callback as the experiment configures it).
-TINY = ["experiment=systematic_outliers", "logger=csv", "trainer.max_steps=16", "trainer.val_check_interval=8",
-        "trainer.limit_val_batches=2", "trainer.limit_test_batches=2", "trainer.enable_progress_bar=false",
-        "callbacks.outlier_census.every_n_steps=4", "data.max_bytes=60000"]  # fmt: skip
+TINY = [
+    "experiment=systematic_outliers",
+    "logger=csv",
+    "trainer.max_steps=16",
+    "trainer.val_check_interval=8",
+    "trainer.limit_val_batches=2",
+    "trainer.limit_test_batches=2",
+    "trainer.enable_progress_bar=false",
+    "callbacks.outlier_census.every_n_steps=4",
+    "data.max_bytes=60000",
+]
 
 
 def _census_rows(run) -> list[tuple]:
     with (run / "csv" / "outlier_census.csv").open() as fh:
         # five significant digits: the resumed run's float sums may differ in the last bits
-        return [(r["step"], r["kind"], r["name"], r["metric"], r["value"] and f"{float(r['value']):.5g}")
-                for r in csv.DictReader(fh)]  # fmt: skip
+        return [
+            (r["step"], r["kind"], r["name"], r["metric"], r["value"] and f"{float(r['value']):.5g}")
+            for r in csv.DictReader(fh)
+        ]
 
 
 def test_outlier_census_resumes_with_the_same_probe_and_history(tmp_path):

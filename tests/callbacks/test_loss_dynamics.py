@@ -65,10 +65,16 @@ def fit(cb: LossDynamics, epochs: int, data: ToyData | None = None, root=None) -
     data = data or ToyData()
     model = Toy()
     trainer = pl.Trainer(
-        max_epochs=epochs, accelerator="cpu", callbacks=[cb], logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+        max_epochs=epochs,
+        accelerator="cpu",
+        callbacks=[cb],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
         default_root_dir=str(root or tempfile.mkdtemp(prefix="loss_dynamics_")),
-    )  # fmt: skip
+    )
     trainer.fit(model, datamodule=data)
     return model, data
 
@@ -140,8 +146,11 @@ def test_a_train_split_without_index_is_scored_by_row_and_the_matrix_is_written(
 
 
 def test_errors():
-    with pytest.raises(ConfigError, match=r"^callbacks.loss_dynamics: datamodule UnindexedDynamics dynamics batches "
-                       r"are \(x, y\), needs \(x, y, index\)"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"^callbacks.loss_dynamics: datamodule UnindexedDynamics dynamics batches "
+        r"are \(x, y\), needs \(x, y, index\)",
+    ):
         fit(LossDynamics(), 1, UnindexedDynamics(with_index=False))
     with pytest.raises(ConfigError, match=r"training items are dicts with keys \['x', 'y'\], needs \(x, y\)"):
         fit(LossDynamics(), 1, DictData())
@@ -193,11 +202,19 @@ def test_ddp_two_processes_record_the_single_process_matrix(tmp_path):
         torch.manual_seed(0)
         model = Toy()
         trainer = pl.Trainer(
-            max_epochs=3, accelerator="cpu", devices=devices, strategy=strategy, use_distributed_sampler=False,
+            max_epochs=3,
+            accelerator="cpu",
+            devices=devices,
+            strategy=strategy,
+            use_distributed_sampler=False,
             default_root_dir=str(out),
-            callbacks=[LossDynamics(capacity=5), SaveTrajectories(out)], logger=False, enable_checkpointing=False,
-            enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-        )  # fmt: skip
+            callbacks=[LossDynamics(capacity=5), SaveTrajectories(out)],
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+        )
         trainer.fit(model, datamodule=OddDynamicsData())
 
     run("auto", 1, tmp_path / "single")

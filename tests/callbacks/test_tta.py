@@ -185,8 +185,16 @@ def test_quarter_accuracies() -> None:
 # -- SuMi on the multimodal module -------------------------------------------------------------------------------------
 def sumi_module() -> SumiLitModule:
     torch.manual_seed(0)
-    net = AudioVisualTransformer(C, audio_shape=(8, 4), audio_patch=(4, 2), image_shape=(1, 8, 8), image_patch=4, dim=8,
-                                 heads=2, depth_specific=1)  # fmt: skip
+    net = AudioVisualTransformer(
+        C,
+        audio_shape=(8, 4),
+        audio_patch=(4, 2),
+        image_shape=(1, 8, 8),
+        image_patch=4,
+        dim=8,
+        heads=2,
+        depth_specific=1,
+    )
     return SumiLitModule(net, num_classes=C)
 
 
@@ -208,8 +216,9 @@ def test_sumi_adapts_layernorms_with_selection(tmp_path) -> None:  # noqa: ANN00
     module = sumi_module()
     source = {k: v.clone() for k, v in module.state_dict().items()}
     # An untrained model is uncertain everywhere: H_u >= e/10 holds, and gamma_m = ln C + 1 lets every H_mm through.
-    cb = TestTimeAdaptation(method="sumi", lr=0.01, restore_on_end=False,
-                            method_kwargs={"gamma_m": math.log(C) + 1, "quartiles": "minmax"})  # fmt: skip
+    cb = TestTimeAdaptation(
+        method="sumi", lr=0.01, restore_on_end=False, method_kwargs={"gamma_m": math.log(C) + 1, "quartiles": "minmax"}
+    )
     run(module, cb, tmp_path, av_loader())
     assert cb.total == 4 and [h["step"] for h in cb.history] == [0.0, 1.0, 2.0, 3.0]
     assert all(0.0 < h["selected"] <= 1.0 for h in cb.history)
@@ -235,8 +244,15 @@ def test_sumi_skips_batch_missing_a_modality(tmp_path, caplog) -> None:  # noqa:
     source = {k: v.clone() for k, v in module.state_dict().items()}
     cb = TestTimeAdaptation(method="sumi", lr=0.01, restore_on_end=False, method_kwargs={"gamma_m": 10.0})
     module.trainer = None
-    pl_trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-                            enable_checkpointing=False, default_root_dir=str(tmp_path), callbacks=[cb])  # fmt: skip
+    pl_trainer = pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        default_root_dir=str(tmp_path),
+        callbacks=[cb],
+    )
 
     class NoVideo(torch.utils.data.Dataset):
         def __len__(self) -> int:
@@ -262,9 +278,15 @@ def test_comparison_runs_each_variant_from_the_source(tmp_path) -> None:  # noqa
     variants = {"src": {"method": "source"}, "tent": {"method": "tent", "lr": 0.05}}
     cmp = TTAComparison(variants)
     # The main callback adapts online during the test loop; the comparison still starts from the source weights.
-    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, default_root_dir=str(tmp_path),
-                         callbacks=[TestTimeAdaptation(method="tent", lr=0.5), cmp])  # fmt: skip
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+        callbacks=[TestTimeAdaptation(method="tent", lr=0.5), cmp],
+    )
     module = TinyClassifier()
     trainer.test(module, dataloaders=loader(), verbose=False)
     alone = TestTimeAdaptation(method="tent", lr=0.05)
@@ -421,8 +443,15 @@ def test_comparison_source_after_an_adapting_variant_is_still_the_source(tmp_pat
         module = TinyClassifier("batch")
         module.net[1].running_mean.fill_(3.0)
         cmp = TTAComparison(variants)
-        trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                             enable_model_summary=False, default_root_dir=str(tmp_path), callbacks=[cmp])  # fmt: skip
+        trainer = pl.Trainer(
+            accelerator="cpu",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            default_root_dir=str(tmp_path),
+            callbacks=[cmp],
+        )
         trainer.test(module, dataloaders=loader(64, 8), verbose=False)
         return cmp.results
 

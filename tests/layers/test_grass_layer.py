@@ -162,8 +162,12 @@ def test_pooling_head_sums_groups_separately():
 
 def odd_batch() -> Batch:
     """A single atom, a disconnected molecule, and molecules smaller than the encoding steps (K > N)."""
-    single = Data(x=torch.tensor([[3]]), edge_index=torch.zeros(2, 0, dtype=torch.long),
-                  edge_attr=torch.zeros(0, dtype=torch.long), y=torch.zeros(1))  # fmt: skip
+    single = Data(
+        x=torch.tensor([[3]]),
+        edge_index=torch.zeros(2, 0, dtype=torch.long),
+        edge_attr=torch.zeros(0, dtype=torch.long),
+        y=torch.zeros(1),
+    )
     a, b = molecule(4, 1), molecule(3, 2)
     disconnected = Data(
         x=torch.cat([a.x, b.x]),
@@ -177,8 +181,15 @@ def odd_batch() -> Batch:
 @pytest.mark.parametrize("encoding", ["rrwp", "drrwp", "none"])
 def test_grass_net_odd_graphs_and_every_parameter_gets_a_gradient(encoding: str):
     torch.manual_seed(0)
-    net = GrassNet(num_layers=2, dim=8, hidden_dim=8, encoding=encoding, encoding_steps=16, num_components=4,
-                   added_edges_per_node=3)  # fmt: skip
+    net = GrassNet(
+        num_layers=2,
+        dim=8,
+        hidden_dim=8,
+        encoding=encoding,
+        encoding_steps=16,
+        num_components=4,
+        added_edges_per_node=3,
+    )
     b = odd_batch()
     y = net(b.x, b.edge_index, b.edge_attr, b.batch)
     assert y.shape == (4,) and torch.isfinite(y).all()

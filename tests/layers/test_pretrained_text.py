@@ -80,8 +80,15 @@ def test_clip_text_tower_loads_alone_or_from_a_dual_encoder(tmp_path: Path, dual
         "pad_token_id": 0,
     }  # pooler = the [SEP] (end-of-text) token
     if dual:
-        vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
-                  "image_size": 16, "patch_size": 8, "projection_dim": 16}  # fmt: skip
+        vision = {
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 16,
+            "patch_size": 8,
+            "projection_dim": 16,
+        }
         model = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=16))
     else:
         model = CLIPTextModel(CLIPTextConfig(**text))
@@ -94,8 +101,9 @@ def test_clip_text_tower_loads_alone_or_from_a_dual_encoder(tmp_path: Path, dual
 def test_an_encoder_without_a_pooled_output_refuses_pooler(tmp_path: Path):
     from transformers import DistilBertConfig, DistilBertModel
 
-    cfg = DistilBertConfig(vocab_size=len(VOCAB), dim=32, hidden_dim=64, n_layers=2, n_heads=2,
-                           max_position_embeddings=32)  # fmt: skip
+    cfg = DistilBertConfig(
+        vocab_size=len(VOCAB), dim=32, hidden_dim=64, n_layers=2, n_heads=2, max_position_embeddings=32
+    )
     path = _save(tmp_path, DistilBertModel(cfg))
     with pytest.raises(ConfigError, match="text_pooling=pooler"):
         PretrainedTextEncoder.from_pretrained(path, 8, pooling="pooler")

@@ -95,8 +95,9 @@ def distinct_stream(n=12, e=60, seed=0):
 
 def tiny_tgn(chunk=7, layers=1):
     torch.manual_seed(0)
-    return TGN(in_dim=5, dim=8, time_dim=4, num_layers=layers, heads=2, num_neighbors=3, dropout=0.0,
-               memory_batch=chunk).double()  # fmt: skip
+    return TGN(
+        in_dim=5, dim=8, time_dim=4, num_layers=layers, heads=2, num_neighbors=3, dropout=0.0, memory_batch=chunk
+    ).double()
 
 
 def test_tgn_memory_matches_pyg_tgnmemory_and_the_naive_twin():
@@ -157,8 +158,12 @@ def test_tgn_embedding_ignores_events_at_or_after_the_query_time():
     src2, dst2 = src.clone(), dst.clone()  # rewire every event at or after 12 and add more at exactly 12
     src2[late], dst2[late] = torch.randint(0, n, (m,), generator=g), torch.randint(0, n, (m,), generator=g)
     extra = torch.randint(0, n, (2, 30), generator=g)
-    s2 = TemporalNeighborSampler(n, torch.cat([src2, extra[0]]), torch.cat([dst2, extra[1]]),
-                                 torch.cat([t, torch.full((30,), 12.0, dtype=torch.double)]))  # fmt: skip
+    s2 = TemporalNeighborSampler(
+        n,
+        torch.cat([src2, extra[0]]),
+        torch.cat([dst2, extra[1]]),
+        torch.cat([t, torch.full((30,), 12.0, dtype=torch.double)]),
+    )
     model.eval()  # fresh memory for the new stream (and drop the old one)
     after = model(x, s2, qn, qt)
     torch.testing.assert_close(before, after, rtol=0, atol=0)

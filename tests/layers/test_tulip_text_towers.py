@@ -21,8 +21,18 @@ from layers.vision_language import (
 )
 from ops.rope import ntk_theta
 
-SIZES = dict(embed_dim=16, image_size=16, patch_size=8, vision_width=16, vision_layers=1, vision_head_width=8,
-             context_length=12, text_width=16, text_heads=2, text_layers=2)  # fmt: skip
+SIZES = dict(
+    embed_dim=16,
+    image_size=16,
+    patch_size=8,
+    vision_width=16,
+    vision_layers=1,
+    vision_head_width=8,
+    context_length=12,
+    text_width=16,
+    text_heads=2,
+    text_layers=2,
+)
 
 
 def tokens(batch: int, length: int, eot_at: list[int], seed: int = 0) -> torch.Tensor:
@@ -43,9 +53,11 @@ def test_dual_encoder_equals_open_clip_and_a_saved_state_dict_loads_unchanged(tm
         torch.testing.assert_close(enc.visual(img), clip.encode_image(img), rtol=0, atol=0)
         torch.testing.assert_close(enc.text(t[:, :8]), enc.text(torch.cat([t[:, :8], torch.zeros(3, 4).long()], 1)))
     # a named open_clip architecture + a local checkpoint file, as a user with ViT-B/16 weights runs it
-    cfg = {"embed_dim": 16, "vision_cfg": {"image_size": 16, "layers": 1, "width": 16, "head_width": 8,
-           "patch_size": 8}, "text_cfg": {"context_length": 12, "vocab_size": 49408, "width": 16, "heads": 2,
-           "layers": 2}}  # fmt: skip
+    cfg = {
+        "embed_dim": 16,
+        "vision_cfg": {"image_size": 16, "layers": 1, "width": 16, "head_width": 8, "patch_size": 8},
+        "text_cfg": {"context_length": 12, "vocab_size": 49408, "width": 16, "heads": 2, "layers": 2},
+    }
     (tmp_path / "tulip-tiny-test.json").write_text(json.dumps(cfg))
     open_clip.add_model_config(tmp_path)
     torch.save({"state_dict": clip.state_dict()}, tmp_path / "clip.pt")

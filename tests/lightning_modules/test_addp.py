@@ -50,7 +50,7 @@ def _fit(m: AddpLitModule, batch, steps: int) -> list[float]:
         {"mode": "discriminative"},
         {"augment": "mix", "timestep_dist": "power", "timestep_use": "weight"},
         {"augment": "self", "timestep_dist": "contribution"},
-    ],  # fmt: skip
+    ],
 )
 def test_every_variant_trains_and_every_parameter_gets_a_gradient(task: str, kw: dict):
     m = _module(task, **kw)
@@ -85,8 +85,9 @@ def test_curve_last_step_is_the_final_prediction_metric():
 
 
 def test_contribution_refresh_moves_mass_to_the_steps_that_gain():
-    m = _module("refseg", timestep_dist="contribution", contribution_ema=0.0, contribution_floor=0.0,
-                contribution_smooth=0.0)  # fmt: skip
+    m = _module(
+        "refseg", timestep_dist="contribution", contribution_ema=0.0, contribution_floor=0.0, contribution_smooth=0.0
+    )
     m.refresh_p_t(torch.tensor([0.0, 0.6, 0.6, 0.6, 0.5], dtype=torch.float64))  # all gain at the first step
     # DDIM on T=20 with K=4 visits t = 20, 14, 7, 1; the first step stands for t = 17..20 (nearest, ties to it)
     assert m.steps.tolist() == [20, 14, 7, 1]

@@ -17,9 +17,13 @@ from lightning_modules.diffusion import DiffusionLitModule, mmd_rbf, parse_metho
 def _trainer(**kw) -> pl.Trainer:
     kw.setdefault("max_epochs", 1)
     return pl.Trainer(
-        accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, **kw,
-    )  # fmt: skip
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **kw,
+    )
 
 
 def test_config_errors():
@@ -97,9 +101,14 @@ def test_training_reduces_loss_and_measures_lipschitz():
     torch.manual_seed(0)
     dm = GaussianMixtureDataModule(n_train=1024, n_val=256, n_test=64, batch_size=128)
     model = DiffusionLitModule(
-        MLPDenoiser(2, hidden=64, depth=2), solver="dpmpp_2m", n_steps=8, n_eval_samples=64, ref_steps=0,
-        lipschitz_sigmas=[0.5, 2.0], optimizer=lambda p: torch.optim.Adam(p, lr=3e-3),
-    )  # fmt: skip
+        MLPDenoiser(2, hidden=64, depth=2),
+        solver="dpmpp_2m",
+        n_steps=8,
+        n_eval_samples=64,
+        ref_steps=0,
+        lipschitz_sigmas=[0.5, 2.0],
+        optimizer=lambda p: torch.optim.Adam(p, lr=3e-3),
+    )
     dm.setup()
     x = dm.datasets["val"].tensors[0]
     with torch.no_grad():
@@ -156,9 +165,14 @@ class _Digits(SuiteDataModule):
 def test_image_mode_unet_and_fid():
     torch.manual_seed(0)
     model = DiffusionLitModule(
-        SmallUNet(1, channels=8, emb_dim=16), solver="euler", rx=True, n_steps=6, n_eval_samples=64,
-        fid_feature_steps=20, optimizer=lambda p: torch.optim.Adam(p, lr=1e-3),
-    )  # fmt: skip
+        SmallUNet(1, channels=8, emb_dim=16),
+        solver="euler",
+        rx=True,
+        n_steps=6,
+        n_eval_samples=64,
+        fid_feature_steps=20,
+        optimizer=lambda p: torch.optim.Adam(p, lr=1e-3),
+    )
     dm = _Digits(batch_size=64)
     trainer = _trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=1)
     trainer.fit(model, datamodule=dm)

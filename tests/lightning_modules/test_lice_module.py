@@ -21,13 +21,21 @@ def test_fit_then_counterfactuals(tmp_path: Path):
     pl.seed_everything(0, verbose=False)
     dm = TabularDataModule(dataset="synthetic", n_synthetic=1200, batch_size=64, seed=0)
     model = LiceLitModule(
-        optimizer=partial(torch.optim.AdamW, lr=1e-2), hidden_sizes=ListConfig([8, 4]), num_counterfactuals=4,
-        time_limit=30, spn_min_instances=100, dice_samples=500,
-    )  # fmt: skip
+        optimizer=partial(torch.optim.AdamW, lr=1e-2),
+        hidden_sizes=ListConfig([8, 4]),
+        num_counterfactuals=4,
+        time_limit=30,
+        spn_min_instances=100,
+        dice_samples=500,
+    )
     trainer = pl.Trainer(
-        max_epochs=8, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=str(tmp_path),
-    )  # fmt: skip
+        max_epochs=8,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+    )
     trainer.fit(model, datamodule=dm)
     trainer.test(model, datamodule=dm, verbose=False)
     m = {k: float(v) for k, v in trainer.callback_metrics.items()}

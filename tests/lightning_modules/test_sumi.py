@@ -14,8 +14,16 @@ C = 5
 
 def tiny(**kw) -> SumiLitModule:  # noqa: ANN003
     torch.manual_seed(0)
-    net = AudioVisualTransformer(C, audio_shape=(8, 4), audio_patch=(4, 2), image_shape=(1, 8, 8), image_patch=4,
-                                 dim=8, heads=2, depth_specific=1)  # fmt: skip
+    net = AudioVisualTransformer(
+        C,
+        audio_shape=(8, 4),
+        audio_patch=(4, 2),
+        image_shape=(1, 8, 8),
+        image_patch=4,
+        dim=8,
+        heads=2,
+        depth_specific=1,
+    )
     m = SumiLitModule(net, num_classes=C, **kw)
     m.log = m.log_dict = lambda *a, **k: None  # noqa: ARG005 - called outside a Trainer
     return m
@@ -100,12 +108,21 @@ def test_config_errors() -> None:
 def test_learns_embedded_pairs() -> None:
     from datamodules.multimodal import MultimodalDataModule
 
-    dm = MultimodalDataModule(image_source="digits", n_train=1200, n_val=300, n_test=16, audio_shape=(16, 8),
-                              stream="clean", batch_size=64)  # fmt: skip
+    dm = MultimodalDataModule(
+        image_source="digits", n_train=1200, n_val=300, n_test=16, audio_shape=(16, 8), stream="clean", batch_size=64
+    )
     dm.setup()
     torch.manual_seed(0)
-    net = AudioVisualTransformer(10, audio_shape=(16, 8), audio_patch=(4, 4), image_shape=(1, 8, 8), image_patch=2,
-                                 dim=16, heads=2, depth_specific=1)  # fmt: skip
+    net = AudioVisualTransformer(
+        10,
+        audio_shape=(16, 8),
+        audio_patch=(4, 4),
+        image_shape=(1, 8, 8),
+        image_patch=2,
+        dim=16,
+        heads=2,
+        depth_specific=1,
+    )
     m = SumiLitModule(net, num_classes=10)
     m.log = m.log_dict = lambda *a, **k: None  # noqa: ARG005 - called outside a Trainer
     opt = torch.optim.AdamW(m.parameters(), lr=3e-3)

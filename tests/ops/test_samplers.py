@@ -102,8 +102,11 @@ def test_rx_coefficients_uniform_and_adapted():
 
 def test_rx_plan_remainder():
     assert rx_plan(7, 2, skip_last=True, first_plain=False, last_plain=False) == [
-        (0, 2, True), (2, 4, True), (4, 6, True), (6, 7, False)
-    ]  # fmt: skip
+        (0, 2, True),
+        (2, 4, True),
+        (4, 6, True),
+        (6, 7, False),
+    ]
     assert rx_plan(7, 2, skip_last=False, first_plain=False, last_plain=False)[-1] == (4, 7, True)
     assert rx_plan(7, 2, True, first_plain=True, last_plain=True) == [
         (0, 2, False),

@@ -90,8 +90,11 @@ def test_mutual_info_by_hand() -> None:
 
 
 def test_mutual_info_targets_carry_gradient() -> None:
-    z_a, z_v, z_mm = (logits_of([[0.5, 0.5]]).requires_grad_(), logits_of([[0.9, 0.1]]).requires_grad_(),
-                      logits_of([[0.7, 0.3]]).requires_grad_())  # fmt: skip
+    z_a, z_v, z_mm = (
+        logits_of([[0.5, 0.5]]).requires_grad_(),
+        logits_of([[0.9, 0.1]]).requires_grad_(),
+        logits_of([[0.7, 0.3]]).requires_grad_(),
+    )
     mutual_info_sharing(z_a, z_v, z_mm).sum().backward()
     assert z_mm.grad.abs().sum() > 1e-3  # z_mm only enters through the (attached) mixtures
     z_mm.grad = None

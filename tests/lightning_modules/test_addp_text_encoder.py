@@ -32,9 +32,13 @@ def bert_dir(tmp_path_factory) -> Path:
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
     BertTokenizer(vocab={w: i for i, w in enumerate(vocab)}).save_pretrained(path)
     cfg = BertConfig(
-        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
         max_position_embeddings=32,
-    )  # fmt: skip
+    )
     torch.manual_seed(0)
     BertModel(cfg).save_pretrained(path)
     return path
@@ -43,10 +47,18 @@ def bert_dir(tmp_path_factory) -> Path:
 def _model(tmp_path: Path, *overrides: str) -> AddpLitModule:
     """The addp experiment's model, composed and instantiated as ``python -m train`` does (``suite.run``)."""
     cfg = compose_train(
-        ["experiment=addp", "data.task=refseg", "model.net.channels=8", "model.net.emb_dim=16", "model.T=20",
-         "model.n_steps=4", "model.restart_step=2", *overrides],
+        [
+            "experiment=addp",
+            "data.task=refseg",
+            "model.net.channels=8",
+            "model.net.emb_dim=16",
+            "model.T=20",
+            "model.n_steps=4",
+            "model.restart_step=2",
+            *overrides,
+        ],
         tmp_path,
-    )  # fmt: skip
+    )
     torch.manual_seed(0)
     return instantiate(cfg.model, "model")
 

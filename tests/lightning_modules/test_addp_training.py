@@ -39,8 +39,7 @@ def test_training_on_the_embedded_task_beats_the_untrained_model(task, size, epo
     val = next(iter(dm.loader("val", shuffle=False)))
     torch.manual_seed(0)
     net = SmallUNet(in_channels=1, channels=8, emb_dim=16, cond_channels=3, cond_dim=64)
-    m = AddpLitModule(net, task=task, T=20, n_steps=4, restart_step=2,
-                      optimizer=lambda p: torch.optim.Adam(p, lr=3e-3))  # fmt: skip
+    m = AddpLitModule(net, task=task, T=20, n_steps=4, restart_step=2, optimizer=lambda p: torch.optim.Adam(p, lr=3e-3))
     before = _val_metrics(m, val)
     opt = m.configure_optimizers()
     m.log = lambda *a, **kw: None

@@ -37,15 +37,27 @@ def run(defence: str, tmp_path, detect_epochs=3, max_epochs=4, callback=True, su
     torch.manual_seed(0)
     dm = data(num_backdoor_probes=20 if defence == "badloss_two_class" else 0, subset=subset)
     model = BadlossLitModule(
-        width=8, defence=defence, detect_epochs=detect_epochs, k=10, two_class_k=5,
-        optimizer=lambda p: torch.optim.AdamW(p, lr=3e-3), **kw,
-    )  # fmt: skip
+        width=8,
+        defence=defence,
+        detect_epochs=detect_epochs,
+        k=10,
+        two_class_k=5,
+        optimizer=lambda p: torch.optim.AdamW(p, lr=3e-3),
+        **kw,
+    )
     callbacks = [LossDynamics(capacity=detect_epochs)] if callback else []
     trainer = pl.Trainer(
-        max_epochs=max_epochs, accelerator="cpu", logger=False, enable_checkpointing=False, callbacks=callbacks,
-        enable_progress_bar=False, enable_model_summary=False, reload_dataloaders_every_n_epochs=1,
-        default_root_dir=str(tmp_path), num_sanity_val_steps=0,
-    )  # fmt: skip
+        max_epochs=max_epochs,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        callbacks=callbacks,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        reload_dataloaders_every_n_epochs=1,
+        default_root_dir=str(tmp_path),
+        num_sanity_val_steps=0,
+    )
     trainer.fit(model, datamodule=dm)
     fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     test_metrics = trainer.test(model, datamodule=dm, verbose=False)
@@ -138,17 +150,31 @@ def test_badloss_detects_a_strongly_detectable_attack(tmp_path):
     and keeps most poisons, so it fails both assertions."""
     torch.manual_seed(0)
     dm = PoisonedDataModule(
-        dataset="digits", attacks=["blend_r"], poison_ratios={"blend_r": 0.1}, num_probes=30, batch_size=64,
-        seed=0, subset=600, test_subset=100,
-    )  # fmt: skip
+        dataset="digits",
+        attacks=["blend_r"],
+        poison_ratios={"blend_r": 0.1},
+        num_probes=30,
+        batch_size=64,
+        seed=0,
+        subset=600,
+        test_subset=100,
+    )
     model = BadlossLitModule(
         width=8, defence="badloss", detect_epochs=6, k=10, optimizer=lambda p: torch.optim.AdamW(p, lr=3e-3)
     )
     trainer = pl.Trainer(
-        max_epochs=6, accelerator="cpu", logger=False, enable_checkpointing=False, callbacks=[LossDynamics(capacity=6)],
-        enable_progress_bar=False, enable_model_summary=False, reload_dataloaders_every_n_epochs=1,
-        default_root_dir=str(tmp_path), num_sanity_val_steps=0, limit_val_batches=0,
-    )  # fmt: skip
+        max_epochs=6,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        callbacks=[LossDynamics(capacity=6)],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        reload_dataloaders_every_n_epochs=1,
+        default_root_dir=str(tmp_path),
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
     trainer.fit(model, datamodule=dm)
     m = {k: float(v) for k, v in trainer.callback_metrics.items()}
     assert m["detect/auc"] > 0.9, m

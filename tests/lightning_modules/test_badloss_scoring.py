@@ -137,8 +137,13 @@ def _rec(name, seed, acc, asr, patch=None, curve=FLAT, **extra):
     its attacks; the data follow the seed (the default pairing)."""
     from suite.compare import RunRecord
 
-    metrics = {"test/acc": acc, "test/asr_mean": asr, "test/asr_patch": asr if patch is None else patch,
-               "test/asr_sinusoid": 0.0, **{k.replace("__", "/"): v for k, v in extra.items()}}  # fmt: skip
+    metrics = {
+        "test/acc": acc,
+        "test/asr_mean": asr,
+        "test/asr_patch": asr if patch is None else patch,
+        "test/asr_sinusoid": 0.0,
+        **{k.replace("__", "/"): v for k, v in extra.items()},
+    }
     defence = name.removesuffix("_long")
     config = {"data": {"seed": seed}, "model": {"defence": defence, "detect_epochs": 0 if defence == "none" else 2}}
     return RunRecord(Path("."), name, seed, metrics, {"val/loss": curve}, config)
@@ -148,8 +153,9 @@ def _judge(records, tmp_path):
     from suite.claim import judge_page, load_spec
     from suite.claims import ClaimSpec
 
-    verdicts, _, result, hook_md, conv, _ = judge_page(ClaimSpec.from_dict("badloss", load_spec("badloss")), records,
-                                                       tmp_path)  # fmt: skip
+    verdicts, _, result, hook_md, conv, _ = judge_page(
+        ClaimSpec.from_dict("badloss", load_spec("badloss")), records, tmp_path
+    )
     assert not hook_md  # the hook returns data, and did not fail
     return {v.id: v for v in verdicts}, result, conv
 
@@ -195,8 +201,9 @@ def test_claim_asr_verdicts_need_implanted_attacks_and_converged_entries(tmp_pat
     assert cost.diff == pytest.approx(-0.023) and cost.lo > -0.05
     # a still-improving ABL in the average makes that claim underfit; the best-defence claim does not read ABL
     rising = [(0, 1.0), (5, 0.9), (10, 0.8), (15, 0.7), (20, 0.6)]
-    by_id, _, _ = _judge(_base() + [_rec("abl", s, 0.88, 0.80 + 0.01 * s, patch=0.9, curve=rising) for s in range(3)],
-                         tmp_path)  # fmt: skip
+    by_id, _, _ = _judge(
+        _base() + [_rec("abl", s, 0.88, 0.80 + 0.01 * s, patch=0.9, curve=rising) for s in range(3)], tmp_path
+    )
     assert by_id["asr_vs_average_defence"].verdict == "inconclusive: underfit"
     assert "abl: still improving" in by_id["asr_vs_average_defence"].why
     assert by_id["asr_vs_average_defence"].against == ("spectral", "abl")
@@ -296,8 +303,13 @@ def test_claim_trajectory_plot_needs_its_npz(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     g = np.random.default_rng(0)
-    np.savez(run / "badloss_detection.npz", trajectories=g.random((12, 5)), poison_attack=np.r_[[-1] * 8, 0, 0, 1, 1],
-             probe_kind=np.r_[[0] * 6, 1, 1, [0] * 4], attack_names=np.array(["patch", "blend_r"]))  # fmt: skip
+    np.savez(
+        run / "badloss_detection.npz",
+        trajectories=g.random((12, 5)),
+        poison_attack=np.r_[[-1] * 8, 0, 0, 1, 1],
+        probe_kind=np.r_[[0] * 6, 1, 1, [0] * 4],
+        attack_names=np.array(["patch", "blend_r"]),
+    )
     records = [r for r in _base() if not (r.name == "badloss" and r.seed == 0)]
     records.append(RunRecord(run, "badloss", 0, {"test/acc": 0.88, "test/asr_mean": 0.02}))
     result = claim_report(records, spec, tmp_path)

@@ -14,8 +14,15 @@ from lightning_modules.bracketire import BracketIRELitModule
 from lightning_modules.bracketire.schedule import cosine_warmup_factor
 from ops.isp.losses import synthetic_loss
 
-TINY = {"channels": 4, "n_feat": 1, "n_common": 1, "n_specific": 1, "n_recon": 1, "dcn_groups": 2,
-        "dcn_impl": "batched"}  # fmt: skip
+TINY = {
+    "channels": 4,
+    "n_feat": 1,
+    "n_common": 1,
+    "n_specific": 1,
+    "n_recon": 1,
+    "dcn_groups": 2,
+    "dcn_impl": "batched",
+}
 
 
 def _batch(b=2, hw=8, seed=0, gt=True):
@@ -23,9 +30,15 @@ def _batch(b=2, hw=8, seed=0, gt=True):
     base = torch.rand(b, 1, 4, hw, hw, generator=g) * 2
     scales = torch.tensor([1 / 16, 1 / 4, 1, 4, 16])[None, :, None, None, None]
     raws = (base * scales).clamp(0, 1)
-    out = {"raws": raws, "flow": torch.zeros(b, 5, 2),
-           "meta": {"red_gain": torch.full((b,), 1.8), "blue_gain": torch.full((b,), 1.5),
-                    "cam2rgb": torch.eye(3).expand(b, 3, 3)}}  # fmt: skip
+    out = {
+        "raws": raws,
+        "flow": torch.zeros(b, 5, 2),
+        "meta": {
+            "red_gain": torch.full((b,), 1.8),
+            "blue_gain": torch.full((b,), 1.5),
+            "cam2rgb": torch.eye(3).expand(b, 3, 3),
+        },
+    }
     if gt:
         out["gt"] = base[:, 0]
     return out

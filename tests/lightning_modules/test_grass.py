@@ -76,13 +76,18 @@ def test_fit_and_test_with_lion_one_cycle_and_bn_recollection(tmp_path: Path):
             div_factor=5000.0,
             final_div_factor=1.0,
             cycle_momentum=False,
-        ),  # fmt: skip
+        ),
     )
     before = [p.detach().clone() for p in lit.parameters()]
     trainer = pl.Trainer(
-        max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, accelerator="cpu", use_distributed_sampler=False,
-    )  # fmt: skip
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        use_distributed_sampler=False,
+    )
     trainer.fit(lit, datamodule=dm)
     sched = trainer.lr_scheduler_configs[0].scheduler
     assert sched.total_steps == 4  # 2 epochs x 2 batches
@@ -173,8 +178,9 @@ def test_claim_report_4x_check_overrides_a_plateau_and_reaches_the_ablations(tmp
     recs = _mae_runs("grass", (0.30, 0.31, 0.32)) + _mae_runs("gine", (0.40, 0.41, 0.42))
     recs += _mae_runs("grass_no_rrwp", (0.50, 0.51, 0.52))
     # 4x the epochs gains 0.001 on GRASS (under 1% of 0.30) and worsens GINE: both converged
-    by_id, result, conv = _grass_page(tmp_path, [*recs, *_mae_runs("grass_long", (0.299,)),
-                                                 *_mae_runs("gine_long", (0.41,))])  # fmt: skip
+    by_id, result, conv = _grass_page(
+        tmp_path, [*recs, *_mae_runs("grass_long", (0.299,)), *_mae_runs("gine_long", (0.41,))]
+    )
     assert by_id["grass_vs_gine"].verdict == stats.REPRODUCED and by_id["rrwp_helps"].verdict == stats.REPRODUCED
     assert conv["grass"][0] and conv["gine"][0]
     checks = {row[0]: row for row in result.tables[0].rows}

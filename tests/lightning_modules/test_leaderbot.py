@@ -75,20 +75,35 @@ def test_lightning_fit_matches_plain_fit_and_writes_artifacts(subset_file: Path,
     assert model.w.dtype == torch.float64
     train = dm.datasets["train"]
     ref = fit_newton(model.layout, train.pairs, train.counts)
-    got = float(lk.objective(model.params().detach(), train.pairs, train.counts, model.layout, model.basis,
-                             train.counts.sum(), True))  # fmt: skip
+    got = float(
+        lk.objective(
+            model.params().detach(), train.pairs, train.counts, model.layout, model.basis, train.counts.sum(), True
+        )
+    )
     assert ref.converged and got <= ref.loss + 1e-12  # the same Newton iterations, through Lightning
     m = trainer.callback_metrics
     assert 0 <= float(m["train/grad_max"]) <= 1e-9  # logged stationarity of the last step: the claim's gate
     assert float(m["val/nll"]) == pytest.approx(
-        float(lk.objective(model.params().detach(), train.pairs, train.counts, model.layout, model.basis,
-                           train.counts.sum(), False)), rel=1e-9)  # fmt: skip
+        float(
+            lk.objective(
+                model.params().detach(), train.pairs, train.counts, model.layout, model.basis, train.counts.sum(), False
+            )
+        ),
+        rel=1e-9,
+    )
     trainer.test(model, datamodule=dm)
     test_metrics = trainer.callback_metrics
     assert {"test/nll", "test/mae_tie", "test/kld", "test/jsd", "test/aic", "test/bic"} <= set(test_metrics)
     held_out = dm.datasets["test"]
-    expected = lk.objective(model.params().detach(), held_out.pairs, held_out.counts, model.layout, model.basis,
-                            held_out.counts.sum(), False)  # fmt: skip
+    expected = lk.objective(
+        model.params().detach(),
+        held_out.pairs,
+        held_out.counts,
+        model.layout,
+        model.basis,
+        held_out.counts.sum(),
+        False,
+    )
     assert float(test_metrics["test/nll"]) == pytest.approx(float(expected), rel=1e-9)
     assert len(held_out.pairs) + len(train.pairs) == len(read_votes(subset_file)["pairs"])
     rows = list((tmp_path / "leaderboard.csv").read_text().splitlines())
@@ -133,8 +148,13 @@ def test_metrics_match_package_evaluate(subset_file: Path):
         assert ic["aic"] == pytest.approx(sel["aic"][0], rel=1e-10)
         assert ic["bic"] == pytest.approx(sel["bic"][0], rel=1e-10)
         assert got["cel_win"] == pytest.approx(sel["cel_win"][0], rel=1e-10)
-        for key, ref in (("mae_win", "err_win"), ("mae_loss", "err_loss"), ("mae_all", "err_all"), ("kld", "kld"),
-                         ("jsd", "jsd")):  # fmt: skip
+        for key, ref in (
+            ("mae_win", "err_win"),
+            ("mae_loss", "err_loss"),
+            ("mae_all", "err_all"),
+            ("kld", "kld"),
+            ("jsd", "jsd"),
+        ):
             assert got[key] == pytest.approx(gof[ref][0], rel=1e-9), (kind, key)
         if kind != "bradley_terry":
             assert got["mae_tie"] == pytest.approx(gof["err_tie"][0], rel=1e-9)
@@ -247,8 +267,10 @@ def test_elo_online_update_and_module(subset_file: Path, tmp_path: Path):
     assert r == [1000.0, 1000.0]
     a, b, s = expand_battles(torch.tensor([[0, 1]]), torch.tensor([[2.0, 1.0, 1.0]]), seed=0)
     assert sorted(s) == [0.0, 0.5, 1.0, 1.0] and set(a) == {0} and set(b) == {1}
-    assert torch.allclose(elo_to_scores(torch.tensor([1400.0, 1000.0], dtype=torch.float64), 10.0, 400.0),
-                          torch.tensor([0.5 * math.log(10), -0.5 * math.log(10)], dtype=torch.float64))  # fmt: skip
+    assert torch.allclose(
+        elo_to_scores(torch.tensor([1400.0, 1000.0], dtype=torch.float64), 10.0, 400.0),
+        torch.tensor([0.5 * math.log(10), -0.5 * math.log(10)], dtype=torch.float64),
+    )
     model = LeaderbotLitModule(kind="elo", k_cov=None, k_tie=0, elo_k=8.0, plots=False)
     dm = _dm(subset_file)
     trainer = _trainer(tmp_path, max_epochs=5)
@@ -343,8 +365,9 @@ def test_claim_report_published_nll(tmp_path: Path):
     assert (
         by_id["published_nll"].verdict == stats.REPRODUCED and "9/9 equal to 4 decimals" in by_id["published_nll"].why
     )
-    recs = _full_fits(dv_0_1={"val/nll": PUBLISHED["dv_0_1"]["nll"] - 2e-4},
-                      bt_none={"val/nll": PUBLISHED["bt_none"]["nll"] + 1e-3})  # fmt: skip
+    recs = _full_fits(
+        dv_0_1={"val/nll": PUBLISHED["dv_0_1"]["nll"] - 2e-4}, bt_none={"val/nll": PUBLISHED["bt_none"]["nll"] + 1e-3}
+    )
     nll = _leaderbot_page(recs, tmp_path)[0]["published_nll"]
     assert nll.verdict == stats.NOT_REPRODUCED and nll.why.startswith("7/9")
     assert "lower (a better fit of the same objective, counted as matched): dv_0_1" in nll.why
@@ -362,10 +385,14 @@ def test_claim_report_kld_tie_mae_and_generalisation_verdicts(tmp_path: Path):
     from reports.leaderbot import PUBLISHED
     from suite import stats
 
-    bt = {n: {"val/kld": p["kld_pct"] / 100 - 0.0012, "val/kld_pkg": p["kld_pct"] / 100}
-          for n, p in PUBLISHED.items() if n.startswith("bt_")}  # fmt: skip
-    recs = _full_fits(**bt) + _held_out((1.0134, 1.0140, 1.0129), (1.0126, 1.0131, 1.0122), (28.5, 29.0, 28.0),
-                                        (31.5, 31.0, 32.0))  # fmt: skip
+    bt = {
+        n: {"val/kld": p["kld_pct"] / 100 - 0.0012, "val/kld_pkg": p["kld_pct"] / 100}
+        for n, p in PUBLISHED.items()
+        if n.startswith("bt_")
+    }
+    recs = _full_fits(**bt) + _held_out(
+        (1.0134, 1.0140, 1.0129), (1.0126, 1.0131, 1.0122), (28.5, 29.0, 28.0), (31.5, 31.0, 32.0)
+    )
     by_id, result, _ = _leaderbot_page(recs, tmp_path)
     assert by_id["published_kld"].verdict == stats.REPRODUCED and by_id["published_kld"].why.startswith("9/9")
     tie = by_id["tie_mae_full"]
@@ -397,8 +424,10 @@ def test_claim_report_gates_every_verdict_on_stationary_fits(tmp_path: Path):
     by_id, result, conv = _leaderbot_page(_full_fits() + held, tmp_path)
     assert by_id["published_nll"].verdict == stats.REPRODUCED and by_id["gen_nll"].verdict == stats.REPRODUCED
     stationarity = {row[0]: row for row in result.tables[2].rows}
-    assert stationarity["dv_none_0"][1:] == ["yes", "stationary, largest abs gradient 1e-12 over 1 seed(s) "
-                                            "(tolerance 1e-05)"]  # fmt: skip
+    assert stationarity["dv_none_0"][1:] == [
+        "yes",
+        "stationary, largest abs gradient 1e-12 over 1 seed(s) (tolerance 1e-05)",
+    ]
     by_id, _, conv = _leaderbot_page(_full_fits({"dv_none_0": 2 * GRAD_TOL}) + held, tmp_path)
     # an NLL equal to the published one stands (more minimisation could only lower it); the other rows are underfit
     assert by_id["published_nll"].verdict == stats.REPRODUCED

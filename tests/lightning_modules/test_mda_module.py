@@ -67,9 +67,13 @@ def test_benchmark_skips_and_counts_images():
     assert out["attr/skipped_wrong"] == 1 and out["attr/skipped_lowconf"] == 3 and out["attr/n_images"] == 0
     # with no threshold, the blur calibration decides: 1.0 max confidence always passes
     out = evaluate_attributions(
-        net, x[1:3], labels[1:3], ["mda", "rollout"], min_confidence=0.0,
+        net,
+        x[1:3],
+        labels[1:3],
+        ["mda", "rollout"],
+        min_confidence=0.0,
         **{**kw, "mda_kwargs": {"blur_klen": (3, 2, 5), "blur_max_conf": 1.0}},
-    )  # fmt: skip
+    )
     assert out["attr/n_images"] == 2
     for key in ("mda/rise_ins", "mda/mas_insdel", "rollout/pert_neg", "mda/forwards", "mda/heldout_rise_ins"):
         assert torch.isfinite(torch.tensor(out[f"attr/{key}"])), key
@@ -114,9 +118,14 @@ def test_benchmark_runs_at_the_end_of_trainer_test(tmp_path: Path):
     with torch.no_grad():
         y = net(x).argmax(1)
     attribution = {
-        "enabled": True, "n_images": 2, "methods": ["mda", "rollout"], "mda_variants": {"mda": {}},
-        "patch_count": 16, "min_confidence": 0.0, "mda": {"blur_klen": [3, 2, 5], "blur_max_conf": 1.0},
-    }  # fmt: skip
+        "enabled": True,
+        "n_images": 2,
+        "methods": ["mda", "rollout"],
+        "mda_variants": {"mda": {}},
+        "patch_count": 16,
+        "min_confidence": 0.0,
+        "mda": {"blur_klen": [3, 2, 5], "blur_max_conf": 1.0},
+    }
     module = MdaLitModule(net, num_classes=3, attribution=attribution)
     trainer = pl.Trainer(
         default_root_dir=tmp_path,
@@ -169,13 +178,26 @@ def test_default_run_measures_mda_and_a_run_that_measured_nothing_says_so(tmp_pa
     x = torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         y = net(x).argmax(1)
-    attribution = {"enabled": True, "n_images": 2, "methods": ["mda"], "mda_variants": {"mda": {}}, "patch_count": 16,
-                   "min_confidence": 0.99}  # fmt: skip
-    trainer = pl.Trainer(default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
-                         enable_model_summary=False, accelerator="cpu")  # fmt: skip
+    attribution = {
+        "enabled": True,
+        "n_images": 2,
+        "methods": ["mda"],
+        "mda_variants": {"mda": {}},
+        "patch_count": 16,
+        "min_confidence": 0.99,
+    }
+    trainer = pl.Trainer(
+        default_root_dir=tmp_path,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
     with caplog.at_level("WARNING", logger="lightning_modules.mda.module"):
-        trainer.test(MdaLitModule(net, num_classes=3, attribution=attribution),
-                     dataloaders=DataLoader(TensorDataset(x, y), batch_size=4))  # fmt: skip
+        trainer.test(
+            MdaLitModule(net, num_classes=3, attribution=attribution),
+            dataloaders=DataLoader(TensorDataset(x, y), batch_size=4),
+        )
     assert float(trainer.callback_metrics["attr/n_images"]) == 0
     assert [r.getMessage() for r in caplog.records if r.name == "lightning_modules.mda.module"] == [
         "mda: attribution measured nothing: 0 of 2 clean test images usable (0 misclassified, 2 below "

@@ -40,8 +40,11 @@ def page(tmp_path: Path, records: list[RunRecord]):
 
 def test_rank_values_and_mean_ranks_by_hand(tmp_path: Path):
     assert rank_values({"a": 0.9, "b": 0.5, "c": 0.5, "d": 0.1}, higher_is_better=True) == {
-        "a": 1.0, "b": 2.5, "c": 2.5, "d": 4.0,
-    }  # fmt: skip
+        "a": 1.0,
+        "b": 2.5,
+        "c": 2.5,
+        "d": 4.0,
+    }
     assert rank_values({"a": 0.9, "b": 0.5}, higher_is_better=False) == {"a": 2.0, "b": 1.0}
 
     def value(meth, metric, seed):

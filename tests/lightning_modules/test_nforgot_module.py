@@ -23,8 +23,9 @@ def write_stream(root, classes=(0, 1, 2, 3), n=40, e=600, seed=0, name="toy"):
     u = rng.integers(1, n + 1, e)
     i = np.array([rng.choice([w for w in range(1, n + 1) if cls[w] == cls[a] and w != a]) for a in u])
     ts = np.sort(rng.uniform(0, 100, e))
-    lines = ["u,i,ts,label_u,label_i,idx"] + [f"{a},{b},{t},{cls[a]},{cls[b]},{k}" for k, (a, b, t) in
-                                             enumerate(zip(u, i, ts))]  # fmt: skip
+    lines = ["u,i,ts,label_u,label_i,idx"] + [
+        f"{a},{b},{t},{cls[a]},{cls[b]},{k}" for k, (a, b, t) in enumerate(zip(u, i, ts))
+    ]
     (root / f"{name}.csv").write_text("\n".join(lines) + "\n")
     feats = np.stack([np.eye(len(classes))[classes.index(cls[w])] for w in range(1, n + 1)])
     noisy = feats + rng.normal(0, 0.3, feats.shape)
@@ -34,16 +35,37 @@ def write_stream(root, classes=(0, 1, 2, 3), n=40, e=600, seed=0, name="toy"):
 def make(tmp_path, classes=(0, 1, 2, 3), cumulative=False, events=600, epochs_per_task=2, **model_kw):
     write_stream(tmp_path, classes, e=events)
     dm = TemporalGraphDataModule(
-        source="real", data_dir=str(tmp_path), name="toy", node_features="file", classes_per_task=2,
-        epochs_per_task=epochs_per_task, batch_size=40, cumulative=cumulative,
-    )  # fmt: skip
-    kw = dict(in_dim=len(classes), num_classes=2 * math.ceil(len(classes) / 2), classes_per_task=2, dim=16,
-              time_dim=8, num_neighbors=4, head_hidden=16, dropout=0.0, head_dropout=0.0)  # fmt: skip
+        source="real",
+        data_dir=str(tmp_path),
+        name="toy",
+        node_features="file",
+        classes_per_task=2,
+        epochs_per_task=epochs_per_task,
+        batch_size=40,
+        cumulative=cumulative,
+    )
+    kw = dict(
+        in_dim=len(classes),
+        num_classes=2 * math.ceil(len(classes) / 2),
+        classes_per_task=2,
+        dim=16,
+        time_dim=8,
+        num_neighbors=4,
+        head_hidden=16,
+        dropout=0.0,
+        head_dropout=0.0,
+    )
     kw |= model_kw
     model = NForGOTLitModule(optimizer=lambda p: torch.optim.Adam(p, lr=1e-2), **kw)
-    trainer = L.Trainer(max_epochs=epochs_per_task * dm_tasks(classes), reload_dataloaders_every_n_epochs=1,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        num_sanity_val_steps=0)  # fmt: skip
+    trainer = L.Trainer(
+        max_epochs=epochs_per_task * dm_tasks(classes),
+        reload_dataloaders_every_n_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
     return dm, model, trainer
 
 
@@ -67,8 +89,9 @@ def plugin_grad(model, dm, task=1):
 
 @pytest.mark.parametrize("discrepancy", ["linear_mmd", "wl"])
 def test_plugins_carry_gradients_unless_detached_as_released(tmp_path, discrepancy):
-    dm, model, trainer = make(tmp_path, events=300, epochs_per_task=1, discrepancy=discrepancy, class_loss=1.0,
-                              wl_neighbors=1)  # fmt: skip
+    dm, model, trainer = make(
+        tmp_path, events=300, epochs_per_task=1, discrepancy=discrepancy, class_loss=1.0, wl_neighbors=1
+    )
     trainer.fit(model, datamodule=dm)
     assert model.finished == 2 and model.prototypes.shape == (4, 16)
     value, grad = plugin_grad(model, dm)
@@ -200,8 +223,9 @@ def test_memory_sample_has_the_batch_structure_so_one_task_scores_zero():
 def test_class_loss_compares_with_the_previous_task_prototypes_only(tmp_path):
     from ops.nforgot.losses import prototype_distance_loss
 
-    dm, model, trainer = make(tmp_path, classes=(0, 1, 2, 3, 4, 5), events=450, epochs_per_task=1, class_loss=1.0,
-                              discrepancy="none")  # fmt: skip
+    dm, model, trainer = make(
+        tmp_path, classes=(0, 1, 2, 3, 4, 5), events=450, epochs_per_task=1, class_loss=1.0, discrepancy="none"
+    )
     trainer.fit(model, datamodule=dm)
     assert model.finished == 3 and model.prototype_task.tolist() == [0, 0, 1, 1, 2, 2]
     b = dm.stream.examples[2]["train"].subset(torch.arange(20))
@@ -246,8 +270,9 @@ def test_lwf_warmup_trains_only_the_new_head_then_everything(tmp_path):
         def on_after_backward(self, trainer, pl_module):
             g = seen.setdefault(trainer.current_epoch, {"encoder": 0.0, "features": 0.0, "head0": 0.0, "head1": 0.0})
             for part in ("encoder", "features"):
-                g[part] += sum(float(p.grad.abs().sum()) for p in getattr(pl_module, part).parameters()
-                               if p.grad is not None)  # fmt: skip
+                g[part] += sum(
+                    float(p.grad.abs().sum()) for p in getattr(pl_module, part).parameters() if p.grad is not None
+                )
             hg = pl_module.head.weight.grad
             g["head0"] += float(hg[:2].abs().sum())
             g["head1"] += float(hg[2:].abs().sum())
@@ -269,8 +294,9 @@ def test_lwf_warmup_trains_only_the_new_head_then_everything(tmp_path):
 @pytest.mark.parametrize("multihead", [True, False])
 def test_validation_covers_the_seen_tasks_and_logs_their_mean_accuracy(tmp_path, multihead):
     L.seed_everything(0)
-    dm, model, trainer = make(tmp_path, classes=(0, 1, 2, 3, 4, 5), epochs_per_task=1, method="finetune",
-                              multihead=multihead)  # fmt: skip
+    dm, model, trainer = make(
+        tmp_path, classes=(0, 1, 2, 3, 4, 5), epochs_per_task=1, method="finetune", multihead=multihead
+    )
     if multihead:  # features without the class: each task's accuracy sits near chance, a different value per task
         np.save(tmp_path / "toy_node.npy", np.random.default_rng(1).normal(size=(41, 6)))
     # single-head: the class features; finetuning learns the newest task and forgets the older ones

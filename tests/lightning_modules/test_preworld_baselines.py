@@ -32,22 +32,32 @@ def _batch() -> dict[str, torch.Tensor]:
     target (i, j) <- current (15 - j, i); a half turn target (i, j) <- current (15 - i, 15 - j). So A = (10, 8)
     lands at (8, 5) after the quarter turn and at (5, 7) after the half turn; B = (3, 12) at (12, 12) and (12, 3)."""
     ident, quarter, half = [[1.0, 0.0], [0.0, 1.0]], [[0.0, -1.0], [1.0, 0.0]], [[-1.0, 0.0], [0.0, -1.0]]
-    occ = torch.stack([
-        torch.stack([_occ(A, B), _occ((9, 8, 1), (2, 12, 2)), _occ((8, 8, 1), (1, 12, 2))]),
-        torch.stack([_occ(A, B), _occ((8, 5, 1), (12, 12, 2)), _occ((5, 7, 1), (12, 3, 2))]),
-    ])  # fmt: skip
-    poses = torch.stack([
-        torch.stack([_pose(ident, (0.0, 0.0)), _pose(ident, (1.0, 0.0)), _pose(ident, (2.0, 0.0))]),
-        torch.stack([_pose(ident, (0.0, 0.0)), _pose(quarter, (0.0, 0.0)), _pose(half, (0.0, 0.0))]),
-    ])  # fmt: skip
+    occ = torch.stack(
+        [
+            torch.stack([_occ(A, B), _occ((9, 8, 1), (2, 12, 2)), _occ((8, 8, 1), (1, 12, 2))]),
+            torch.stack([_occ(A, B), _occ((8, 5, 1), (12, 12, 2)), _occ((5, 7, 1), (12, 3, 2))]),
+        ]
+    )
+    poses = torch.stack(
+        [
+            torch.stack([_pose(ident, (0.0, 0.0)), _pose(ident, (1.0, 0.0)), _pose(ident, (2.0, 0.0))]),
+            torch.stack([_pose(ident, (0.0, 0.0)), _pose(quarter, (0.0, 0.0)), _pose(half, (0.0, 0.0))]),
+        ]
+    )
     # planning: item 0 last moved (2, 0.5) per frame but drives (2, 0) per frame; item 1 moves (0, 1) as it did
     ego_state = torch.zeros(2, 21)
     ego_state[0, :2], ego_state[1, :2] = torch.tensor([2.0, 0.5]), torch.tensor([0.0, 1.0])
     waypoints = torch.tensor([[[2.0, 0.0], [4.0, 0.0]], [[0.0, 1.0], [0.0, 2.0]]])
     obstacles = torch.zeros(2, 2, X, Y, dtype=torch.bool)
     obstacles[0, 1, 12, 9] = True  # the cell of (4, 1) m: constant velocity's second waypoint of item 0
-    return {"occ": occ, "mask_camera": torch.ones(2, 3, X, Y, Z, dtype=torch.bool), "ego_poses": poses,
-            "ego_state": ego_state, "waypoints": waypoints, "obstacles": obstacles}  # fmt: skip
+    return {
+        "occ": occ,
+        "mask_camera": torch.ones(2, 3, X, Y, Z, dtype=torch.bool),
+        "ego_poses": poses,
+        "ego_state": ego_state,
+        "waypoints": waypoints,
+        "obstacles": obstacles,
+    }
 
 
 def test_copy_last_and_constant_velocity_match_hand_computed_values():

@@ -60,10 +60,12 @@ def case():
     _put(seg, 3, 2.5, 0.0)  # ahead, centred: both
     _put(seg, 4, 30.0, 30.0)  # far away: neither
     wps = torch.tensor(
-        [[[0.02, 0.02]] * 5,  # standing still just off the cell corners (no ties)
-         [[0.52, 0.02], [-2.98, 0.02], [-0.48, 3.02], [2.02, 0.52], [30.02, 29.02]]],  # moving onto the agents
+        [
+            [[0.02, 0.02]] * 5,  # standing still just off the cell corners (no ties)
+            [[0.52, 0.02], [-2.98, 0.02], [-0.48, 3.02], [2.02, 0.52], [30.02, 29.02]],
+        ],  # moving onto the agents
         dtype=torch.float64,
-    )  # fmt: skip
+    )
     return seg, wps
 
 

@@ -21,13 +21,26 @@ def _records(*, col_cv: float = 0.1, finetune_miou: float = 0.6, rising: tuple[s
     for seed, (jitter, own) in enumerate(((-0.05, 0.0), (0.0, 0.004), (0.05, -0.004))):
         m = {"test/miou": 0.5 + jitter, "test/iou": 0.8, "test/miou_forecast": 0.5 + jitter + own}
         for k in (1, 2, 3):
-            m |= {f"test/miou_h{k}": 0.5 + jitter + own, f"test/miou_copy_last_h{k}": 0.47 + jitter,
-                  f"test/miou_masked_h{k}": 0.3 + jitter, f"test/miou_copy_last_masked_h{k}": 0.45 + jitter,
-                  f"test/miou_copy_last_gt_h{k}": 0.7, f"test/miou_copy_last_unwarped_h{k}": 0.2,
-                  f"test/l2_h{k}": 0.1 * k + jitter, f"test/l2_cv_h{k}": 0.3 * k + jitter,
-                  f"test/col_h{k}": 0.01 * k, f"test/col_cv_h{k}": 0.05 * k + jitter}  # fmt: skip
-        m |= {"test/l2": 0.2 + jitter + own, "test/l2_cv": 0.6 + jitter, "test/col": 0.02,
-              "test/col_cv": col_cv + jitter / 10, "test/col_point": 0.0, "test/col_point_cv": 0.004}  # fmt: skip
+            m |= {
+                f"test/miou_h{k}": 0.5 + jitter + own,
+                f"test/miou_copy_last_h{k}": 0.47 + jitter,
+                f"test/miou_masked_h{k}": 0.3 + jitter,
+                f"test/miou_copy_last_masked_h{k}": 0.45 + jitter,
+                f"test/miou_copy_last_gt_h{k}": 0.7,
+                f"test/miou_copy_last_unwarped_h{k}": 0.2,
+                f"test/l2_h{k}": 0.1 * k + jitter,
+                f"test/l2_cv_h{k}": 0.3 * k + jitter,
+                f"test/col_h{k}": 0.01 * k,
+                f"test/col_cv_h{k}": 0.05 * k + jitter,
+            }
+        m |= {
+            "test/l2": 0.2 + jitter + own,
+            "test/l2_cv": 0.6 + jitter,
+            "test/col": 0.02,
+            "test/col_cv": col_cv + jitter / 10,
+            "test/col_point": 0.0,
+            "test/col_point_cv": 0.004,
+        }
         for name in ("finetune", "scratch", "finetune_noego", "pretrain"):
             mm = dict(m)
             if name == "finetune":
@@ -59,8 +72,17 @@ def test_verdicts_read_the_official_metrics_paired_by_seed(tmp_path: Path):
     assert by_id["semi_supervised"].paired and by_id["ego_conditioning"].verdict == stats.REPRODUCED
     # per-horizon tables: every horizon of L2 and collisions, model beside constant velocity, and the baselines
     columns = [c for t in result.tables for c in t.columns]
-    for head in ("L2 1", "L2 CV 3", "col 2", "col CV 3", "point col avg", "copy-last t+3", "GT copy t+1",
-                 "unwarped t+2", "t+1 masked"):  # fmt: skip
+    for head in (
+        "L2 1",
+        "L2 CV 3",
+        "col 2",
+        "col CV 3",
+        "point col avg",
+        "copy-last t+3",
+        "GT copy t+1",
+        "unwarped t+2",
+        "t+1 masked",
+    ):
         assert head in columns, head
 
 

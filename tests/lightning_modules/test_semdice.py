@@ -19,11 +19,17 @@ from tests.conftest import compose_train
 
 def _fit(tmp_path: Path, *overrides: str, epochs: int = 2):
     cfg = compose_train(
-        ["experiment=semdice", "logger=none", "callbacks=none", f"trainer.max_epochs={epochs}",
-         "trainer.enable_progress_bar=false", "data.trajectories_per_epoch=5",
-         *overrides],
+        [
+            "experiment=semdice",
+            "logger=none",
+            "callbacks=none",
+            f"trainer.max_epochs={epochs}",
+            "trainer.enable_progress_bar=false",
+            "data.trajectories_per_epoch=5",
+            *overrides,
+        ],
         tmp_path,
-    )  # fmt: skip
+    )
     objs = build(cfg)
     objs["trainer"].fit(objs["model"], datamodule=objs["datamodule"])
     return objs["model"], objs["datamodule"], objs["trainer"]

@@ -19,11 +19,18 @@ from tests.conftest import compose_train
 
 def _fit_recording_j(tmp_path: Path, kind: str, update: str):
     cfg = compose_train(
-        ["experiment=semdice", "logger=none", "callbacks=none", "trainer.max_epochs=1",
-         "trainer.enable_progress_bar=false", "data.trajectories_per_epoch=5", f"model.kind={kind}",
-         f"model.baseline_update={update}"],
+        [
+            "experiment=semdice",
+            "logger=none",
+            "callbacks=none",
+            "trainer.max_epochs=1",
+            "trainer.enable_progress_bar=false",
+            "data.trajectories_per_epoch=5",
+            f"model.kind={kind}",
+            f"model.baseline_update={update}",
+        ],
         tmp_path,
-    )  # fmt: skip
+    )
     objs = build(cfg)
     model, steps = objs["model"], []
     inner = model.training_step

@@ -246,9 +246,19 @@ def test_the_claims_online_apt_entry_runs_and_is_scored_by_coverage(tmp_path, ca
 
     spec = load_spec("semdice_deep")
     entry = next(e for e in spec["runs"] if e["name"] == "apt_online")
-    tiny = ["data.steps_per_epoch=30", "model.warmup=16", "model.batch=24", "model.eval_episodes=1",
-            "model.eval_steps=40", "data.episode_steps=40", "trainer.max_epochs=2", "logger=csv",
-            "trainer.enable_progress_bar=false", "eval_at_start=true", f"paths.log_dir={tmp_path}"]  # fmt: skip
+    tiny = [
+        "data.steps_per_epoch=30",
+        "model.warmup=16",
+        "model.batch=24",
+        "model.eval_episodes=1",
+        "model.eval_steps=40",
+        "data.episode_steps=40",
+        "trainer.max_epochs=2",
+        "logger=csv",
+        "trainer.enable_progress_bar=false",
+        "eval_at_start=true",
+        f"paths.log_dir={tmp_path}",
+    ]
     args = merge_overrides(shlex.split(spec["overrides"]), shlex.split(entry["overrides"]), tiny)
     assert "model.reward=apt" in args and "data=gym_online" in args
     assert run_entry("train", ["experiment=semdice_deep", *args]) == 0, capsys.readouterr().err[-2000:]

@@ -16,11 +16,18 @@ from tests.conftest import compose_train
 
 def _fitted(tmp_path, kind: str = "pb_s"):
     cfg = compose_train(
-        ["experiment=semdice", "logger=none", "callbacks=none", "trainer.max_epochs=1",
-         "trainer.enable_progress_bar=false", "data.trajectories_per_epoch=2", f"model.kind={kind}",
-         "model.baseline_update=official"],
+        [
+            "experiment=semdice",
+            "logger=none",
+            "callbacks=none",
+            "trainer.max_epochs=1",
+            "trainer.enable_progress_bar=false",
+            "data.trajectories_per_epoch=2",
+            f"model.kind={kind}",
+            "model.baseline_update=official",
+        ],
         tmp_path,
-    )  # fmt: skip
+    )
     objs = build(cfg)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -16,16 +16,43 @@ from lightning_modules.tulip import TulipLitModule
 from ops.rope import ntk_theta
 from tests.conftest import run_entry
 
-NET = dict(embed_dim=16, image_size=16, patch_size=8, vision_width=16, vision_layers=1, vision_head_width=8,
-           context_length=12, text_width=16, text_heads=2, text_layers=1)  # fmt: skip
+NET = dict(
+    embed_dim=16,
+    image_size=16,
+    patch_size=8,
+    vision_width=16,
+    vision_layers=1,
+    vision_head_width=8,
+    context_length=12,
+    text_width=16,
+    text_heads=2,
+    text_layers=1,
+)
 TINY = [
-    "logger=csv", "trainer.enable_progress_bar=false", "data.image_size=16", "data.short_context=12",
-    "data.long_context=36", "data.train_families=4", "data.val_families=2", "data.test_families=2",
-    "data.batch_size=8", "data.min_details=1", "data.max_details=2", "model.net.embed_dim=16", "model.net.patch_size=8",
-    "model.net.vision_width=16", "model.net.vision_layers=1", "model.net.vision_head_width=8",
-    "model.net.text_width=16", "model.net.text_layers=1", "model.longclip_keep=4", "model.length_bins=[30]",
-    "trainer.val_check_interval=null", "trainer.check_val_every_n_epoch=1", "model.warmup_steps=1",
-]  # fmt: skip
+    "logger=csv",
+    "trainer.enable_progress_bar=false",
+    "data.image_size=16",
+    "data.short_context=12",
+    "data.long_context=36",
+    "data.train_families=4",
+    "data.val_families=2",
+    "data.test_families=2",
+    "data.batch_size=8",
+    "data.min_details=1",
+    "data.max_details=2",
+    "model.net.embed_dim=16",
+    "model.net.patch_size=8",
+    "model.net.vision_width=16",
+    "model.net.vision_layers=1",
+    "model.net.vision_head_width=8",
+    "model.net.text_width=16",
+    "model.net.text_layers=1",
+    "model.longclip_keep=4",
+    "model.length_bins=[30]",
+    "trainer.val_check_interval=null",
+    "trainer.check_val_every_n_epoch=1",
+    "model.warmup_steps=1",
+]
 
 
 def _run(tmp_path: Path, name: str, *extra: str) -> tuple[int, Path | None]:
@@ -57,8 +84,9 @@ def test_stages_chain_through_run_folders(tmp_path, capsys):
     for k, v in sd.items():
         if k.startswith("student."):
             torch.testing.assert_close(mod.state_dict()[k], v, rtol=0, atol=0)
-    code, second = _run(tmp_path, "s2", "model.stages=[expand]", f"model.init_from={first}",
-                        "model.stage_steps={expand:2}")  # fmt: skip
+    code, second = _run(
+        tmp_path, "s2", "model.stages=[expand]", f"model.init_from={first}", "model.stage_steps={expand:2}"
+    )
     assert code == 0, capsys.readouterr().err[-2000:]
     assert torch.load(second / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]["done"].all()
     # a stage-2 run from a CLIP-only run refuses, naming the command that makes stage 1
@@ -114,8 +142,14 @@ def test_stage_entry_copies_expands_and_stretches():
     assert official.student.theta < 10000.0  # the official ratio 8 * 231 / 248 - 7 < 1 shrinks the base
     with pytest.raises(ConfigError, match="model.ntk_lengths"):
         TulipLitModule(build_open_clip(**NET), long_context=36, ntk_lengths=[231])
-    lc = TulipLitModule(build_open_clip(**NET), long_context=36, text_tower="longclip", longclip_keep=4,
-                        stages=["clip", "expand"], longclip_pca_dim=4)  # fmt: skip
+    lc = TulipLitModule(
+        build_open_clip(**NET),
+        long_context=36,
+        text_tower="longclip",
+        longclip_keep=4,
+        stages=["clip", "expand"],
+        longclip_pca_dim=4,
+    )
     lc._enter("expand")
     pos, src = lc.student.positional_embedding, lc.teacher.text.positional_embedding
     assert pos.shape[0] == 36 and torch.equal(pos[:4], src[:4]) and torch.allclose(pos[4::4], src[4:])
@@ -152,8 +186,16 @@ def test_stage_two_loss_weighs_long_and_short_captions():
 
 def test_longclip_freezes_the_kept_positions_and_filters_the_short_loss_by_pca():
     torch.manual_seed(0)
-    lc = TulipLitModule(build_open_clip(**NET), long_context=36, text_tower="longclip", longclip_keep=4,
-                        stages=["clip", "expand"], longclip_pca_dim=2, long_weight=1.0, short_weight=1.0)  # fmt: skip
+    lc = TulipLitModule(
+        build_open_clip(**NET),
+        long_context=36,
+        text_tower="longclip",
+        longclip_keep=4,
+        stages=["clip", "expand"],
+        longclip_pca_dim=2,
+        long_weight=1.0,
+        short_weight=1.0,
+    )
     lc._enter("expand")
     teacher_pos = lc.teacher.text.positional_embedding.detach().clone()
     enc, ctx = lc.model_for("expand")
@@ -178,8 +220,14 @@ def test_longclip_freezes_the_kept_positions_and_filters_the_short_loss_by_pca()
     torch.testing.assert_close(pos[:4], teacher_pos[:4], rtol=0, atol=0)
     assert not torch.allclose(pos[4:], stretch_positions(teacher_pos, 4, 4)[4:])
     with pytest.raises(ConfigError, match="model.longclip_pca_dim=16"):
-        TulipLitModule(build_open_clip(**NET), long_context=36, text_tower="longclip", longclip_keep=4,
-                       stages=["clip", "expand"], longclip_pca_dim=16)  # fmt: skip
+        TulipLitModule(
+            build_open_clip(**NET),
+            long_context=36,
+            text_tower="longclip",
+            longclip_keep=4,
+            stages=["clip", "expand"],
+            longclip_pca_dim=16,
+        )
 
 
 def test_pca_features_keep_the_top_components():

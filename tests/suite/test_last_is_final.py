@@ -36,8 +36,14 @@ def test_make_eval_on_last_ckpt_reproduces_a_run_validated_off_its_last_step(tmp
     """systematic_outliers validates every 200 of its 440 steps; here every 5 of 13: Lightning's own ``last.ckpt``
     holds step 10 while the run tests (and censuses) the step-13 weights."""
     logs = tmp_path / "logs"
-    shrink = ["trainer.limit_train_batches=13", "trainer.val_check_interval=5", "trainer.limit_val_batches=2",
-              "trainer.limit_test_batches=2", "logger=csv", "trainer.enable_progress_bar=false"]  # fmt: skip
+    shrink = [
+        "trainer.limit_train_batches=13",
+        "trainer.val_check_interval=5",
+        "trainer.limit_val_batches=2",
+        "trainer.limit_test_batches=2",
+        "logger=csv",
+        "trainer.enable_progress_bar=false",
+    ]
     assert run_entry("train", ["experiment=systematic_outliers", *shrink, f"paths.log_dir={logs}"]) == 0
     capsys.readouterr()
     (run,) = (logs / "train" / "systematic_outliers" / "runs").iterdir()
@@ -47,10 +53,20 @@ def test_make_eval_on_last_ckpt_reproduces_a_run_validated_off_its_last_step(tmp
 
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
     ev = subprocess.run(
-        ["make", "-s", "--no-print-directory", "eval", f"CKPT={last}",
-         f"ARGS=paths.log_dir={logs} trainer.limit_test_batches=2 trainer.enable_progress_bar=false"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
-    )  # fmt: skip
+        [
+            "make",
+            "-s",
+            "--no-print-directory",
+            "eval",
+            f"CKPT={last}",
+            f"ARGS=paths.log_dir={logs} trainer.limit_test_batches=2 trainer.enable_progress_bar=false",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert ev.returncode == 0, ev.stderr[-3000:]
     (eval_run,) = (logs / "eval" / "systematic_outliers" / "runs").iterdir()
     evaluated = json.loads((eval_run / "metrics.json").read_text())

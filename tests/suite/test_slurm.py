@@ -29,8 +29,18 @@ def _launch(env: dict, sweep: Path, *overrides: str, local: bool = False) -> sub
     for key in ("MASTER_PORT", "MASTER_ADDR"):
         full_env.pop(key, None)
     launcher = [] if local else ["launcher=slurm", "hydra.launcher.mem_gb=1", "hydra.launcher.timeout_min=20"]
-    cmd = ["python", "-m", "train", "-m", *launcher, "trainer=ddp_cpu", "logger=csv",
-           "trainer.enable_progress_bar=false", f"hydra.sweep.dir={sweep}", *overrides]  # fmt: skip
+    cmd = [
+        "python",
+        "-m",
+        "train",
+        "-m",
+        *launcher,
+        "trainer=ddp_cpu",
+        "logger=csv",
+        "trainer.enable_progress_bar=false",
+        f"hydra.sweep.dir={sweep}",
+        *overrides,
+    ]
     cmd[0] = str(Path(os.sys.executable))
     return subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

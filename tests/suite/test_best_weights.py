@@ -60,8 +60,9 @@ def test_best_weights_errors_are_one_line(tmp_path):
         train(compose_train([*BASE, "test_weights=last"], tmp_path / "a"))
     with pytest.raises(ConfigError, match=r"test_weights=best needs a checkpoint callback that monitors"):
         train(compose_train([*BASE, "test_weights=best"], tmp_path / "b"))
-    proc = run_cli(["train", *BASE, "test_weights=best", "callbacks.model_checkpoint=null",
-                    f"hydra.run.dir={tmp_path / 'c'}"])  # fmt: skip
+    proc = run_cli(
+        ["train", *BASE, "test_weights=best", "callbacks.model_checkpoint=null", f"hydra.run.dir={tmp_path / 'c'}"]
+    )
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "callbacks.model_checkpoint.monitor=val/<metric>" in errors[0], proc.stderr[-2000:]

@@ -15,10 +15,19 @@ FIXTURE_SPEC = str(ROOT / "tests/fixtures/conf/claim_spine_fixture.yaml")
 def run_fixture_claim(tmp_path, page, *args, timeout=600):
     """``python -m suite.claim spine_fixture`` into ``tmp_path/runs`` with ``page``, plus ``args``; must succeed."""
     proc = run_cli(
-        ["suite.claim", "spine_fixture", "--spec", FIXTURE_SPEC, "--out", str(tmp_path / "runs"), "--page", str(page),
-         *args],
+        [
+            "suite.claim",
+            "spine_fixture",
+            "--spec",
+            FIXTURE_SPEC,
+            "--out",
+            str(tmp_path / "runs"),
+            "--page",
+            str(page),
+            *args,
+        ],
         timeout=timeout,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -122,8 +131,19 @@ def test_report_only_without_runs_leaves_the_page_alone(tmp_path):
     """A fresh clone has no run folders: `make claim METHOD=x ARGS=--report-only` must not blank a results page."""
     page = tmp_path / "page.md"
     page.write_text("# results that took an hour\n")
-    proc = run_cli(["suite.claim", "spine_fixture", "--spec", FIXTURE_SPEC, "--out", str(tmp_path / "runs"),
-                    "--page", str(page), "--report-only"])  # fmt: skip
+    proc = run_cli(
+        [
+            "suite.claim",
+            "spine_fixture",
+            "--spec",
+            FIXTURE_SPEC,
+            "--out",
+            str(tmp_path / "runs"),
+            "--page",
+            str(page),
+            "--report-only",
+        ]
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: --report-only found no runs under")
     assert page.read_text() == "# results that took an hour\n"
@@ -131,9 +151,8 @@ def test_report_only_without_runs_leaves_the_page_alone(tmp_path):
 
 def test_claim_only_unknown_name_is_one_line(tmp_path):
     proc = run_cli(
-        ["suite.claim", "spine_fixture", "--spec", FIXTURE_SPEC,
-         "--out", str(tmp_path), "--only", "sgd_lr005,nope"],
-    )  # fmt: skip
+        ["suite.claim", "spine_fixture", "--spec", FIXTURE_SPEC, "--out", str(tmp_path), "--only", "sgd_lr005,nope"],
+    )
     assert proc.returncode == 2
     assert "--only names ['nope'] are not runs of spine_fixture" in proc.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "sgd_lr005").exists()  # nothing ran
@@ -162,17 +181,41 @@ def test_claim_exit_code_counts_only_the_runs_of_this_process(tmp_path):
     (out / "claim_status.json").write_text(json.dumps({"sgd_lr005@seed=1": [1, 3.0], "sgd_lr005": [1, 3.0]}))
     page = tmp_path / "page.md"
     proc = run_cli(
-        ["suite.claim", "spine_fixture", "--spec", spec, "--out", str(out), "--page", str(page), "--only", "sgd_lr001",
-         "trainer.max_epochs=1"],
+        [
+            "suite.claim",
+            "spine_fixture",
+            "--spec",
+            spec,
+            "--out",
+            str(out),
+            "--page",
+            str(page),
+            "--only",
+            "sgd_lr001",
+            "trainer.max_epochs=1",
+        ],
         timeout=600,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| sgd_lr005 | `model.optimizer.lr=0.05` | FAILED (exit 1) |" in page.read_text()  # still shown
     proc = run_cli(
-        ["suite.claim", "spine_fixture", "--spec", spec, "--out", str(out), "--page", str(page), "--only", "sgd_lr001",
-         "--seeds", "1", "trainer.max_epochs=oops"],
+        [
+            "suite.claim",
+            "spine_fixture",
+            "--spec",
+            spec,
+            "--out",
+            str(out),
+            "--page",
+            str(page),
+            "--only",
+            "sgd_lr001",
+            "--seeds",
+            "1",
+            "trainer.max_epochs=oops",
+        ],
         timeout=600,
-    )  # fmt: skip
+    )
     assert proc.returncode == 2
     assert "claim runs failed: sgd_lr001@seed=1" in proc.stderr.strip().splitlines()[-1]
     status = json.loads((out / "claim_status.json").read_text())
@@ -244,9 +287,19 @@ def test_stopping_a_claim_stops_its_run(tmp_path):
 
     import psutil
 
-    cmd = [sys.executable, "-m", "suite.claim", "spine_fixture", "--spec",
-           FIXTURE_SPEC, "--out", str(tmp_path / "runs"),
-           "--page", str(tmp_path / "page.md"), "trainer.max_epochs=100000"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "suite.claim",
+        "spine_fixture",
+        "--spec",
+        FIXTURE_SPEC,
+        "--out",
+        str(tmp_path / "runs"),
+        "--page",
+        str(tmp_path / "page.md"),
+        "trainer.max_epochs=100000",
+    ]
     claim = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300

@@ -48,10 +48,16 @@ def test_no_gpu_stops_before_any_entry_starts(tmp_path, monkeypatch, capsys):
 
 def test_entry_problems_name_the_missing_dataset_folder_and_package(tmp_path):
     cfg = OmegaConf.create(
-        {"trainer": {"accelerator": "gpu", "devices": 4},
-         "data": {"_target_": "datamodules.arena.ArenaDataModule", "source": "real", "data_dir": str(tmp_path / "no")},
-         "model": {"_target_": "not_a_package_here.Model"}}
-    )  # fmt: skip
+        {
+            "trainer": {"accelerator": "gpu", "devices": 4},
+            "data": {
+                "_target_": "datamodules.arena.ArenaDataModule",
+                "source": "real",
+                "data_dir": str(tmp_path / "no"),
+            },
+            "model": {"_target_": "not_a_package_here.Model"},
+        }
+    )
     assert entry_problems(cfg, cuda_devices=2) == [
         "trainer.devices=4 GPUs but CUDA finds 2",
         f"its dataset folder data.data_dir={tmp_path / 'no'} (data.source=real), which does not exist",
@@ -68,8 +74,23 @@ def test_a_failed_paper_run_writes_its_page_beside_the_runs_never_into_docs(tmp_
     assert not docs_page.exists()
     code = None
     try:  # on CPU (the extra override wins over the profile's trainer=gpu), one seed of one entry, failing at step 1
-        claim_main(["spine_fixture", "--profile", "paper", "--spec", SPEC, "--out", str(out), "--only", "sgd_lr005",
-                    "--seeds", "0", "trainer=cpu", "model.nan_at_step=1"])  # fmt: skip
+        claim_main(
+            [
+                "spine_fixture",
+                "--profile",
+                "paper",
+                "--spec",
+                SPEC,
+                "--out",
+                str(out),
+                "--only",
+                "sgd_lr005",
+                "--seeds",
+                "0",
+                "trainer=cpu",
+                "model.nan_at_step=1",
+            ]
+        )
     except SystemExit as exc:
         code = exc.code
     try:

@@ -28,8 +28,9 @@ RUNS = [{"name": "m"}, {"name": "b"}]
 
 def _rec(name, seed, value, data_seed=True, curve=None):
     config = {"seed": seed, "data": {"seed": seed}} if data_seed else {"seed": seed, "data": {"split_seed": 42}}
-    return RunRecord(None, name, seed, {"test/acc": value}, {"val/acc": curve or [(0, 0.1), (50, 0.8), (100, 0.8)]},
-                     config)  # fmt: skip
+    return RunRecord(
+        None, name, seed, {"test/acc": value}, {"val/acc": curve or [(0, 0.1), (50, 0.8), (100, 0.8)]}, config
+    )
 
 
 def _claim(**kw):
@@ -121,14 +122,22 @@ def test_weak_baseline_flips_only_reproduced_against_it():
 
 def test_claim_spec_convergence_and_errors():
     spec = ClaimSpec.from_dict(
-        "demo", {"runs": RUNS, "sizing_metric": "val/acc", "sizing_higher_is_better": True, "converge": {"tol": 0.05},
-                 "sizing_untrained": {"b": "an exact score"}})  # fmt: skip
+        "demo",
+        {
+            "runs": RUNS,
+            "sizing_metric": "val/acc",
+            "sizing_higher_is_better": True,
+            "converge": {"tol": 0.05},
+            "sizing_untrained": {"b": "an exact score"},
+        },
+    )
     rising = [(0, 0.1), (50, 0.5), (80, 0.6), (100, 0.7)]
     recs = [_rec("m", 0, 0.9, curve=rising), _rec("b", 0, 0.5, curve=[])]
     conv = spec.convergence(recs)
     assert conv["m"][0] is False and conv["b"] == (True, "trains nothing: an exact score")
-    loose = ClaimSpec.from_dict("demo", {"runs": RUNS, "sizing_metric": "val/acc", "sizing_higher_is_better": True,
-                                         "converge": {"tol": 0.2}})  # fmt: skip
+    loose = ClaimSpec.from_dict(
+        "demo", {"runs": RUNS, "sizing_metric": "val/acc", "sizing_higher_is_better": True, "converge": {"tol": 0.2}}
+    )
     assert loose.convergence(recs)["m"][0] is True
     for bad, match in [({"converge": {"tl": 1}}, "converge="), ({"evaluate": "final"}, "evaluate=")]:
         with pytest.raises(ConfigError, match=match):
@@ -142,11 +151,16 @@ def test_data_file_round_trip_keeps_the_best_point(tmp_path):
     run.mkdir()
     (run / "calib.json").write_text('{"scale": 2}')
     recs = [
-        RunRecord(run, "m", 0, {"test/acc": 0.9, "val/acc@start": 0.1, "test/nan": math.nan},
-                  {"val/acc": long_curve, "train/loss": [(0, 1.0)], "other/x": [(0, 1.0)]},
-                  {"seed": 0, "data": {"seed": 0}, "model": {"d": 4}, "paths": {"x": "/machine/path"}}),
+        RunRecord(
+            run,
+            "m",
+            0,
+            {"test/acc": 0.9, "val/acc@start": 0.1, "test/nan": math.nan},
+            {"val/acc": long_curve, "train/loss": [(0, 1.0)], "other/x": [(0, 1.0)]},
+            {"seed": 0, "data": {"seed": 0}, "model": {"d": 4}, "paths": {"x": "/machine/path"}},
+        ),
         RunRecord(run, "b", 0, {"test/acc": 0.5}, {}, {"seed": 0, "data": {"seed": 0}}),
-    ]  # fmt: skip
+    ]
     spec = {"runs": RUNS, "sizing_metric": "val/acc", "sizing_higher_is_better": True, "data_files": ["calib.json"]}
     data = results_data.build("demo", spec, recs, {"m": (0, 12.5)})
     path = results_data.write(tmp_path / "data" / "demo.json", data)
@@ -167,8 +181,10 @@ def test_data_file_round_trip_keeps_the_best_point(tmp_path):
 
 
 def test_jobs_order_and_waves():
-    spec = {"runs": [{"name": "a"}, {"name": "slow"}, {"name": "test_a", "overrides": "ckpt_path=x/../a/0/last.ckpt"}],
-            "seeds": [0, 1]}  # fmt: skip
+    spec = {
+        "runs": [{"name": "a"}, {"name": "slow"}, {"name": "test_a", "overrides": "ckpt_path=x/../a/0/last.ckpt"}],
+        "seeds": [0, 1],
+    }
     status = {"a": (0, 20.0), "slow": (0, 200.0)}
     pairs = [(e, s) for e in spec["runs"] for s in (0, 1)]
     order = [(e["name"], s) for e, s in claim_mod.longest_first(pairs, spec, status)]
@@ -179,11 +195,18 @@ def test_jobs_order_and_waves():
 
 
 def test_evaluate_best_tests_the_best_validation_checkpoint():
-    spec = {"runs": [{"name": "net"}, {"name": "exact"}], "sizing_metric": "val/acc", "sizing_higher_is_better": True,
-            "sizing_untrained": {"exact": "closed form"}}  # fmt: skip
+    spec = {
+        "runs": [{"name": "net"}, {"name": "exact"}],
+        "sizing_metric": "val/acc",
+        "sizing_higher_is_better": True,
+        "sizing_untrained": {"exact": "closed form"},
+    }
     over = claim_mod.evaluate_overrides(spec["runs"][0], spec)
-    assert over == ["callbacks.model_checkpoint.monitor=val/acc", "callbacks.model_checkpoint.mode=max",
-                    "test_weights=best"]  # fmt: skip
+    assert over == [
+        "callbacks.model_checkpoint.monitor=val/acc",
+        "callbacks.model_checkpoint.mode=max",
+        "test_weights=best",
+    ]
     assert claim_mod.evaluate_overrides(spec["runs"][1], spec) == []
     assert claim_mod.evaluate_overrides(spec["runs"][0], spec | {"evaluate": "last"}) == []
     assert claim_mod.evaluate_overrides(spec["runs"][0], spec | {"sizing_metric": "train/nll"}) == []
@@ -216,8 +239,13 @@ def test_make_claim_jobs_and_plan_as_typed(tmp_path):
     import subprocess
 
     def make(*args):
-        return subprocess.run(["make", "-s", "--no-print-directory", *args], cwd=claim_mod.ROOT, capture_output=True,
-                              text=True, timeout=300)  # fmt: skip
+        return subprocess.run(
+            ["make", "-s", "--no-print-directory", *args],
+            cwd=claim_mod.ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     dry = make("-n", "claim", "METHOD=stickbreaking", "JOBS=2")
     assert dry.returncode == 0 and "-m suite.claim stickbreaking  --jobs 2" in dry.stdout
@@ -234,20 +262,35 @@ def test_two_metrics_of_one_entry_pair_by_seed():
         RunRecord(None, "m", s, {"test/miou": 0.40 + d, "test/miou_copy": 0.37 + d + j}, {}, {"seed": s})
         for s, (d, j) in enumerate(((0.0, 0.001), (0.05, -0.002), (-0.04, 0.0), (0.02, 0.001)))
     ]
-    spec = {"runs": [{"name": "m"}], "claims": [
-        {"id": "fc", "text": "forecast beats copy-last", "metric": "test/miou", "baseline_metric": "test/miou_copy",
-         "entries": ["m", "m"], "higher_is_better": True, "delta": 0.01}]}  # fmt: skip
+    spec = {
+        "runs": [{"name": "m"}],
+        "claims": [
+            {
+                "id": "fc",
+                "text": "forecast beats copy-last",
+                "metric": "test/miou",
+                "baseline_metric": "test/miou_copy",
+                "entries": ["m", "m"],
+                "higher_is_better": True,
+                "delta": 0.01,
+            }
+        ],
+    }
     (claim,) = parse_claims(spec)
     res = judge(claim, recs)
     assert res.paired and res.verdict == stats.REPRODUCED and res.diff == pytest.approx(0.03)
     # seeds that agree exactly are no evidence of an exact result unless the claim says so
-    same = [RunRecord(None, "m", s, {"test/miou": 0.4 + d, "test/miou_copy": 0.37 + d}, {}, {"seed": s})
-            for s, d in enumerate((0.0, 0.05, -0.04))]  # fmt: skip
+    same = [
+        RunRecord(None, "m", s, {"test/miou": 0.4 + d, "test/miou_copy": 0.37 + d}, {}, {"seed": s})
+        for s, d in enumerate((0.0, 0.05, -0.04))
+    ]
     res = judge(claim, same)
     assert res.verdict == stats.NOISE and "sign test needs at least 6 agreeing seeds (p = 0.25 with 3)" in res.why
     # six seeds that all agree: the exact sign test decides (p = 2 / 2**6 = 0.031)
-    six = [RunRecord(None, "m", s, {"test/miou": 0.4 + d, "test/miou_copy": 0.37 + d}, {}, {"seed": s})
-           for s, d in enumerate((0.0, 0.05, -0.04, 0.01, 0.02, -0.01))]  # fmt: skip
+    six = [
+        RunRecord(None, "m", s, {"test/miou": 0.4 + d, "test/miou_copy": 0.37 + d}, {}, {"seed": s})
+        for s, d in enumerate((0.0, 0.05, -0.04, 0.01, 0.02, -0.01))
+    ]
     res = judge(claim, six)
     assert res.verdict == stats.REPRODUCED and res.p == pytest.approx(0.03125) and res.p_against == "sign test"
     below = parse_claims({**spec, "claims": [{**spec["claims"][0], "delta": 0.05}]})[0]

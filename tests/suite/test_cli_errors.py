@@ -17,8 +17,11 @@ def _error_lines(proc) -> list[str]:
 def test_unknown_method_lists_valid_slugs():
     proc = subprocess.run(
         ["make", "-s", "--no-print-directory", "train", "METHOD=not_a_paper"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0
     out = (proc.stdout + proc.stderr).strip().splitlines()
     assert len(out) == 1, f"expected one line, got {out}"
@@ -70,10 +73,12 @@ def test_wrong_value_type_is_one_line_naming_the_key(override: str, expected: st
         ("seed=1.5", "error: seed=1.5 must be int"),
         ("train=yes", "error: train='yes' must be true or false"),
         ("num_threads=two", "error: num_threads='two' must be int or null"),
-        ("paths.data_dir=5", "error: paths.data_dir=5 must be a string (a folder; quote a numeric name: "
-                             "paths.data_dir='5')"),
+        (
+            "paths.data_dir=5",
+            "error: paths.data_dir=5 must be a string (a folder; quote a numeric name: paths.data_dir='5')",
+        ),
     ],
-)  # fmt: skip
+)
 def test_wrong_root_value_type_is_one_line_naming_the_key(override: str, expected: str, tmp_path, capsys):
     """Typed values of the root config: `seed=abc` is one line naming the key, not a traceback."""
     code = run_entry(
@@ -94,8 +99,9 @@ def test_make_eval_root_values_are_checked_too(tmp_path, capsys):
 
 def test_a_trainer_value_is_reported_under_the_key_the_user_typed(tmp_path, capsys):
     """bracketire's `model.scheduler.total_steps: ${trainer.max_steps}`: the error names trainer.max_steps."""
-    code = run_entry("train", ["experiment=bracketire", "logger=csv", f"paths.log_dir={tmp_path}",
-                               "trainer.max_steps=2.5"])  # fmt: skip
+    code = run_entry(
+        "train", ["experiment=bracketire", "logger=csv", f"paths.log_dir={tmp_path}", "trainer.max_steps=2.5"]
+    )
     err = capsys.readouterr().err
     assert code == 2 and [line for line in err.splitlines() if line.startswith("error:")] == [
         "error: trainer.max_steps=2.5 must be int"
@@ -109,10 +115,18 @@ def test_an_interpolated_value_names_its_source_key():
     from suite.build import check_value_types
 
     cfg = OmegaConf.create(
-        {"trainer": {"max_steps": 2.5},
-         "model": {"scheduler": {"_target_": "torch.optim.lr_scheduler.OneCycleLR", "_partial_": True,
-                                 "max_lr": 0.1, "total_steps": "${trainer.max_steps}"}}}
-    )  # fmt: skip
+        {
+            "trainer": {"max_steps": 2.5},
+            "model": {
+                "scheduler": {
+                    "_target_": "torch.optim.lr_scheduler.OneCycleLR",
+                    "_partial_": True,
+                    "max_lr": 0.1,
+                    "total_steps": "${trainer.max_steps}",
+                }
+            },
+        }
+    )
     with pytest.raises(ConfigError) as err:
         check_value_types(cfg.model.scheduler, "model.scheduler")
     assert str(err.value) == "trainer.max_steps=2.5 must be int or null (it sets model.scheduler.total_steps)"
@@ -122,8 +136,11 @@ def test_make_train_with_a_mistyped_seed_is_one_line(tmp_path):
     """`make train ARGS="seed=abc"` as a user types it: one line, exit 2, and no run folder left behind."""
     proc = subprocess.run(
         ["make", "-s", "--no-print-directory", "train", f"ARGS=seed=abc paths.log_dir={tmp_path}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     # make's own trailer (`make: *** [Makefile:..: train] Error 2`; `make[1]: ***` when this test runs under
     # `make test`) is the only other line
@@ -150,9 +167,15 @@ def test_corrupt_metr_la_h5_is_one_line_naming_the_file(tmp_path, capsys):
     (tmp_path / "metr-la.h5").write_bytes(bytes(range(256)) * 64)
     code = run_entry(
         "train",
-        ["experiment=ts_lif", "logger=csv", "data.source=real", "data.dataset=metr_la", f"data.data_dir={tmp_path}",
-         f"paths.log_dir={tmp_path / 'logs'}"],
-    )  # fmt: skip
+        [
+            "experiment=ts_lif",
+            "logger=csv",
+            "data.source=real",
+            "data.dataset=metr_la",
+            f"data.data_dir={tmp_path}",
+            f"paths.log_dir={tmp_path / 'logs'}",
+        ],
+    )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1, errors
     assert errors[0].startswith(f"error: {tmp_path / 'metr-la.h5'}: not a readable pandas HDF5 store"), errors[0]
@@ -196,10 +219,20 @@ def test_make_slurm_without_slurm_is_one_line(tmp_path):
         (bin_dir / tool).symlink_to(shutil.which(tool))
     logs = tmp_path / "logs"
     proc = subprocess.run(
-        [str(bin_dir / "make"), "-s", "--no-print-directory", "slurm", "METHOD=leaderbot",
-         f"ARGS=trainer.max_epochs=1 paths.log_dir={logs}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "PATH": str(bin_dir)},
-    )  # fmt: skip
+        [
+            str(bin_dir / "make"),
+            "-s",
+            "--no-print-directory",
+            "slurm",
+            "METHOD=leaderbot",
+            f"ARGS=trainer.max_epochs=1 paths.log_dir={logs}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PATH": str(bin_dir)},
+    )
     trailer = re.compile(r"^make(\[\d+\])?: \*\*\* ")
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip() and not trailer.match(line)]
     assert proc.returncode == 2 and lines == [
@@ -213,8 +246,17 @@ def test_a_missing_data_dir_is_an_error_never_the_system_copy(tmp_path, capsys):
     """`data.source=real data.data_dir=<missing folder>` on badloss trained on the system's Fashion-MNIST copy and
     said nothing."""
     missing = tmp_path / "no_such_folder"
-    code = run_entry("train", ["experiment=badloss", "logger=csv", f"paths.log_dir={tmp_path / 'logs'}", "debug=fdr",
-                               "data.source=real", f"data.data_dir={missing}"])  # fmt: skip
+    code = run_entry(
+        "train",
+        [
+            "experiment=badloss",
+            "logger=csv",
+            f"paths.log_dir={tmp_path / 'logs'}",
+            "debug=fdr",
+            "data.source=real",
+            f"data.data_dir={missing}",
+        ],
+    )
     assert _one_error(code, capsys.readouterr().err).startswith(
         f"error: Fashion-MNIST data_dir {missing} does not exist (data.source=embedded uses the system copy"
     )

@@ -42,8 +42,14 @@ def test_make_bench_lists_every_script_as_run_or_skipped_with_its_reason():
 
 
 def test_the_skipped_gpu_claims_script_does_need_an_argument():
-    proc = subprocess.run([sys.executable, "benchmarks/gpu_claims.py"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/gpu_claims.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 2 and "required" in proc.stderr, proc.stderr
 
 
@@ -85,8 +91,14 @@ def test_dash_h_is_help_and_lists_only_the_training_groups():
     if any((ROOT / "conf" / "local").glob("*.yaml")):  # git-ignored: a user's cluster settings
         expected.add("local")
     assert set(groups) == expected, groups  # conf/claim/ (claim specs, claim/gpu, claim/paper) is not a run's group
-    proc = subprocess.run([sys.executable, "evaluate.py", "-h"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "evaluate.py", "-h"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0 and set(_groups_listed(proc.stdout)) == expected, proc.stderr[-2000:]
 
 
@@ -112,8 +124,14 @@ def test_bare_preflight_states_that_its_python_needs_torch(tmp_path):
     python.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
     python.chmod(0o755)
     env = {**os.environ, "PY": str(python), "GPU_WHEELS": str(tmp_path)}
-    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--bare", "--preflight"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "benchmarks/gpu_check.sh", "--bare", "--preflight"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"error: {python} has no torch: --bare runs the machine's own Python, which must bring torch, lightning, "
@@ -141,8 +159,12 @@ def test_ddp_on_cpu_gives_the_sync_dist_advice_only_for_per_rank_values(tmp_path
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         ["make", "-s", "--no-print-directory", "train", "METHOD=mda", f"ARGS={MDA_DDP} paths.log_dir={tmp_path}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     advised = set(re.findall(r"It is recommended to use `self\.log\('([^']+)', \.\.\., sync_dist=True\)`", proc.stderr))
     assert {"val/loss", "test/loss"} <= advised, advised

@@ -12,10 +12,17 @@ from tests.conftest import FIXTURE_CONF, run_cli
 def _final(tmp_path, name: str, *extra: str) -> dict:
     out = tmp_path / name
     proc = run_cli(
-        ["train", FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "trainer.max_epochs=2",
-         f"hydra.run.dir={out}", *extra],
+        [
+            "train",
+            FIXTURE_CONF,
+            "experiment=spine_fixture",
+            "logger=csv",
+            "trainer.max_epochs=2",
+            f"hydra.run.dir={out}",
+            *extra,
+        ],
         timeout=600,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((out / "metrics.json").read_text())
 

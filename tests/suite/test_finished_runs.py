@@ -87,8 +87,16 @@ def test_ctrl_c_then_resume_never_touches_a_finished_run(tmp_path, capsys, monke
 
 @pytest.mark.parametrize(
     ("max_epochs", "max_steps", "more"),
-    [(3, -1, False), (4, -1, True), (2, -1, False), (None, 24, False), (None, 30, True), (10, 24, False),
-     (-1, -1, True), (None, -1, True)],
-)  # fmt: skip
+    [
+        (3, -1, False),
+        (4, -1, True),
+        (2, -1, False),
+        (None, 24, False),
+        (None, 30, True),
+        (10, 24, False),
+        (-1, -1, True),
+        (None, -1, True),
+    ],
+)
 def test_a_budget_extends_a_finished_run_only_when_it_trains_further(max_epochs, max_steps, more):
     assert extends({"global_step": 24, "epoch": 3}, max_epochs, max_steps) is more

@@ -34,8 +34,9 @@ def _pip_setting(name: str) -> str | None:
     env = os.environ.get("PIP_" + name.upper().replace("-", "_"))
     if env is not None:
         return env
-    proc = subprocess.run([sys.executable, "-m", "pip", "config", "get", f"global.{name}"], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "get", f"global.{name}"], capture_output=True, text=True, timeout=60
+    )
     return proc.stdout.strip() or None if proc.returncode == 0 else None
 
 
@@ -64,8 +65,13 @@ def registry_unreachable(timeout: float = 5.0) -> str | None:
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory):
     dest = tmp_path_factory.mktemp("gpu") / "whl"
-    proc = subprocess.run([sys.executable, "-m", "suite.gpu_wheels", "--dest", str(dest)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite.gpu_wheels", "--dest", str(dest)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if proc.returncode != 0:
         why = registry_unreachable()  # pip may still have answered from a local wheel folder, so only now
         if why:
@@ -77,14 +83,37 @@ def wheels(tmp_path_factory):
 def test_an_unreachable_registry_is_a_skip_with_its_reason(tmp_path):
     """With no network (here: an index on a closed local port, no local wheel folders, no retries) the tests that
     need the registry skip, naming it, as the SLURM tests do without a cluster; the others still run."""
-    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
-           "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": "", "PIP_RETRIES": "0", "PIP_TIMEOUT": "5",
-           "PIP_NO_CACHE_DIR": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
+    env = {
+        **os.environ,
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PIP_FIND_LINKS": "",
+        "PIP_EXTRA_INDEX_URL": "",
+        "PIP_RETRIES": "0",
+        "PIP_TIMEOUT": "5",
+        "PIP_NO_CACHE_DIR": "1",
+        "PYTHONPATH": str(ROOT),
+    }
     env.pop("HTTPS_PROXY", None), env.pop("https_proxy", None)
     test = "tests/suite/test_gpu_path.py::test_wheels_are_pure_and_install_offline_into_a_fresh_target"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", test,
-                           "tests/suite/test_gpu_path.py::test_wheel_pins_follow_pyproject"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            test,
+            "tests/suite/test_gpu_path.py::test_wheel_pins_follow_pyproject",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "1 passed, 1 skipped" in proc.stdout, proc.stdout[-3000:]
     assert "the package registry cannot be reached (127.0.0.1:9 for http://127.0.0.1:9/simple:" in proc.stdout
@@ -106,10 +135,22 @@ def test_wheels_are_pure_and_install_offline_into_a_fresh_target(wheels, tmp_pat
     assert all(n.endswith("-py3-none-any.whl") for n in names)
     target = tmp_path / "target"
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(target),
-         *map(str, wheels.glob("*.whl"))],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--no-deps",
+            "--target",
+            str(target),
+            *map(str, wheels.glob("*.whl")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     for mod in ("hydra", "omegaconf", "antlr4", "fla"):
         assert (target / mod / "__init__.py").exists(), mod
@@ -118,8 +159,14 @@ def test_wheels_are_pure_and_install_offline_into_a_fresh_target(wheels, tmp_pat
 def test_bare_preflight_imports_from_the_wheel_target(wheels):
     env = {**os.environ, "GPU_WHEELS": str(wheels), "PY": sys.executable}
     env.pop("PYTHONPATH", None)
-    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--bare", "--preflight"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "benchmarks/gpu_check.sh", "--bare", "--preflight"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "wheels from" in proc.stdout and "fla 0.6.0" in proc.stdout
     assert "gated_deltanet: composes (gpu)" in proc.stdout and "preflight: ok" in proc.stdout
@@ -139,8 +186,14 @@ def test_preflight_refuses_modules_that_do_not_come_from_the_target(tmp_path, ca
 
 def test_bare_check_without_wheels_is_one_line(tmp_path):
     env = {**os.environ, "GPU_WHEELS": str(tmp_path), "PY": sys.executable}
-    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--bare", "--preflight"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "benchmarks/gpu_check.sh", "--bare", "--preflight"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"error: no wheels in {tmp_path}: run 'make gpu-wheels' first"]
 
@@ -178,10 +231,30 @@ def test_machine_line(tmp_path):
 def test_gpu_claims_script_runs_packs_and_rebuilds_a_page_on_the_cpu(wheels, tmp_path):
     root, archive, page = tmp_path / "runs", tmp_path / "runs.tar.gz", tmp_path / "page.md"
     env = {**os.environ, "GPU_WHEELS": str(wheels), "PY": sys.executable, "BARE": "1"}
-    cmd = ["bash", "benchmarks/gpu_claims.sh", "--cpu", "--entries", "gdn_mqar4", "--seeds", "0,1",
-           "--parallel", "2", "--deadline-s", "240", "--out-root", str(root), "--pack", str(archive),
-           "--override", "trainer.max_steps=4", "--override", "trainer.val_check_interval=2",
-           "--override", "data.n_train=64", "gated_deltanet"]  # fmt: skip
+    cmd = [
+        "bash",
+        "benchmarks/gpu_claims.sh",
+        "--cpu",
+        "--entries",
+        "gdn_mqar4",
+        "--seeds",
+        "0,1",
+        "--parallel",
+        "2",
+        "--deadline-s",
+        "240",
+        "--out-root",
+        str(root),
+        "--pack",
+        str(archive),
+        "--override",
+        "trainer.max_steps=4",
+        "--override",
+        "trainer.val_check_interval=2",
+        "--override",
+        "data.n_train=64",
+        "gated_deltanet",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     machine = json.loads((root / "gated_deltanet" / "machine.json").read_text())
@@ -191,10 +264,25 @@ def test_gpu_claims_script_runs_packs_and_rebuilds_a_page_on_the_cpu(wheels, tmp
     assert any(n.endswith("gdn_mqar4/0/step_times.json") for n in names)
     assert any(n.endswith("gdn_mqar4/1/csv/metrics.csv") for n in names)
     rebuilt = subprocess.run(
-        [sys.executable, "-m", "suite.claim", "gated_deltanet", "--profile", "gpu", "--report-only", "--out",
-         str(root / "gated_deltanet"), "--page", str(page)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "suite.claim",
+            "gated_deltanet",
+            "--profile",
+            "gpu",
+            "--report-only",
+            "--out",
+            str(root / "gated_deltanet"),
+            "--page",
+            str(page),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
     text = page.read_text()
     assert "PROFILE=gpu" in text and "Machine: runs made on **no CUDA device (CPU)**" in text
@@ -238,9 +326,19 @@ def test_step_timer_leaves_validation_out_of_the_step_time(tmp_path):
 
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 2)), batch_size=4)
     timer = StepTimer(warmup=0)
-    trainer = pl.Trainer(max_steps=15, val_check_interval=5, check_val_every_n_epoch=None, limit_val_batches=1,
-                         num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[timer], default_root_dir=tmp_path)  # fmt: skip
+    trainer = pl.Trainer(
+        max_steps=15,
+        val_check_interval=5,
+        check_val_every_n_epoch=None,
+        limit_val_batches=1,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[timer],
+        default_root_dir=tmp_path,
+    )
     trainer.fit(_Tiny(val_sleep=0.3), data, data)
     out = json.loads((tmp_path / "step_times.json").read_text())
     assert out["steps"] == 15 and len(timer.intervals) == 14
@@ -253,9 +351,23 @@ def test_gpu_claims_pilot_prints_step_times_on_the_cpu(wheels, tmp_path):
     """The README's pilot line (`gpu_claims.sh --pilot SLUG:ENTRY ...`), on the CPU: one short run per entry, all at
     once, each with its median step time."""
     env = {**os.environ, "GPU_WHEELS": str(wheels), "PY": sys.executable}
-    cmd = ["bash", "benchmarks/gpu_claims.sh", "--bare", "--cpu", "--pilot", "--steps", "12", "--deadline-s", "200",
-           "--out-root", str(tmp_path), "--override", "data.n_train=64", "gated_deltanet:gdn_mqar16",
-           "gated_deltanet:mamba2_mqar16"]  # fmt: skip
+    cmd = [
+        "bash",
+        "benchmarks/gpu_claims.sh",
+        "--bare",
+        "--cpu",
+        "--pilot",
+        "--steps",
+        "12",
+        "--deadline-s",
+        "200",
+        "--out-root",
+        str(tmp_path),
+        "--override",
+        "data.n_train=64",
+        "gated_deltanet:gdn_mqar16",
+        "gated_deltanet:mamba2_mqar16",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [line.split() for line in proc.stdout.splitlines() if line.startswith("gated_deltanet.")]

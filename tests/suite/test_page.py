@@ -13,18 +13,38 @@ SPEC = {
     "budget": {"paper": {"model": "1.3B", "steps": "100B tokens"}, "here": {"model": "96k", "steps": "800 steps"}},
     "sizing_metric": "val/loss",
     "claims": [
-        {"id": "a_vs_b", "text": "a beats b", "metric": "test/acc", "entries": ["a", "b"], "higher_is_better": True,
-         "delta": 0.05, "primary": True, "published": 0.3},
-        {"id": "b_vs_a", "text": "b beats a", "metric": "test/acc", "entries": ["b", "a"], "higher_is_better": True,
-         "delta": 0.05},
+        {
+            "id": "a_vs_b",
+            "text": "a beats b",
+            "metric": "test/acc",
+            "entries": ["a", "b"],
+            "higher_is_better": True,
+            "delta": 0.05,
+            "primary": True,
+            "published": 0.3,
+        },
+        {
+            "id": "b_vs_a",
+            "text": "b beats a",
+            "metric": "test/acc",
+            "entries": ["b", "a"],
+            "higher_is_better": True,
+            "delta": 0.05,
+        },
     ],
-}  # fmt: skip
+}
 
 
 def _rec(tmp_path, name, seed, acc):
     curve = [(0, 2.0), (100, 1.5), (400, 1.0 + 0.001 * seed), (500, 1.0)]
-    return RunRecord(tmp_path / f"{name}{seed}", name, seed, {"test/acc": acc}, {"val/loss": curve},
-                     {"seed": seed, "data": {"seed": seed}})  # fmt: skip
+    return RunRecord(
+        tmp_path / f"{name}{seed}",
+        name,
+        seed,
+        {"test/acc": acc},
+        {"val/loss": curve},
+        {"seed": seed, "data": {"seed": seed}},
+    )
 
 
 def _tables(text: str) -> list[list[str]]:

@@ -213,8 +213,16 @@ def test_one_training_step_at_reduced_width_on_real_format_fixture(slug: str, tm
     FIXTURES[smoke["fixture"]](data_dir)
     local = [f"data.data_dir={data_dir}"] if smoke["fixture"] != "none" else []
     # One CPU process whatever the profile asks for (trainer=ddp with trainer.devices=8 would spawn eight).
-    cpu = ["trainer=cpu", "trainer.devices=1", "trainer.num_nodes=1", "trainer.precision=32-true",
-           "trainer.accumulate_grad_batches=1", "data.num_workers=0", "debug=fdr", "logger=csv"]  # fmt: skip
+    cpu = [
+        "trainer=cpu",
+        "trainer.devices=1",
+        "trainer.num_nodes=1",
+        "trainer.precision=32-true",
+        "trainer.accumulate_grad_batches=1",
+        "data.num_workers=0",
+        "debug=fdr",
+        "logger=csv",
+    ]
     overrides = _entry_overrides(spec, entry, shlex.split(smoke.get("overrides", "")), local, cpu)
     cfg = compose_train([f"experiment={slug}", *overrides], tmp_path / "run")
     if smoke["fixture"] != "none":

@@ -13,12 +13,16 @@ from tests.conftest import run_entry
     [
         (["experiment=leaderbot", "trainer.max_epochs=-5"], "error: trainer: MisconfigurationException: `max_epochs`"),
         (["experiment=leaderbot", "model.lr=abc"], "error: model.newton.lr='abc' must be float"),
-        (["experiment=badloss", "debug=fdr", "data.source=real", "data.data_dir=/nonexistent/fmnist"],
-         "error: Fashion-MNIST data_dir /nonexistent/fmnist does not exist"),
-        (["experiment=ts_lif", "data.source=real", "data.dataset=metr_la", "data.data_dir=CORRUPT"],
-         "error: CORRUPT/metr-la.h5: not a readable pandas HDF5 store"),
+        (
+            ["experiment=badloss", "debug=fdr", "data.source=real", "data.data_dir=/nonexistent/fmnist"],
+            "error: Fashion-MNIST data_dir /nonexistent/fmnist does not exist",
+        ),
+        (
+            ["experiment=ts_lif", "data.source=real", "data.dataset=metr_la", "data.data_dir=CORRUPT"],
+            "error: CORRUPT/metr-la.h5: not a readable pandas HDF5 store",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_refused_training_run_leaves_nothing(args: list[str], expected: str, tmp_path, capsys):
     """With the default loggers (wandb offline + CSV): the trainer's settings and the data are checked before any
     logger starts its run."""

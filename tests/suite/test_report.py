@@ -88,8 +88,11 @@ def test_longer_run_check_pairs_one_seed_and_measures_against_the_seed_spread(tm
     assert longer_run_check(near, "m", "test/mae", higher_is_better=True, two_sided=True)[0]
     assert longer_run_check(near, "m", "test/mae", higher_is_better=False, two_sided=True)[0]
     # a fixed tolerance and a unit; seed 1's main value must not be the reference
-    psnr = [RunRecord(tmp_path, "t", 1, {"test/psnr": 10.0}), RunRecord(tmp_path, "t", 0, {"test/psnr": 20.0}),
-            RunRecord(tmp_path, "t_long", 0, {"test/psnr": 20.3})]  # fmt: skip
+    psnr = [
+        RunRecord(tmp_path, "t", 1, {"test/psnr": 10.0}),
+        RunRecord(tmp_path, "t", 0, {"test/psnr": 20.0}),
+        RunRecord(tmp_path, "t_long", 0, {"test/psnr": 20.3}),
+    ]
     ok, why = longer_run_check(psnr, "t", "test/psnr", higher_is_better=True, tol=0.2, unit=" dB")
     assert not ok and "improves test/psnr by 0.3 dB" in why and "allowed: 0.2 dB" in why
     # one seed: 1% of the value (0.005) is the tolerance, and the reading says so
@@ -202,10 +205,18 @@ SPEC = {
     "sizing_higher_is_better": False,
     "report": "tests.suite.test_report:_hook",
     "claims": [
-        {"id": "a_vs_b", "text": "a beats b", "metric": "test/acc", "entries": ["a", "b"], "higher_is_better": True,
-         "delta": 0.05, "primary": True, "published": 0.3},
+        {
+            "id": "a_vs_b",
+            "text": "a beats b",
+            "metric": "test/acc",
+            "entries": ["a", "b"],
+            "higher_is_better": True,
+            "delta": 0.05,
+            "primary": True,
+            "published": 0.3,
+        },
     ],
-}  # fmt: skip
+}
 
 
 def _rec(tmp_path, name, seed, final, acc, data_seed=True):
@@ -276,8 +287,13 @@ def test_apply_longer_checks_overrides_only_failures_and_passes_them_to_inherito
 
 
 def test_apply_longer_checks_passed_settles_only_its_own_rising_entry():
-    judged = {"a": (False, "still improving: +0.009"), "b": (True, "plateaued"), "c": (False, "still improving"),
-              "d": (False, "still improving"), "e": (False, "still improving")}  # fmt: skip
+    judged = {
+        "a": (False, "still improving: +0.009"),
+        "b": (True, "plateaued"),
+        "c": (False, "still improving"),
+        "d": (False, "still improving"),
+        "e": (False, "still improving"),
+    }
     checks = {"a": (True, "converged: +0.001"), "b": (True, "converged: 0"), "c": (False, "not converged: +0.02")}
     out = apply_longer_checks(judged, checks, {"d": ("a",)}, passed_settles=True)
     assert out["a"] == (True, "still improving: +0.009; but converged: +0.001, which settles it")

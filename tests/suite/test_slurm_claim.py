@@ -57,9 +57,12 @@ def test_two_entry_paper_claim_through_submitit(slurm, tmp_path):
     deadline = time.monotonic() + 120
     while True:  # the result files land before slurmctld books the last job as completed
         states = subprocess.run(
-            ["sacct", "-j", ",".join(array_ids), "-X", "-n", "-o", "JobID,State"], env=env, capture_output=True,
-            text=True, timeout=60,
-        ).stdout.split()  # fmt: skip
+            ["sacct", "-j", ",".join(array_ids), "-X", "-n", "-o", "JobID,State"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.split()
         if states.count("COMPLETED") >= 4 or time.monotonic() > deadline:
             break
         time.sleep(1)

@@ -31,11 +31,16 @@ def test_wait_for_gives_up_at_its_deadline_with_the_daemons_error_line(tmp_path)
         '[2026-12-04T16:00:00.010] error: Unable to resolve "vm": Unknown host\n'
     )
     text = SCRIPT.read_text()
-    functions = "\n".join(re.search(rf"^{name}\(\) {{\n.*?^}}$", text, re.M | re.S).group(0)
-                          for name in ("daemon_error", "wait_for"))  # fmt: skip
+    functions = "\n".join(
+        re.search(rf"^{name}\(\) {{\n.*?^}}$", text, re.M | re.S).group(0) for name in ("daemon_error", "wait_for")
+    )
     start = time.monotonic()
-    proc = subprocess.run(["bash", "-c", f"set -euo pipefail\nB={tmp_path}\n{functions}\nwait_for 1 slurmdbd false"],
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "-c", f"set -euo pipefail\nB={tmp_path}\n{functions}\nwait_for 1 slurmdbd false"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 1 and time.monotonic() - start < 10
     assert proc.stderr.strip() == (
         "local_cluster.sh: slurmdbd did not start within 1 s: slurmdbd.log: [2026-12-04T16:00:00.010] error: "
@@ -49,9 +54,12 @@ def test_a_failed_start_stops_what_it_started_and_names_the_error(mode: str, tmp
     fake.write_text(
         'if [ "$1" = stop ]; then touch "$2/stopped"; exit 0; fi\n'
         'touch "$2/started"\n'
-        + ("echo 'local_cluster.sh: slurmdbd did not start within 60 s: error: Unknown host' >&2; exit 1\n"
-           if mode == "fails" else "exec sleep 30\n")
-    )  # fmt: skip
+        + (
+            "echo 'local_cluster.sh: slurmdbd did not start within 60 s: error: Unknown host' >&2; exit 1\n"
+            if mode == "fails"
+            else "exec sleep 30\n"
+        )
+    )
     with pytest.raises(RuntimeError) as err:
         start_cluster(tmp_path, script=fake, timeout=2)
     assert (tmp_path / "started").exists() and (tmp_path / "stopped").exists()  # the daemons it started are stopped

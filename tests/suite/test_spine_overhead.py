@@ -114,9 +114,14 @@ def test_throttled_bar_draws_rarely_and_ends_where_training_stopped(tmp_path, mo
     monkeypatch.setattr(ThrottledRichProgressBar, "_update", record)
     data = DataLoader(TensorDataset(torch.randn(50, 4)), batch_size=1)
     trainer = pl.Trainer(
-        max_epochs=1, max_steps=max_steps, callbacks=[bar], logger=False, enable_checkpointing=False,
-        enable_model_summary=False, default_root_dir=tmp_path,
-    )  # fmt: skip
+        max_epochs=1,
+        max_steps=max_steps,
+        callbacks=[bar],
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(_Tiny(), train_dataloaders=data)
     assert len(drawn) <= 5  # 50 fast batches at one draw a second: the first, the last, and few between
     assert drawn[-1] == (50 if max_steps == -1 else 37)

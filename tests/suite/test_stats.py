@@ -195,9 +195,14 @@ def test_final_weights_scored_after_the_best_are_not_converged():
 
 def test_every_decided_verdict_has_a_p_below_alpha():
     # a decided verdict (either word) always carries the p of the test that decided it, so Holm can keep it
-    for lo, hi, kind, delta in [(-0.9, -0.6, "non_inferior", 0.5), (0.6, 0.9, "equivalent", 0.5),
-                                (-0.9, -0.6, "equivalent", 0.5), (-0.5, -0.1, "superiority", 0.0),
-                                (-0.2, 0.3, "superiority", 0.5), (0.1, 0.5, "superiority", 0.0)]:  # fmt: skip
+    for lo, hi, kind, delta in [
+        (-0.9, -0.6, "non_inferior", 0.5),
+        (0.6, 0.9, "equivalent", 0.5),
+        (-0.9, -0.6, "equivalent", 0.5),
+        (-0.5, -0.1, "superiority", 0.0),
+        (-0.2, 0.3, "superiority", 0.5),
+        (0.1, 0.5, "superiority", 0.0),
+    ]:
         iv = stats.Interval((lo + hi) / 2, lo, hi, (hi - lo) / 2 / 2.776, 4.0, (5, 5), True)
         verdict, p, _ = stats.decide(iv, kind=kind, delta=delta)
         assert verdict in (stats.REPRODUCED, stats.NOT_REPRODUCED) and p < 0.05, (lo, hi, kind)

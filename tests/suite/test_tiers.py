@@ -16,8 +16,9 @@ from tests.conftest import PORTS, ROOT, SPINE, tier_marks
 
 def _recipe(target: str) -> list[str]:
     """The pytest command line `make <target>` runs (``make -n``: printed, not run)."""
-    proc = subprocess.run(["make", "-n", "--no-print-directory", target], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        ["make", "-n", "--no-print-directory", target], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     (line,) = [line for line in proc.stdout.splitlines() if " -m pytest " in line]
     return shlex.split(line)
@@ -62,9 +63,24 @@ def test_a_hung_test_under_the_workers_ends_the_run_once_with_its_stack(tmp_path
         "import threading\n\ndef test_hung():\n    threading.Event().wait()\n\ndef test_fine():\n    assert True\n"
     )
     xdist = _recipe("test")[_recipe("test").index("-n") :]
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ROOT / "pyproject.toml"),
-           "--rootdir", str(tmp_path), "-o", "timeout=4", "-o", "faulthandler_timeout=2", *xdist,
-           str(tmp_path / "test_hung.py")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-c",
+        str(ROOT / "pyproject.toml"),
+        "--rootdir",
+        str(tmp_path),
+        "-o",
+        "timeout=4",
+        "-o",
+        "faulthandler_timeout=2",
+        *xdist,
+        str(tmp_path / "test_hung.py"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]

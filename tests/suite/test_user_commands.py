@@ -21,16 +21,29 @@ from suite.compare import main as compare_main
 from tests.conftest import FIXTURE_CONF, ROOT, run_entry
 
 # Lines that are noise to a user; none may reach the console.
-NOISE = ("💡 Tip", "LeafSpec", "was configured so 100%", "`srun` command", "anonymous setting", "weights_only",
-         "Images sizes do not match", "dirpath has changed", "Received SIGTERM")  # fmt: skip
+NOISE = (
+    "💡 Tip",
+    "LeafSpec",
+    "was configured so 100%",
+    "`srun` command",
+    "anonymous setting",
+    "weights_only",
+    "Images sizes do not match",
+    "dirpath has changed",
+    "Received SIGTERM",
+)
 
 
 def _make(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
     return subprocess.run(
-        ["make", "-s", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        ["make", "-s", "--no-print-directory", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env=env,
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.slow
@@ -105,8 +118,16 @@ def test_compare_labels_runs_by_what_differs_and_skips_failed_and_debug_runs(tmp
     assert run_entry("train", [*base, "debug=fdr", "task_name=train"]) == 0  # a debug run forced into train/
     assert len(list((tmp_path / "debug" / "spine_fixture" / "runs").iterdir())) == 1
     capsys.readouterr()
-    compare_main(["--runs", str(tmp_path / "train" / "spine_fixture"), "--metrics", "test/mse,test/r2",
-                  "--out", str(tmp_path / "cmp")])  # fmt: skip
+    compare_main(
+        [
+            "--runs",
+            str(tmp_path / "train" / "spine_fixture"),
+            "--metrics",
+            "test/mse,test/r2",
+            "--out",
+            str(tmp_path / "cmp"),
+        ]
+    )
     out = capsys.readouterr().out
     table = [line for line in out.splitlines() if line.startswith("| ")]
     assert table[0] == "| run | test/mse | test/r2 |"
@@ -180,10 +201,14 @@ def test_settings_and_methods_split_the_claim_entry_names():
     split = settings_and_methods([e.name for e in spec.runs])
     assert {s for s, _ in split.values()} == {"school4d", "school4d_tgn", "school", "school_ci", "pubmed"}
     assert split["school_ci_lwf"] == ("school_ci", "lwf") and split["school4d_tgn_nforgot_released"] == (
-        "school4d_tgn", "nforgot_released")  # fmt: skip
+        "school4d_tgn",
+        "nforgot_released",
+    )
     assert split["school4d_nforgot_wl"] == ("school4d", "nforgot_wl")
     assert settings_and_methods(["model.neuron=lif", "model.neuron=gru"]) == {
-        "model.neuron=lif": ("", "model.neuron=lif"), "model.neuron=gru": ("", "model.neuron=gru")}  # fmt: skip
+        "model.neuron=lif": ("", "model.neuron=lif"),
+        "model.neuron=gru": ("", "model.neuron=gru"),
+    }
 
 
 def test_quiet_console_drops_named_noise_and_keeps_real_messages(capsys):
@@ -223,8 +248,9 @@ def test_readme_sweep_line_as_typed(method: str, lr_key: str, tmp_path):
     assert f"note: model.lr sets model.{lr_key}.lr (this experiment's learning rate)" in proc.stderr
     jobs = sorted((tmp_path / "debug" / method / "multiruns").glob("*/[0-9]"))
     assert len(jobs) == 6, jobs
-    ran = sorted((c["seed"], c["model"][lr_key]["lr"]) for c in (yaml.safe_load((j / "config.yaml").read_text())
-                                                               for j in jobs))  # fmt: skip
+    ran = sorted(
+        (c["seed"], c["model"][lr_key]["lr"]) for c in (yaml.safe_load((j / "config.yaml").read_text()) for j in jobs)
+    )
     assert ran == [(s, lr) for s in (0, 1, 2) for lr in (1e-4, 1e-3)]
 
 
@@ -240,8 +266,10 @@ def test_model_lr_names_every_experiments_learning_rate():
         argv = learning_rate_alias(["train.py", f"experiment={slug}", "model.lr=0.00123"])
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
             model = compose("train", overrides=argv[1:]).model
-        rates = {k: OmegaConf.select(model, k) for k in ("lr", "optimizer.lr", "scheduler.max_lr", "newton.lr",
-                                                         "clip_lr", "distill_lr", "expand_lr")}  # fmt: skip
+        rates = {
+            k: OmegaConf.select(model, k)
+            for k in ("lr", "optimizer.lr", "scheduler.max_lr", "newton.lr", "clip_lr", "distill_lr", "expand_lr")
+        }
         assert 0.00123 in rates.values(), (slug, rates)
         if slug == "grass":
             assert rates["optimizer.lr"] == rates["scheduler.max_lr"] == 0.00123
@@ -273,8 +301,10 @@ def test_overfit_verdict_asks_for_a_memorised_batch(tmp_path, capsys):
         f"overfit check: NOT MEMORISED: train/loss 4.2 -> 2.633 (62.7% of its start) in 6 steps; {rule}; train "
         'longer to see whether it can: ARGS="debug=overfit overfit_check.run_epochs=60"'
     )
-    check = {"fraction": 0.1, "experiments": {"x": {"fraction": 0.7, "why": "a noisy loss"}, "y": {"applies": False,
-             "why": "a convex  fit"}}}  # fmt: skip
+    check = {
+        "fraction": 0.1,
+        "experiments": {"x": {"fraction": 0.7, "why": "a noisy loss"}, "y": {"applies": False, "why": "a convex  fit"}},
+    }
     assert overfit_verdict(curve("c.csv", [4.2, 3.6, 3.0, 2.7, 2.6, 2.6]), check, "x").startswith(
         "overfit check: PASSED: train/loss 4.2 -> 2.633 (62.7% of its start) in 6 steps; memorised: the mean of the "
         "last 3 train/loss values at most 70% of the first (a noisy loss)"
@@ -314,8 +344,9 @@ def _fake_runs(root: Path, seeds: list[int], value: float = 0.5) -> Path:
         run = root / f"run{i}"
         run.mkdir(parents=True)
         (run / "config.yaml").write_text(f"seed: {seed}\n")
-        (run / "metrics.json").write_text(json.dumps({"test/nll": value + 0.1 * i * (len(set(seeds)) > 1),
-                                                      "test/mae_tie": 0.1}))  # fmt: skip
+        (run / "metrics.json").write_text(
+            json.dumps({"test/nll": value + 0.1 * i * (len(set(seeds)) > 1), "test/mae_tie": 0.1})
+        )
     return root
 
 
@@ -324,19 +355,37 @@ def test_make_compare_refuses_an_unknown_metric_naming_close_ones(tmp_path):
     proc = _make("compare", f"RUNS={runs}", "METRICS=test/nlll", f"OUT={tmp_path / 'out'}")
     trailer = re.compile(r"^make(\[\d+\])?: \*\*\* ")
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip() and not trailer.match(line)]
-    assert proc.returncode == 2 and lines == ["error: unknown metric 'test/nlll': no run logged it (did you mean "
-                                              "test/nll?)"], lines  # fmt: skip
+    assert proc.returncode == 2 and lines == [
+        "error: unknown metric 'test/nlll': no run logged it (did you mean test/nll?)"
+    ], lines
     assert not (tmp_path / "out").exists()
 
 
 def test_compare_labels_same_seed_runs_as_repeats(tmp_path, capsys):
     """Three runs of seed 0 are repeats (`± 0 (3 repeats of seed 0)`), not three seeds (`± 0 (n=3)`)."""
-    compare_main(["--runs", str(_fake_runs(tmp_path / "same", [0, 0, 0])), "--metrics", "test/nll",
-                  "--out", str(tmp_path / "a")])  # fmt: skip
+    compare_main(
+        ["--runs", str(_fake_runs(tmp_path / "same", [0, 0, 0])), "--metrics", "test/nll", "--out", str(tmp_path / "a")]
+    )
     assert "| 0.5 ± 0 (3 repeats of seed 0) |" in capsys.readouterr().out
-    compare_main(["--runs", str(_fake_runs(tmp_path / "mixed", [0, 0, 1])), "--metrics", "test/nll",
-                  "--out", str(tmp_path / "b")])  # fmt: skip
+    compare_main(
+        [
+            "--runs",
+            str(_fake_runs(tmp_path / "mixed", [0, 0, 1])),
+            "--metrics",
+            "test/nll",
+            "--out",
+            str(tmp_path / "b"),
+        ]
+    )
     assert "(n=3: 2 seeds, repeats included) |" in capsys.readouterr().out
-    compare_main(["--runs", str(_fake_runs(tmp_path / "seeds", [0, 1, 2])), "--metrics", "test/nll",
-                  "--out", str(tmp_path / "c")])  # fmt: skip
+    compare_main(
+        [
+            "--runs",
+            str(_fake_runs(tmp_path / "seeds", [0, 1, 2])),
+            "--metrics",
+            "test/nll",
+            "--out",
+            str(tmp_path / "c"),
+        ]
+    )
     assert "| 0.6 ± 0.1 (n=3) |" in capsys.readouterr().out

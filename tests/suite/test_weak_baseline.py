@@ -123,14 +123,23 @@ def test_only_reproduced_flips_and_only_against_the_named_baseline():
 
 def test_headline_spec_defaults_and_errors():
     head = headline_spec(SPEC)
-    assert head == {"start": "val/acc", "metric": "val/acc", "higher_is_better": True,
-                    "baselines": ["base", "base_exact"], "reference": None}  # fmt: skip
+    assert head == {
+        "start": "val/acc",
+        "metric": "val/acc",
+        "higher_is_better": True,
+        "baselines": ["base", "base_exact"],
+        "reference": None,
+    }
     assert headline_spec({**SPEC, "headline": {"reference": 0.1}})["reference"] == {"value": 0.1}
     longer = {**SPEC, "runs": [*SPEC["runs"], {"name": "base_long"}, {"name": "solo_long"}]}  # a 4x check of base
     assert headline_spec(longer)["baselines"] == ["base", "base_exact", "solo_long"]
-    for bad, match in [({"baseline": ["base"]}, "unknown keys"), ({"baselines": ["nope"]}, "must list runs"),
-                       ({"reference": {"entry": "nope"}}, "not a run"), ({"reference": "chance"}, "must be a number"),
-                       ({"reference": {"value": 1, "entry": "base"}}, "must be a number")]:  # fmt: skip
+    for bad, match in [
+        ({"baseline": ["base"]}, "unknown keys"),
+        ({"baselines": ["nope"]}, "must list runs"),
+        ({"reference": {"entry": "nope"}}, "not a run"),
+        ({"reference": "chance"}, "must be a number"),
+        ({"reference": {"value": 1, "entry": "base"}}, "must be a number"),
+    ]:
         with pytest.raises(ConfigError, match=match):
             headline_spec({**SPEC, "headline": bad})
 
@@ -138,8 +147,13 @@ def test_headline_spec_defaults_and_errors():
 def test_write_page_lists_baselines_and_flips_a_declared_verdict(tmp_path):
     from suite.claim import write_page
 
-    claim = {"id": "ours_vs_base", "text": "ours beats the baseline", "metric": "test/acc", "entries": ["ours", "base"],
-             "higher_is_better": True}  # fmt: skip
+    claim = {
+        "id": "ours_vs_base",
+        "text": "ours beats the baseline",
+        "metric": "test/acc",
+        "entries": ["ours", "base"],
+        "higher_is_better": True,
+    }
     spec = {**SPEC, "runs": SPEC["runs"][:2], "claims": [claim], "headline": {"start": "val/acc"}}
     del spec["sizing_metric"]  # no curves here: convergence is not what this test is about
     records = _runs("ours", 0.1, 0.9, 0.9) + _runs("base", 0.5, 0.3, 0.3)
@@ -180,8 +194,15 @@ def test_a_real_run_logs_its_start(tmp_path):
     from suite.run import train
     from tests.conftest import compose_train
 
-    semdice = ["experiment=semdice", "logger=csv", "trainer.max_epochs=2", "data.trajectories_per_epoch=5",
-               "callbacks.model_checkpoint=null", "model.kind=pb_s", "trainer.enable_progress_bar=false"]  # fmt: skip
+    semdice = [
+        "experiment=semdice",
+        "logger=csv",
+        "trainer.max_epochs=2",
+        "data.trajectories_per_epoch=5",
+        "callbacks.model_checkpoint=null",
+        "model.kind=pb_s",
+        "trainer.enable_progress_bar=false",
+    ]
     metrics = train(compose_train([*semdice, "eval_at_start=true"], tmp_path))
     assert metrics["val/normalized_entropy@start"] == pytest.approx(0.0, abs=1e-9)
     assert metrics["val/normalized_entropy"] > 0.05  # it learnt something in 10 trajectories

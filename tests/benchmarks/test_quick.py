@@ -24,8 +24,12 @@ VERDICT = re.compile(r"goal (<=|>=) [^:]+: (goal met|goal missed|goal not met \(
 
 def test_every_benchmark_has_a_quick_mode():
     assert len(SCRIPTS) >= 14
-    lacking = [s for s in SCRIPTS if '"--quick"' not in (ROOT / "benchmarks" / s).read_text() and
-               "add_args(" not in (ROOT / "benchmarks" / s).read_text()]  # fmt: skip
+    lacking = [
+        s
+        for s in SCRIPTS
+        if '"--quick"' not in (ROOT / "benchmarks" / s).read_text()
+        and "add_args(" not in (ROOT / "benchmarks" / s).read_text()
+    ]
     assert lacking == []
 
 
@@ -34,9 +38,13 @@ def test_every_benchmark_has_a_quick_mode():
 def test_quick_run_prints_every_ratio_with_its_interval(script):
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     proc = subprocess.run(
-        [sys.executable, f"benchmarks/{script}", "--quick"], cwd=ROOT, capture_output=True, text=True, env=env,
+        [sys.executable, f"benchmarks/{script}", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
         timeout=840,
-    )  # fmt: skip
+    )
     out = proc.stdout
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "NOT met" not in out  # the old point-estimate verdict

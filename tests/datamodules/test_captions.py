@@ -47,9 +47,16 @@ def write_sharegpt4v(root: Path, n: int = 3) -> None:
     for i in range(n):
         rel = f"coco/train2017/{i:012d}.jpg"
         _jpg(root / rel, i)
-        items.append({"id": str(i), "image": rel, "conversations": [
-            {"from": "human", "value": "<image>\nWhat do you see happening in this image?"},
-            {"from": "gpt", "value": CAPTIONS[i % len(CAPTIONS)]}]})  # fmt: skip
+        items.append(
+            {
+                "id": str(i),
+                "image": rel,
+                "conversations": [
+                    {"from": "human", "value": "<image>\nWhat do you see happening in this image?"},
+                    {"from": "gpt", "value": CAPTIONS[i % len(CAPTIONS)]},
+                ],
+            }
+        )
     (root / "share-captioner_coco_lcs_sam_1246k_1107.json").write_text(json.dumps(items))
 
 
@@ -115,8 +122,16 @@ def test_tokens_match_open_clip_and_truncation_warns_once():
 @pytest.mark.parametrize("dataset", ["sharegpt4v", "urban1k", "long_dci"])
 def test_real_formats_read_from_fixtures(dataset, tmp_path):
     {"sharegpt4v": write_sharegpt4v, "urban1k": write_urban1k, "long_dci": write_long_dci}[dataset](tmp_path)
-    dm = CaptionsDataModule(source="real", data_dir=str(tmp_path), dataset=dataset, batch_size=2, image_size=16,
-                            val_size=1, long_context=40, short_context=12)  # fmt: skip
+    dm = CaptionsDataModule(
+        source="real",
+        data_dir=str(tmp_path),
+        dataset=dataset,
+        batch_size=2,
+        image_size=16,
+        val_size=1,
+        long_context=40,
+        short_context=12,
+    )
     dm.setup()
     split = "val" if dataset == "sharegpt4v" else "test"
     ds = dm.datasets[split]

@@ -31,9 +31,17 @@ RANDOM += ("elastic_transform",)
 # pixelate: int(32 f) = 30, 28, 27, 24, 20 px resample grids alias unevenly (resolution checked below);
 # snow: severities 2 and 3 tie on average (3 zooms its flakes 1.75x, fewer but larger; checked 1 < 3 < 5 and 2 < 4).
 MONOTONE = (
-    "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "motion_blur", "zoom_blur", "fog", "brightness",
-    "contrast", "jpeg_compression",
-)  # fmt: skip
+    "gaussian_noise",
+    "shot_noise",
+    "impulse_noise",
+    "defocus_blur",
+    "motion_blur",
+    "zoom_blur",
+    "fog",
+    "brightness",
+    "contrast",
+    "jpeg_compression",
+)
 
 
 def scene(n: int, c: int, h: int, w: int, seed: int = 0) -> torch.Tensor:
@@ -278,9 +286,15 @@ def test_reads_severity_rows_of_the_cifar10_c_layout(tmp_path):
     # through the CIFAR-10 datamodule: the files replace its test set (the clean test batch is never read)
     write_cifar_batches(tmp_path)
     dm = PoisonedDataModule(
-        source="real", dataset="cifar10", data_dir=str(tmp_path), attacks=["patch"], num_probes=0,
-        corruption="gaussian_noise", severity=3, corruption_dir=str(tmp_path / "c"),
-    )  # fmt: skip
+        source="real",
+        dataset="cifar10",
+        data_dir=str(tmp_path),
+        attacks=["patch"],
+        num_probes=0,
+        corruption="gaussian_noise",
+        severity=3,
+        corruption_dir=str(tmp_path / "c"),
+    )
     dm.setup()
     test = dm.datasets["test"]
     assert test.images.shape == (4, 3, 32, 32)

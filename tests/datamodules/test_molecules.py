@@ -70,8 +70,11 @@ def test_penalized_logp_target_matches_the_moses_reference_values():
         raw = float(smiles_to_graph(smiles, normalization="none").y)
         assert raw == pytest.approx(logp - sa - ring, abs=1e-5), smiles
         norm = float(smiles_to_graph(smiles).y)
-        expected = ((logp - 2.4570953396190123) / 1.434324401111988 + (-sa + 3.0525811293166134) / 0.8335207024513095
-                    + (-ring + 0.0485696876403053) / 0.2860212110245455)  # fmt: skip
+        expected = (
+            (logp - 2.4570953396190123) / 1.434324401111988
+            + (-sa + 3.0525811293166134) / 0.8335207024513095
+            + (-ring + 0.0485696876403053) / 0.2860212110245455
+        )
         assert norm == pytest.approx(expected, abs=1e-5), smiles
 
 
@@ -134,12 +137,14 @@ def write_zinc_raw(root: Path) -> list[dict]:
         bond = torch.zeros(n, n, dtype=torch.long)
         for j in range(n - 1):
             bond[j, j + 1] = bond[j + 1, j] = 1 + (i + j) % 3
-        mols.append({
-            "atom_type": torch.arange(n, dtype=torch.long) + i,
-            "bond_type": bond,
-            "logP_SA_cycle_normalized": torch.tensor([0.5 * i - 1.0]),
-            "num_atom": n,
-        })  # fmt: skip
+        mols.append(
+            {
+                "atom_type": torch.arange(n, dtype=torch.long) + i,
+                "bond_type": bond,
+                "logP_SA_cycle_normalized": torch.tensor([0.5 * i - 1.0]),
+                "num_atom": n,
+            }
+        )
     for split in ("train", "val", "test"):
         with open(raw / f"{split}.pickle", "wb") as f:
             pickle.dump(mols, f)

@@ -155,8 +155,17 @@ def write_read_layout(root, rows: list[dict], frame_k: dict[str, int] | None = N
         sig = (np.sin(2 * np.pi * 440 * np.arange(4000) / 8000) * 20000).astype(np.int16)
         (root / "audio").mkdir(exist_ok=True)
         wavfile.write(root / "audio" / f"{vid}.wav", 8000, sig)
-    doc = {"data": [{"video_id": r["video_id"], "wav": f"audio/{r['video_id']}.wav", "video_path": "frames",
-                     "labels": r["labels"]} for r in rows]}  # fmt: skip
+    doc = {
+        "data": [
+            {
+                "video_id": r["video_id"],
+                "wav": f"audio/{r['video_id']}.wav",
+                "video_path": "frames",
+                "labels": r["labels"],
+            }
+            for r in rows
+        ]
+    }
     (root / "train.json").write_text(json.dumps(doc))
     (root / "test.json").write_text(json.dumps({"data": doc["data"][:2]}))
 

@@ -61,8 +61,16 @@ def write_refcoco(root: Path) -> None:
         else:
             seg = {"counts": [20 * 10, 20 * 5, 20 * 15], "size": [20, 30]}  # columns 10..14 set (column-major)
         anns.append({"id": 100 + i, "image_id": i, "segmentation": seg, "bbox": [0, 0, 1, 1], "category_id": 1})
-        refs.append({"ref_id": i, "ann_id": 100 + i, "image_id": i, "split": split, "category_id": 1,
-                     "sentences": [{"sent": "man on the left"}, {"sent": "left man in red"}]})  # fmt: skip
+        refs.append(
+            {
+                "ref_id": i,
+                "ann_id": 100 + i,
+                "image_id": i,
+                "split": split,
+                "category_id": 1,
+                "sentences": [{"sent": "man on the left"}, {"sent": "left man in red"}],
+            }
+        )
     (root / "refcoco" / "instances.json").write_text(json.dumps({"images": images, "annotations": anns}))
     with open(root / "refcoco" / "refs(unc).p", "wb") as f:
         pickle.dump(refs, f)

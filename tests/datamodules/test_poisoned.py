@@ -174,9 +174,11 @@ def test_narcissus_is_additive_clean_label_from_a_noise_file(tmp_path):
     torch.testing.assert_close(P.additive(x, noise[0]), (x + noise[0].double()).clamp(0, 1), rtol=0, atol=1e-7)
     assert float(P.additive(torch.ones(1, 8, 8), torch.ones(1, 8, 8)).max()) == 1.0
     dm = digits_dm(
-        attacks=["patch", "narcissus"], poison_ratios={"patch": 0.05, "narcissus": 0.2},
-        narcissus_noise=str(tmp_path / "noise.npy"), num_backdoor_probes=0,
-    )  # fmt: skip
+        attacks=["patch", "narcissus"],
+        poison_ratios={"patch": 0.05, "narcissus": 0.2},
+        narcissus_noise=str(tmp_path / "noise.npy"),
+        num_backdoor_probes=0,
+    )
     k = dm.attack_names.index("narcissus")
     rows = torch.nonzero(dm.poison_attack == k).squeeze(1)
     t = dm.targets["narcissus"]
@@ -278,9 +280,14 @@ def test_cifar10_pickles(tmp_path):
     assert x.shape == (30, 3, 32, 32) and y.shape == (30,)
     np.testing.assert_array_equal(x[:6].reshape(6, -1).numpy(), written["data_batch_1"])
     dm = P.PoisonedDataModule(
-        source="real", dataset="cifar10", data_dir=str(tmp_path), attacks=["patch", "frequency"],
-        poison_ratios={"patch": 0.1, "frequency": 0.1}, num_probes=2, batch_size=4,
-    )  # fmt: skip
+        source="real",
+        dataset="cifar10",
+        data_dir=str(tmp_path),
+        attacks=["patch", "frequency"],
+        poison_ratios={"patch": 0.1, "frequency": 0.1},
+        num_probes=2,
+        batch_size=4,
+    )
     dm.setup()
     assert dm.image_shape == (3, 32, 32) and len(dm.datasets["tests"]) == 3
     (tmp_path / "cifar-10-batches-py" / "test_batch").write_bytes(b"not a pickle")

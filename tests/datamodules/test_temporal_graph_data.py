@@ -14,8 +14,17 @@ from datamodules.temporal_graph import TemporalGraphDataModule, read_jodie
 from layers.temporal_graph.continual import TemporalGraph
 
 # 7 nodes (ids 1..6, DyGLib's 0 is padding); classes 0..3; node 6 is unlabelled (label -1)
-ROWS = [(1, 2, 0.0, 0), (3, 4, 1.0, 2), (2, 1, 2.0, 1), (4, 5, 3.0, 3), (1, 5, 3.0, 0), (5, 6, 4.0, 3),
-        (3, 6, 5.0, 2), (2, 4, 6.0, 1), (6, 1, 7.0, -1)]  # fmt: skip
+ROWS = [
+    (1, 2, 0.0, 0),
+    (3, 4, 1.0, 2),
+    (2, 1, 2.0, 1),
+    (4, 5, 3.0, 3),
+    (1, 5, 3.0, 0),
+    (5, 6, 4.0, 3),
+    (3, 6, 5.0, 2),
+    (2, 4, 6.0, 1),
+    (6, 1, 7.0, -1),
+]
 
 
 def write_dyglib(root: Path, rows=ROWS, feat_rows: int = 7, name: str = "toy") -> Path:
@@ -43,8 +52,15 @@ def test_reads_nforgot_layout_with_both_labels(tmp_path):
 
 def test_real_datamodule_builds_tasks_and_disjoint_node_splits(tmp_path):
     write_dyglib(tmp_path)
-    dm = TemporalGraphDataModule(source="real", data_dir=str(tmp_path), name="toy", node_features="file",
-                                 classes_per_task=2, batch_size=2, train_frac=0.5)  # fmt: skip
+    dm = TemporalGraphDataModule(
+        source="real",
+        data_dir=str(tmp_path),
+        name="toy",
+        node_features="file",
+        classes_per_task=2,
+        batch_size=2,
+        train_frac=0.5,
+    )
     dm.setup()
     s = dm.stream
     assert s.num_tasks == 2 and s.task_classes == [[0, 1], [2, 3]]
@@ -144,8 +160,9 @@ def test_svd_features_never_see_a_later_task():
 
 
 def _split_nodes(root: Path, **kw) -> dict[str, set]:
-    dm = TemporalGraphDataModule(source="real", data_dir=str(root), name="toy", node_features="file",
-                                 classes_per_task=2, batch_size=8, **kw)  # fmt: skip
+    dm = TemporalGraphDataModule(
+        source="real", data_dir=str(root), name="toy", node_features="file", classes_per_task=2, batch_size=8, **kw
+    )
     dm.setup()
     return {sp: set(dm.stream.examples[0][sp].node.tolist()) for sp in ("train", "val", "test")}
 

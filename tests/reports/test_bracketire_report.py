@@ -182,8 +182,10 @@ def test_the_gate_rule_at_its_threshold():
         assert adaptation_converged([rec], "adapt_full")[0] is ok
     assert abs(ADAPT_FLAT - 0.2 * math.log(1.25) / math.log(4)) < 1e-12 and 0.032 < ADAPT_FLAT < 0.0325
     # on every seed: one seed up and one down by more than the tolerance is not converged, though their mean is 0
-    both = [RunRecord(Path("."), "adapt_full", s, {}, {"val/psnr": [*curve, (400, 25.5 + d)]}) for s, d in
-            enumerate((0.05, -0.05))]  # fmt: skip
+    both = [
+        RunRecord(Path("."), "adapt_full", s, {}, {"val/psnr": [*curve, (400, 25.5 + d)]})
+        for s, d in enumerate((0.05, -0.05))
+    ]
     assert adaptation_converged(both, "adapt_full")[0] is False
     one = RunRecord(Path("."), "adapt_full", 0, {}, {"val/psnr": [(400, 25.0)]})  # no start recorded, one point
     assert adaptation_converged([one], "adapt_full") == (False, "fewer than two validation points: cannot be judged")
@@ -228,8 +230,11 @@ def test_the_sweep_entries_of_the_spec_run_the_hooks_lrs_from_the_official_adapt
     assert compose_train(["experiment=bracketire", "model=bracketire_adapt"], tmp_path).model.optimizer.lr == 7.5e-5
     for name in ADAPTED:
         cmd = entry_command("bracketire", runs[name], spec, tmp_path, [])
-        overrides = [o.replace("${hydra:job.num}", "0") for o in cmd[cmd.index("experiment=bracketire") :]
-                     if not o.startswith(("hydra.", "seed=", "logger=", "trainer.enable"))]  # fmt: skip
+        overrides = [
+            o.replace("${hydra:job.num}", "0")
+            for o in cmd[cmd.index("experiment=bracketire") :]
+            if not o.startswith(("hydra.", "seed=", "logger=", "trainer.enable"))
+        ]
         cfg = compose_train(overrides, tmp_path)
         assert (cfg.model.mode, cfg.model.w_self) == ("adapt", 0.0 if name == "adapt_noself" else 1.0)
         assert cfg.model.optimizer.lr == SWEEP.get(name, SWEEP["adapt_full"]), name

@@ -78,8 +78,11 @@ def _image_record(name, seed, rx_gain, curve, dataset):
             for method, v in ((base, fid), (f"rx_{base}", fid * rx_gain)):
                 metrics[f"test/sweep/{method}/nfe{n}/fid"] = v
                 metrics[f"test/sweep/{method}/nfe{n}/nfe"] = float(n)
-    config = {"model": {"net": {"channels": 16}, "n_eval_samples": 360, "image_downsample": 1},
-              "data": {"dataset": dataset}, "trainer": {"max_epochs": 10}}  # fmt: skip
+    config = {
+        "model": {"net": {"channels": 16}, "n_eval_samples": 360, "image_downsample": 1},
+        "data": {"dataset": dataset},
+        "trainer": {"max_epochs": 10},
+    }
     return RunRecord(Path(f"{name}/{seed}"), name, seed, metrics, {"val/loss": curve}, config)
 
 

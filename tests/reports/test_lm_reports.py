@@ -20,8 +20,14 @@ CREEPING = [(0, 0.03), (100, 0.04), (200, 0.05), (300, 0.065)]  # near chance, b
 
 def _rec(name, seed, acc, curve, task="mqar", num_kv=16):
     data = {"task": task, "num_kv": num_kv, "seq_len": 64, "seed": seed}
-    return RunRecord(Path(name), name, seed, {"test/acc_len64": acc, "test/acc_len128": acc / 2},
-                     {"val/acc": [(s, v + 0.001 * seed) for s, v in curve]}, {"data": data})  # fmt: skip
+    return RunRecord(
+        Path(name),
+        name,
+        seed,
+        {"test/acc_len64": acc, "test/acc_len128": acc / 2},
+        {"val/acc": [(s, v + 0.001 * seed) for s, v in curve]},
+        {"data": data},
+    )
 
 
 def _judge(records, tmp_path, profile="cpu"):

@@ -42,8 +42,12 @@ def _records(
             rising = [(i, 0.5 + 0.05 * i) for i in range(10)]
             flat = [(i, min(1.0, 0.7 + 0.1 * i)) for i in range(10)]
             task = [(i, float(min(i // 4, 2))) for i in range(10)]  # tasks 0, 1, 2; the last holds 2 validations
-            curves = {"val/loss": loss, "val/acc_seen": rising if acc_rising else flat,
-                      "val/acc": flat if acc_rising else rising, "val/task": task}  # fmt: skip
+            curves = {
+                "val/loss": loss,
+                "val/acc_seen": rising if acc_rising else flat,
+                "val/acc": flat if acc_rising else rising,
+                "val/task": task,
+            }
             out.append(RunRecord(tmp_path, f"{ds}_{name}", seed, metrics, curves, config={"data": {"seed": seed}}))
     return out
 
@@ -132,8 +136,10 @@ def test_convergence_reads_the_last_task_only():
     from suite.claims import ClaimSpec
     from suite.compare import RunRecord
 
-    spec = ClaimSpec.from_dict("nforgot", {"runs": [{"name": "a"}], "sizing_metric": "val/acc",
-                                           "sizing_higher_is_better": True, "evaluate": "last"})  # fmt: skip
+    spec = ClaimSpec.from_dict(
+        "nforgot",
+        {"runs": [{"name": "a"}], "sizing_metric": "val/acc", "sizing_higher_is_better": True, "evaluate": "last"},
+    )
     first = [0.5, 0.8, 0.9, 0.95, 0.95]  # task 1 learned; its best stays above anything task 2 reaches
     rising = [(i, y) for i, y in enumerate(first + [0.5, 0.55, 0.6, 0.65, 0.7])]  # task 2 still learning
     flat = [(i, y) for i, y in enumerate(first + [0.5, 0.7, 0.7, 0.7, 0.7])]
@@ -157,8 +163,11 @@ def test_the_cpu_spec_sizes_on_the_seen_tasks_accuracy_over_the_last_task():
     current = [1.0, 1.0, 1.0, 1.0, 0.9, 0.9, 0.95, 0.95, 0.6, 0.8]  # the current task's: still rising
 
     def rec(sizing, other):
-        curves = {"val/acc_seen": list(enumerate(sizing)), "val/acc": list(enumerate(other)),
-                  "val/task": [(i, float(k)) for i, k in enumerate(task)]}  # fmt: skip
+        curves = {
+            "val/acc_seen": list(enumerate(sizing)),
+            "val/acc": list(enumerate(other)),
+            "val/task": [(i, float(k)) for i, k in enumerate(task)],
+        }
         return RunRecord(None, "school4d_joint", 0, {"test/tasks": 3.0}, curves)
 
     ok, why = last_task_convergence([rec(seen, current)], spec)["school4d_joint"]

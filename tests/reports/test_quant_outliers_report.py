@@ -23,8 +23,9 @@ FLAT = [(50, 1.0), (100, 0.8), (150, 0.7), (200, 0.7)]  # converged by the best-
 FALLING = [(50, 1.0), (100, 0.9), (150, 0.8), (200, 0.6)]  # still improving at the end
 
 
-def _run(root: Path, name: str, seed: int, ratio: float, fp: float, drops: dict[str, float], w8: float,
-         curve=FLAT) -> RunRecord:  # fmt: skip
+def _run(
+    root: Path, name: str, seed: int, ratio: float, fp: float, drops: dict[str, float], w8: float, curve=FLAT
+) -> RunRecord:
     path = root / name / str(seed)
     path.mkdir(parents=True)
     res = {m: {"acc": fp - d, "acc_drop": d, "kl": 0.0} for m, d in {"fp": 0.0, **drops}.items()}
@@ -38,8 +39,16 @@ def _run(root: Path, name: str, seed: int, ratio: float, fp: float, drops: dict[
     return RunRecord(path, name, seed, curves={"val/loss": curve}, config={"data": {"seed": seed}})
 
 
-def _records(root: Path, vit_rtn: float, cnn_rtn: float, fp: float = 0.85, w8: float = 0.001, jitter: float = 0.002,
-             vit_curve=FLAT, vit_ratio: float = 150.0) -> list[RunRecord]:  # fmt: skip
+def _records(
+    root: Path,
+    vit_rtn: float,
+    cnn_rtn: float,
+    fp: float = 0.85,
+    w8: float = 0.001,
+    jitter: float = 0.002,
+    vit_curve=FLAT,
+    vit_ratio: float = 150.0,
+) -> list[RunRecord]:
     """Three seeds of each architecture; the seeds' RTN drops move in opposite directions on the two (so the
     difference has a spread of its own), and the W8A8 drop grows a little with the seed (so has the control's). The
     ViT's census ratio (``vit_ratio`` + seed) is massive by default (>= 100), the CNN's (8 + seed) is not."""
@@ -103,8 +112,9 @@ def test_pairing_by_seed_decides(tmp_path: Path) -> None:
         recs.append(_run(tmp_path, "cnn", s, 8.0 + s, 0.85, {"rtn": 0.08 + 0.05 * s, "quarot": 0.01}, 0.0))
     lose = _verdicts(recs, tmp_path)["larger_outliers_lose_more"]
     assert lose.paired and lose.verdict == stats.REPRODUCED
-    welch = qo.judge_values(qo.Claim("x", "x", "m", ("vit", "cnn"), True, delta=qo.DELTA), *lose.values.values(),
-                            paired=False)  # fmt: skip
+    welch = qo.judge_values(
+        qo.Claim("x", "x", "m", ("vit", "cnn"), True, delta=qo.DELTA), *lose.values.values(), paired=False
+    )
     assert welch.verdict == stats.NOISE
 
 

@@ -18,12 +18,22 @@ def _records(tmp_path: Path, unimodal_gap: float) -> list[RunRecord]:
     for seed in range(3):
         j = 0.004 * seed * seed  # seed levels differ; the paired gaps vary a little too
         metrics = {"val/acc": 0.95 + j, "val/acc_audio": 0.84 + j, "val/acc_video": 0.72 + j}
-        for name, acc, sel in [("tent", 0.60, 1.0), ("eata", 0.61, 0.45), ("sar", 0.60, 0.7),
-                               ("sumi", 0.66, 0.40), ("sumi_no_unimodal", 0.62, 0.40 + unimodal_gap),
-                               ("sumi_no_mi", 0.63, 0.40), ("sumi_no_iqr", 0.64, 0.55)]:  # fmt: skip
+        for name, acc, sel in [
+            ("tent", 0.60, 1.0),
+            ("eata", 0.61, 0.45),
+            ("sar", 0.60, 0.7),
+            ("sumi", 0.66, 0.40),
+            ("sumi_no_unimodal", 0.62, 0.40 + unimodal_gap),
+            ("sumi_no_mi", 0.63, 0.40),
+            ("sumi_no_iqr", 0.64, 0.55),
+        ]:
             e = 0.001 * seed * (name == "sumi")
-            metrics |= {f"tta/{name}/acc": acc + j + e, f"tta/{name}/selected": sel,
-                        f"tta/{name}/acc_q1": acc, f"tta/{name}/acc_q4": acc - 0.05 * (name == "tent") + e}  # fmt: skip
+            metrics |= {
+                f"tta/{name}/acc": acc + j + e,
+                f"tta/{name}/selected": sel,
+                f"tta/{name}/acc_q1": acc,
+                f"tta/{name}/acc_q4": acc - 0.05 * (name == "tent") + e,
+            }
         curve = {"val/acc": [(i, min(0.95 + j, 0.5 + 0.1 * i)) for i in range(16)]}  # converged
         out.append(RunRecord(tmp_path, "wild", seed, metrics, curve, config={"data": {"seed": seed}}))
     return out

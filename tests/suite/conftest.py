@@ -71,8 +71,9 @@ def start_cluster(state: Path, script: Path = SCRIPT, timeout: float = 300) -> d
     """Start the cluster with state in ``state``; on failure stop what was started and raise ``RuntimeError``
     carrying the script's last line (the daemon's own error, see ``wait_for`` in the script)."""
     try:
-        start = subprocess.run(["bash", str(script), "start", str(state)], capture_output=True, text=True,
-                               timeout=timeout)  # fmt: skip
+        start = subprocess.run(
+            ["bash", str(script), "start", str(state)], capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         stop_cluster(state, script)
         raise RuntimeError(f"the local SLURM cluster did not start within {timeout:.0f} s") from None

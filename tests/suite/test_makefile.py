@@ -7,8 +7,23 @@ import subprocess
 
 from tests.conftest import ROOT
 
-TARGETS = ["install", "train", "eval", "sweep", "claim", "compare", "bench", "test", "test-fast", "test-gpu",
-           "gpu-wheels", "lint", "format", "clean", "slurm"]  # fmt: skip
+TARGETS = [
+    "install",
+    "train",
+    "eval",
+    "sweep",
+    "claim",
+    "compare",
+    "bench",
+    "test",
+    "test-fast",
+    "test-gpu",
+    "gpu-wheels",
+    "lint",
+    "format",
+    "clean",
+    "slurm",
+]
 
 
 def _make(*args: str) -> subprocess.CompletedProcess:

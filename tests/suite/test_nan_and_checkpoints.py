@@ -30,9 +30,15 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path):
 
 def test_nan_loss_cli_message(tmp_path):
     proc = run_cli(
-        ["train", FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "model.nan_at_step=2",
-         f"hydra.run.dir={tmp_path}"]
-    )  # fmt: skip
+        [
+            "train",
+            FIXTURE_CONF,
+            "experiment=spine_fixture",
+            "logger=csv",
+            "model.nan_at_step=2",
+            f"hydra.run.dir={tmp_path}",
+        ]
+    )
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert errors == ["error: training loss became nan at global step 2 (epoch 0, batch 2)"]

@@ -18,9 +18,26 @@ def test_every_test_has_a_timeout_that_dumps_the_stacks(tmp_path):
     hung = tmp_path / "test_hung.py"
     hung.write_text("import threading\n\ndef test_hung():\n    threading.Event().wait()\n")
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c",
-                           str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), "-o", "timeout=2", str(hung)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-c",
+            str(ROOT / "pyproject.toml"),
+            "--rootdir",
+            str(tmp_path),
+            "-o",
+            "timeout=2",
+            str(hung),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and time.monotonic() - t0 < 60, out[-2000:]
     assert "Timeout" in out and "test_hung.py" in out and "in test_hung" in out, out[-2000:]

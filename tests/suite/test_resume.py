@@ -24,9 +24,14 @@ def test_sigterm_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
 
     # 8 batches per epoch: step 13 is batch 5 of epoch 1, i.e. mid-epoch.
     cut = run_cli(
-        ["train", *COMMON, f"hydra.run.dir={cut_dir}",
-         "+callbacks.kill._target_=tests.fixtures.tiny.SigtermAtStep", "+callbacks.kill.step=13"]
-    )  # fmt: skip
+        [
+            "train",
+            *COMMON,
+            f"hydra.run.dir={cut_dir}",
+            "+callbacks.kill._target_=tests.fixtures.tiny.SigtermAtStep",
+            "+callbacks.kill.step=13",
+        ]
+    )
     assert cut.returncode != 0 or not (cut_dir / "metrics.json").exists()
     state = torch.load(cut_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert state["global_step"] == 13 and state["epoch"] == 1
@@ -47,8 +52,16 @@ def test_a_fresh_run_in_a_reused_folder_keeps_only_its_own_curve(tmp_path):
     point in this process: what is tested is the folder's CSV, not a process boundary.)"""
     run = tmp_path / "run"
     for epochs in (2, 1):
-        code = run_entry("train", [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv",
-                                   f"trainer.max_epochs={epochs}", f"hydra.run.dir={run}"])  # fmt: skip
+        code = run_entry(
+            "train",
+            [
+                FIXTURE_CONF,
+                "experiment=spine_fixture",
+                "logger=csv",
+                f"trainer.max_epochs={epochs}",
+                f"hydra.run.dir={run}",
+            ],
+        )
         assert code == 0
     with (run / "csv" / "metrics.csv").open() as fh:
         val = [int(r["epoch"]) for r in csv.DictReader(fh) if r.get("val/loss")]
@@ -126,12 +139,22 @@ def test_printed_resume_command_is_the_make_form_that_reaches_the_entry_point_un
 
     from suite.summary import resume_command
 
-    overrides = ["experiment=grass", "model.optimizer.lr=0.001", "model.scheduler.max_lr=${model.optimizer.lr}",
-                 "model.net.mixer=[{kind: gated_deltanet, num_heads: 2}]", f"paths.log_dir={tmp_path}"]  # fmt: skip
+    overrides = [
+        "experiment=grass",
+        "model.optimizer.lr=0.001",
+        "model.scheduler.max_lr=${model.optimizer.lr}",
+        "model.net.mixer=[{kind: gated_deltanet, num_heads: 2}]",
+        f"paths.log_dir={tmp_path}",
+    ]
     cmd = resume_command(overrides, tmp_path / "run")
     assert cmd.startswith("make train METHOD=grass ARGS=")
-    dry = subprocess.run(["make", "-n", "--no-print-directory", *shlex.split(cmd)[1:]], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    dry = subprocess.run(
+        ["make", "-n", "--no-print-directory", *shlex.split(cmd)[1:]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert dry.returncode == 0, dry.stderr
     line = next(x for x in dry.stdout.splitlines() if " -m train " in x)
     received = shlex.split(line)[3:]

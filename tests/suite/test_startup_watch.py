@@ -137,9 +137,14 @@ def test_the_first_loop_of_a_real_fit_ends_the_watch(tmp_path):
             seen.append(watch.started)
 
     trainer = pl.Trainer(
-        max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        callbacks=[_StageStarted(watch), Probe()], num_sanity_val_steps=0,
-    )  # fmt: skip
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[_StageStarted(watch), Probe()],
+        num_sanity_val_steps=0,
+    )
     assert not watch.started
     with watch:
         trainer.fit(TinyLitModule(), datamodule=TinyDataModule())
@@ -162,15 +167,35 @@ def test_two_slurm_tasks_one_failing_at_startup(tmp_path, failing):
     port = str(_free_port())
     procs = []
     for rank in (0, 1):
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "SLURM_NTASKS": "2",
-               "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0", "SLURM_NNODES": "1",
-               "SLURM_NTASKS_PER_NODE": "2",
-               "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "suite-test", "SLURM_NODELIST": "127.0.0.1",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "WANDB_MODE": "offline",
+            "SLURM_NTASKS": "2",
+            "SLURM_PROCID": str(rank),
+            "SLURM_LOCALID": str(rank),
+            "SLURM_NODEID": "0",
+            "SLURM_NNODES": "1",
+            "SLURM_NTASKS_PER_NODE": "2",
+            "SLURM_JOB_ID": "4242",
+            "SLURM_JOB_NAME": "suite-test",
+            "SLURM_NODELIST": "127.0.0.1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+        }
         env.pop("HYDRA_FULL_ERROR", None)
-        cmd = [sys.executable, "-m", "train", FIXTURE_CONF, "experiment=spine_fixture", "logger=csv",
-               "trainer=ddp_cpu", "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp_path / 'run'}",
-               f"model.fail_on_rank={failing}"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "train",
+            FIXTURE_CONF,
+            "experiment=spine_fixture",
+            "logger=csv",
+            "trainer=ddp_cpu",
+            "trainer.enable_progress_bar=false",
+            f"hydra.run.dir={tmp_path / 'run'}",
+            f"model.fail_on_rank={failing}",
+        ]
         procs.append(
             subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         )

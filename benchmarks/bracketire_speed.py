@@ -91,31 +91,41 @@ def main() -> None:
     rate = {k: 1 / statistics.median(v) for k, v in s.items()}
     print(header(rounds))
     size = "C=8, blocks 1/1/1/1, batch 1" if args.quick else "C=16, 16^2 patches, batch 4"
-    print(f"TMRNet CPU size ({size}): {rate['batched']:.1f} brackets/s with the batched DCN, "
-          f"{rate['torchvision']:.1f} with torchvision's deform_conv2d; batched/torchvision speed "
-          f"{describe(ratio_interval(s['torchvision'], s['batched']))}")  # fmt: skip
+    print(
+        f"TMRNet CPU size ({size}): {rate['batched']:.1f} brackets/s with the batched DCN, "
+        f"{rate['torchvision']:.1f} with torchvision's deform_conv2d; batched/torchvision speed "
+        f"{describe(ratio_interval(s['torchvision'], s['batched']))}"
+    )
     if "paper" in s:
-        print(f"TMRNet paper width (C=64, 5/16/24/5, {params / 1e6:.1f} M parameters, 16^2 patch, batch 1): "
-              f"{rate['paper']:.2f} brackets/s, slower per bracket than the CPU size by "
-              f"{describe(ratio_interval(s['paper'], s['batched']))}")  # fmt: skip
+        print(
+            f"TMRNet paper width (C=64, 5/16/24/5, {params / 1e6:.1f} M parameters, 16^2 patch, batch 1): "
+            f"{rate['paper']:.2f} brackets/s, slower per bracket than the CPU size by "
+            f"{describe(ratio_interval(s['paper'], s['batched']))}"
+        )
     else:
         print("TMRNet paper width: skipped under --quick")
     sim = ratio_interval(s["batched"], s["simulator"])
-    print(f"simulator (341 sub-frames, 32^2 RGB -> 16^2 packed): {rate['simulator']:.1f} brackets/s; over the "
-          f"training step: {describe(sim, goal=GOAL, better='higher')}")  # fmt: skip
+    print(
+        f"simulator (341 sub-frames, 32^2 RGB -> 16^2 packed): {rate['simulator']:.1f} brackets/s; over the "
+        f"training step: {describe(sim, goal=GOAL, better='higher')}"
+    )
     # the datamodule simulates each bracket once (first access) and caches it: per training draw, the claim's run
     # (n_train brackets behind max_steps x batch draws) pays n_train / (steps x batch) of a simulation
     n_train, steps, claim_batch = 256, 1200, 4
     k = steps * claim_batch / n_train
     amortised = Interval(sim.estimate * k, sim.low * k, sim.high * k, sim.n)
-    print(f"simulator amortised over the cache at the claim's settings ({n_train} brackets, {steps} steps x "
-          f"{claim_batch}), over the training step: {describe(amortised, goal=GOAL, better='higher')}")  # fmt: skip
+    print(
+        f"simulator amortised over the cache at the claim's settings ({n_train} brackets, {steps} steps x "
+        f"{claim_batch}), over the training step: {describe(amortised, goal=GOAL, better='higher')}"
+    )
     if not args.quick:
         t0 = time.perf_counter()
         for _ in range(3):
             simulate_sample(photo, 64, True, DOMAIN_SETTINGS["synthetic"], g)
-        print(f"simulator, BracketIRE+ (64^2 RGB sub-frames, x4 down): {3 / (time.perf_counter() - t0):.1f} brackets/s "
-              "(one measurement, no ratio)")  # fmt: skip
+        print(
+            f"simulator, BracketIRE+ (64^2 RGB sub-frames, x4 down): {3 / (time.perf_counter() - t0):.1f} brackets/s "
+            "(one measurement, no ratio)"
+        )
 
     frames = torch.rand(341, 3, 32, 32) * 3
     shot, read = iso1600near_levels(torch.rand(5), torch.randn(5))
@@ -129,8 +139,10 @@ def main() -> None:
         warmup=True,
     )
     speed = describe(ratio_interval(t["loop"], t["vec"]))
-    print(f"bracket synthesis: vectorised {1e3 * statistics.median(t['vec']):.1f} ms vs naive loop "
-          f"{1e3 * statistics.median(t['loop']):.1f} ms (medians): {speed}")  # fmt: skip
+    print(
+        f"bracket synthesis: vectorised {1e3 * statistics.median(t['vec']):.1f} ms vs naive loop "
+        f"{1e3 * statistics.median(t['loop']):.1f} ms (medians): {speed}"
+    )
 
 
 if __name__ == "__main__":

@@ -135,14 +135,18 @@ def main() -> None:
             if name != "fla bf16" or "#640" not in str(err):
                 raise
             # fla 0.6 refuses its gated backward on Hopper with Triton 3.4-3.7.0 (a Triton miscompile, fla #640)
-            print(f"fla bf16: backward refused on this GPU/Triton ({str(err).splitlines()[0][:120]}); "
-                  "timing fla's forward beside the chunked forward instead")  # fmt: skip
+            print(
+                f"fla bf16: backward refused on this GPU/Triton ({str(err).splitlines()[0][:120]}); "
+                "timing fla's forward beside the chunked forward instead"
+            )
             del paths[name]
             fla_fwd = {
                 "fla bf16 fwd": lambda: (gated_delta_rule(*leaves[:4], g=leaves[4], backend="fla"), sync()),
-                f"chunked C={a.chunk} fwd": lambda: (chunk_gated_delta_rule(*leaves[:4], g=leaves[4],
-                                                                            chunk_size=a.chunk), sync()),
-            }  # fmt: skip
+                f"chunked C={a.chunk} fwd": lambda: (
+                    chunk_gated_delta_rule(*leaves[:4], g=leaves[4], chunk_size=a.chunk),
+                    sync(),
+                ),
+            }
     # The reference matmul is one more path of every round, so the rate ratio sees the same drift as the paths.
     n = (256 if a.quick else 2048) if dev.type == "cpu" else 8192
     x, y = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
@@ -181,9 +185,11 @@ def main() -> None:
         with torch.no_grad():
             fwd = interleave({name: lambda go=go: timed(go, 1) for name, go in fla_fwd.items()}, rounds)
         (n_fla, t_fla), (n_ck, t_ck) = fwd.items()
-        print(f"forward only: {n_fla} {statistics.median(t_fla) * 1e3:.2f} ms, {n_ck} "
-              f"{statistics.median(t_ck) * 1e3:.2f} ms (medians): fla faster by "
-              f"{describe(ratio_interval(t_ck, t_fla))}")  # fmt: skip
+        print(
+            f"forward only: {n_fla} {statistics.median(t_fla) * 1e3:.2f} ms, {n_ck} "
+            f"{statistics.median(t_ck) * 1e3:.2f} ms (medians): fla faster by "
+            f"{describe(ratio_interval(t_ck, t_fla))}"
+        )
 
 
 if __name__ == "__main__":

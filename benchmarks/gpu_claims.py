@@ -59,8 +59,14 @@ def jobs_of(slugs: list[str], entries: set[str] | None = None, seeds: set[int] |
     per = []
     for slug in slugs:
         spec = load_spec(slug, profile="gpu")
-        per.append([(slug, e["name"], s) for e in spec["runs"] for s in entry_seeds(e, spec)
-                    if (entries is None or e["name"] in entries) and (seeds is None or s in seeds)])  # fmt: skip
+        per.append(
+            [
+                (slug, e["name"], s)
+                for e in spec["runs"]
+                for s in entry_seeds(e, spec)
+                if (entries is None or e["name"] in entries) and (seeds is None or s in seeds)
+            ]
+        )
     out = []
     for i in range(max(map(len, per), default=0)):
         out += [p[i] for p in per if i < len(p)]
@@ -79,8 +85,9 @@ def run_pool(cmds: list[tuple[str, list[str]]], parallel: int, deadline: float, 
             log = open(log_dir / f"{name}.log", "w")  # noqa: SIM115 - closed when the process ends
             started[name] = time.monotonic()
             running[name] = (subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), log)
-            print(f"{time.strftime('%H:%M:%S')} start {name} ({len(running)} running, {len(pending)} queued)",
-                  flush=True)  # fmt: skip
+            print(
+                f"{time.strftime('%H:%M:%S')} start {name} ({len(running)} running, {len(pending)} queued)", flush=True
+            )
         for name, (proc, log) in list(running.items()):
             if proc.poll() is not None:
                 codes[name] = proc.returncode
@@ -131,19 +138,44 @@ def cmd_run(args: argparse.Namespace) -> None:
     jobs = jobs_of(args.slugs, entries, seeds)
     if not jobs:
         raise SystemExit("error: no run selected (check --entries / --seeds against the GPU profiles)")
-    cmds = [(f"{slug}.{entry}.s{seed}",
-             [sys.executable, "-m", "suite.claim", slug, "--profile", "gpu", "--only", entry, "--seeds", str(seed),
-              "--no-page", "--out", str(root / slug), *args.overrides])
-            for slug, entry, seed in jobs]  # fmt: skip
-    print(f"{len(cmds)} runs of {', '.join(args.slugs)}, {args.parallel} at a time, deadline {args.deadline_s:.0f} s",
-          flush=True)  # fmt: skip
+    cmds = [
+        (
+            f"{slug}.{entry}.s{seed}",
+            [
+                sys.executable,
+                "-m",
+                "suite.claim",
+                slug,
+                "--profile",
+                "gpu",
+                "--only",
+                entry,
+                "--seeds",
+                str(seed),
+                "--no-page",
+                "--out",
+                str(root / slug),
+                *args.overrides,
+            ],
+        )
+        for slug, entry, seed in jobs
+    ]
+    print(
+        f"{len(cmds)} runs of {', '.join(args.slugs)}, {args.parallel} at a time, deadline {args.deadline_s:.0f} s",
+        flush=True,
+    )
     codes = run_pool(cmds, args.parallel, t0 + args.deadline_s, root / "_logs")
     wall = time.monotonic() - t0
-    info = {**device_info(), "parallel": args.parallel, "wall_s": round(wall, 1),
-            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "runs": len(cmds),
-            "finished": sum(c == 0 for c in codes.values()),
-            "failed_or_stopped": sorted(n for n, c in codes.items() if c not in (0, None)),
-            "not_started": sorted(n for n, c in codes.items() if c is None)}  # fmt: skip
+    info = {
+        **device_info(),
+        "parallel": args.parallel,
+        "wall_s": round(wall, 1),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "runs": len(cmds),
+        "finished": sum(c == 0 for c in codes.values()),
+        "failed_or_stopped": sorted(n for n, c in codes.items() if c not in (0, None)),
+        "not_started": sorted(n for n, c in codes.items() if c is None),
+    }
     for slug in args.slugs:
         (root / slug).mkdir(parents=True, exist_ok=True)
         (root / slug / MACHINE_FILE).write_text(json.dumps(info, indent=1))
@@ -178,12 +210,22 @@ def cmd_pilot(args: argparse.Namespace) -> None:
         spec = pilot_spec(slug)
         entry = next(e for e in spec["runs"] if e["name"] == name)
         overrides = merge_overrides(
-            shlex.split(spec.get("overrides", "")), shlex.split(entry.get("overrides", "")), args.overrides,
-            [f"trainer.max_steps={args.steps}", "trainer.max_epochs=-1", "callbacks=step_timer",
-             "callbacks.model_checkpoint=null", "logger=csv", "trainer.enable_progress_bar=false",
-             f"trainer.val_check_interval={args.steps}", "trainer.check_val_every_n_epoch=null",
-             f"hydra.run.dir={out / f'{slug}.{name}.{i}'}", "seed=0"],
-        )  # fmt: skip
+            shlex.split(spec.get("overrides", "")),
+            shlex.split(entry.get("overrides", "")),
+            args.overrides,
+            [
+                f"trainer.max_steps={args.steps}",
+                "trainer.max_epochs=-1",
+                "callbacks=step_timer",
+                "callbacks.model_checkpoint=null",
+                "logger=csv",
+                "trainer.enable_progress_bar=false",
+                f"trainer.val_check_interval={args.steps}",
+                "trainer.check_val_every_n_epoch=null",
+                f"hydra.run.dir={out / f'{slug}.{name}.{i}'}",
+                "seed=0",
+            ],
+        )
         cmds.append((f"{slug}.{name}.{i}", [sys.executable, "-m", "train", f"experiment={slug}", *overrides]))
     codes = run_pool(cmds, len(cmds), t0 + args.deadline_s, out / "_logs")
     rows = []

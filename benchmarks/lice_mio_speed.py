@@ -88,8 +88,11 @@ def train_mlp(x: np.ndarray, y: np.ndarray, seed: int, epochs: int = 50) -> list
             opt.zero_grad()
             torch.nn.functional.binary_cross_entropy_with_logits(net(xt[idx])[:, 0], yt[idx]).backward()
             opt.step()
-    return [(m.weight.detach().double().numpy(), m.bias.detach().double().numpy()) for m in net
-            if isinstance(m, torch.nn.Linear)]  # fmt: skip
+    return [
+        (m.weight.detach().double().numpy(), m.bias.detach().double().numpy())
+        for m in net
+        if isinstance(m, torch.nn.Linear)
+    ]
 
 
 def timed_pyomo(mio: LiceMIO, x0: np.ndarray, desired: int) -> dict:
@@ -107,15 +110,28 @@ def timed_pyomo(mio: LiceMIO, x0: np.ndarray, desired: int) -> dict:
     solver.highs_options = dict(mio.highs_options)
     solver.set_instance(m)  # what solver.solve(m) does first for a new model
     w2, c2 = time.perf_counter(), time.process_time()
-    for key in ("check_for_new_or_removed_constraints", "check_for_new_or_removed_vars",
-                "check_for_new_or_removed_params", "check_for_new_objective", "update_constraints", "update_vars",
-                "update_params", "update_named_expressions", "update_objective"):  # fmt: skip
+    for key in (
+        "check_for_new_or_removed_constraints",
+        "check_for_new_or_removed_vars",
+        "check_for_new_or_removed_params",
+        "check_for_new_objective",
+        "update_constraints",
+        "update_vars",
+        "update_params",
+        "update_named_expressions",
+        "update_objective",
+    ):
         setattr(solver.update_config, key, False)  # nothing changed since set_instance: skip appsi's re-scan
     res = solver.solve(m)
     w3, c3 = time.perf_counter(), time.process_time()
     obj, run = float(res.best_feasible_objective), solver._solver_model.getRunTime()
-    return {"build": (w1 - w0, c1 - c0), "translate": (w2 - w1, c2 - c1), "solve": (w3 - w2, c3 - c2), "obj": obj,
-            "run": run}  # fmt: skip
+    return {
+        "build": (w1 - w0, c1 - c0),
+        "translate": (w2 - w1, c2 - c1),
+        "solve": (w3 - w2, c3 - c2),
+        "obj": obj,
+        "run": run,
+    }
 
 
 def timed_matrix(mio: LiceMIO, x0: np.ndarray, desired: int) -> dict:
@@ -185,11 +201,14 @@ def main() -> None:
         for c, clock in enumerate(("wall", "cpu")):
             m = t[p][..., c].mean((0, 1)) * 1e3
             print(f"{p} | {clock} | " + " | ".join(f"{v:.1f}" for v in m) + f" | {m.sum():.1f}")
-    print("of which Highs.run on HiGHS's own clock (wall ms): "
-          + "; ".join(f"{p} {1e3 * run[p].mean():.1f}" for p in t))  # fmt: skip
+    print(
+        "of which Highs.run on HiGHS's own clock (wall ms): " + "; ".join(f"{p} {1e3 * run[p].mean():.1f}" for p in t)
+    )
     per_seed = {p: t[p][..., 1].sum(-1).mean(1) * 1e3 for p in t}
-    print("mean cpu total per HiGHS seed (ms): " + "; ".join(
-        f"{p} " + ", ".join(f"{v:.0f}" for v in per_seed[p]) for p in t))  # fmt: skip
+    print(
+        "mean cpu total per HiGHS seed (ms): "
+        + "; ".join(f"{p} " + ", ".join(f"{v:.0f}" for v in per_seed[p]) for p in t)
+    )
     print(f"largest objective difference pyomo vs matrix: {np.max(np.abs(obj['pyomo'] - obj['matrix'])):.2e}")
     # per round (= HiGHS seed): the mean over factuals of the total, build + translate, and the HiGHS solve
     parts = {"total": slice(0, 3), "build + translate": slice(0, 2), "HiGHS solve alone": slice(2, 3)}

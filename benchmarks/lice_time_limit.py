@@ -92,11 +92,18 @@ def main() -> None:
     dm.prepare_data()
     dm.setup("fit")
     module = LiceLitModule(
-        optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=1e-2), num_counterfactuals=args.rows,
+        optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=1e-2),
+        num_counterfactuals=args.rows,
         seed=args.seed,
-    )  # fmt: skip
-    trainer = L.Trainer(max_epochs=args.epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    )
+    trainer = L.Trainer(
+        max_epochs=args.epochs,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(module, datamodule=dm)
     features, train, labels = dm.features, dm.tables["train"], dm.labels["train"]
     spn = module.fit_spn(features, train, labels, module.spn_max_rows)
@@ -106,8 +113,16 @@ def main() -> None:
     rows = np.sort(np.random.default_rng(args.seed).permutation(len(test))[: min(args.rows, len(test))])
 
     def make(gap: float = 1e-6, limit: float = args.time_limit, objective: str = "optimize") -> LiceMIO:
-        return LiceMIO(features, layers, costs, spn if objective != "mio" else None, objective, alpha=0.1,
-                       time_limit=limit, bin_gap=gap)  # fmt: skip
+        return LiceMIO(
+            features,
+            layers,
+            costs,
+            spn if objective != "mio" else None,
+            objective,
+            alpha=0.1,
+            time_limit=limit,
+            bin_gap=gap,
+        )
 
     base = make()
     print(f"SPN nodes {len(spn)}; largest sum-node big-M {max_sum_big_m(base):.1f} (official: 100)")

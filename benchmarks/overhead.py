@@ -88,9 +88,12 @@ GOAL = 1.1
 def make_net(width: int) -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(
-        torch.nn.Linear(64, width), torch.nn.ReLU(), torch.nn.Linear(width, width), torch.nn.ReLU(),
+        torch.nn.Linear(64, width),
+        torch.nn.ReLU(),
+        torch.nn.Linear(width, width),
+        torch.nn.ReLU(),
         torch.nn.Linear(width, 10),
-    )  # fmt: skip
+    )
 
 
 def make_data(n: int) -> TensorDataset:
@@ -158,9 +161,16 @@ def lightning(steps: int, width: int, batch: int) -> tuple[list[float], list[flo
 
     timer = _StepTimer()
     trainer = pl.Trainer(
-        accelerator="cpu", devices=1, max_steps=steps, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, callbacks=[timer], use_distributed_sampler=False,
-    )  # fmt: skip
+        accelerator="cpu",
+        devices=1,
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[timer],
+        use_distributed_sampler=False,
+    )
     loader = ResumableLoader(make_data(steps * batch), batch_size=batch, shuffle=True, seed=0)
     trainer.fit(_Lit(width), train_dataloaders=loader)
     return timer.wall, timer.cpu

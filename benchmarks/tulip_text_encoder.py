@@ -122,8 +122,10 @@ def main() -> None:
         )
     print(f"goal RoPE within {GOAL}x of absolute at every length: {overall_verdict(verdicts)}")
     (l0, m0), (l1, m1) = mems[0], mems[-1]
-    print(f"RoPE memory per token {m0 / l0 / 1024:.1f} KiB at {l0} vs {m1 / l1 / 1024:.1f} KiB at {l1} "
-          "(constant = linear in length; SDPA keeps no T x T matrix on CUDA)")  # fmt: skip
+    print(
+        f"RoPE memory per token {m0 / l0 / 1024:.1f} KiB at {l0} vs {m1 / l1 / 1024:.1f} KiB at {l1} "
+        "(constant = linear in length; SDPA keeps no T x T matrix on CUDA)"
+    )
 
 
 if __name__ == "__main__":

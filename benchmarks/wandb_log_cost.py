@@ -62,8 +62,10 @@ def main(argv: list[str] | None = None) -> None:
             for async_log in round_order([False, True], r):  # alternate which goes first
                 sec = per_row_seconds(async_log, args.rows, Path(tmp) / f"{r}-{int(async_log)}")
                 (async_s if async_log else sync_s).append(sec)
-            print(f"round {r + 1}: sync {1e6 * sync_s[-1]:8.1f} us/row, async {1e6 * async_s[-1]:6.1f} us/row, "
-                  f"ratio {async_s[-1] / sync_s[-1]:.4f}")  # fmt: skip
+            print(
+                f"round {r + 1}: sync {1e6 * sync_s[-1]:8.1f} us/row, async {1e6 * async_s[-1]:6.1f} us/row, "
+                f"ratio {async_s[-1] / sync_s[-1]:.4f}"
+            )
     iv = ratio_interval(async_s, sync_s)
     med_sync, med_async = 1e6 * statistics.median(sync_s), 1e6 * statistics.median(async_s)
     print(f"median per row: sync {med_sync:.1f} us, async {med_async:.1f} us")

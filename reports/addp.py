@@ -225,7 +225,8 @@ def claim_report(records: list[Any], spec: ClaimSpec, out_dir: Path) -> HookResu
             f"; no 4x runs for {', '.join(unchecked)}: its entries are judged by the rule alone" if unchecked else ""
         )
         rows = [[n, "yes" if ok else "no", why] for n, (ok, why) in checks.items()]
-        tables.insert(0, Table("4x checks (seed 0 at 4x the steps, test metric)", ["entry", "converged", "reading"],
-                               rows, note))  # fmt: skip
+        tables.insert(
+            0, Table("4x checks (seed 0 at 4x the steps, test metric)", ["entry", "converged", "reading"], rows, note)
+        )
     fig = _plot_curves(records, out_dir)
     return HookResult(verdicts=verdicts, tables=tables, figures=[fig] if fig else [], convergence=conv)

@@ -167,8 +167,11 @@ def verdicts(data: Data, convergence: dict[str, tuple[bool, str]]) -> list[Claim
     attacks = list(cnn.get("attacks") or [])
     detected = [a for a in attacks if cnn.get(f"detect/auc_{a}") and _mean(cnn[f"detect/auc_{a}"]) >= CNN_MIN]
     for d in (cnn, vit):  # the pooled AUC over the attacks the CNN detects, per seed (needs each run's counts)
-        seeds = set.intersection(*(set(d.get(f"detect/auc_{a}", {})) & set(d.get(f"n/{a}", {})) for a in detected)) \
-            if detected else set()  # fmt: skip
+        seeds = (
+            set.intersection(*(set(d.get(f"detect/auc_{a}", {})) & set(d.get(f"n/{a}", {})) for a in detected))
+            if detected
+            else set()
+        )
         d["detect/auc_detected"] = {
             s: pooled_auc({a: d[f"detect/auc_{a}"][s] for a in detected}, {a: d[f"n/{a}"][s] for a in detected})
             for s in sorted(seeds)
@@ -186,14 +189,23 @@ def verdicts(data: Data, convergence: dict[str, tuple[bool, str]]) -> list[Claim
         c = cnn.get(f"detect/auc_{a}", {})
         if c:
             text = f"Reference: BaDLoss detects the {a} poisons on the CNN (AUC > {DETECTS})"
-            claim = Claim(f"cnn_detects_{a}", text, f"detect/auc_{a}", (f"cnn: AUC {a}", "the bar"), True,
-                          delta_why="the bar is the claim", paired=True)  # fmt: skip
+            claim = Claim(
+                f"cnn_detects_{a}",
+                text,
+                f"detect/auc_{a}",
+                (f"cnn: AUC {a}", "the bar"),
+                True,
+                delta_why="the bar is the claim",
+                paired=True,
+            )
             bar = dict.fromkeys(c, DETECTS)  # the per-seed AUC against the bar: a one-sample interval
             under = {k: v for k, v in unfit.items() if k == "cnn"}
             out.append(judge_values(claim, c, bar, paired=True, unconverged=under))
     names = ", ".join(detected) or "none"
-    pooled = [("detect/auc_detected", "carry_detected", f"the pooled poisons of the attacks the CNN detects ({names})"),
-              ("detect/auc", "carry_all", "the pooled poisons of all attacks")]  # fmt: skip
+    pooled = [
+        ("detect/auc_detected", "carry_detected", f"the pooled poisons of the attacks the CNN detects ({names})"),
+        ("detect/auc", "carry_all", "the pooled poisons of all attacks"),
+    ]
     for key, cid, what in [*((f"detect/auc_{a}", f"carry_{a}", f"the {a} poisons") for a in attacks), *pooled]:
         c, v = cnn.get(key, {}), vit.get(key, {})
         if (not c or not v) and (cid != "carry_detected" or detected):  # nothing detected: the headline is absent
@@ -227,8 +239,10 @@ def tables(data: Data, archs: list[str]) -> list[Table]:
     """Detection AUC per attack; clean accuracy, ASR and each group's loss; checks of the score."""
     attacks = list(data[archs[0]].get("attacks") or [])
     keys = ["detect/auc", *(f"detect/auc_{a}" for a in attacks)]
-    rows = [[arch, len(data[arch]["detect/auc"]), *(mean_sd(data[arch].get(k, {}).values()) for k in keys)]
-            for arch in archs]  # fmt: skip
+    rows = [
+        [arch, len(data[arch]["detect/auc"]), *(mean_sd(data[arch].get(k, {}).values()) for k in keys)]
+        for arch in archs
+    ]
     auc = Table(
         f"Detection AUC per attack (BaDLoss one-class kNN, k = {K}, on each model's own loss trajectories)",
         ["architecture", "seeds", "AUC (all)", *(f"AUC {a}" for a in attacks)],
@@ -242,8 +256,16 @@ def tables(data: Data, archs: list[str]) -> list[Table]:
         a, b = d.get(f"loss0/{g}"), d.get(f"loss1/{g}")
         return f"{_mean(a):.2f} -> {_mean(b):.2f}" if a and b else "-"
 
-    rows = [[arch, pct(data[arch], "test/acc"), *(pct(data[arch], f"test/asr_{a}") for a in attacks),
-             loss(data[arch], "clean"), *(loss(data[arch], a) for a in attacks)] for arch in archs]  # fmt: skip
+    rows = [
+        [
+            arch,
+            pct(data[arch], "test/acc"),
+            *(pct(data[arch], f"test/asr_{a}") for a in attacks),
+            loss(data[arch], "clean"),
+            *(loss(data[arch], a) for a in attacks),
+        ]
+        for arch in archs
+    ]
     context = Table(
         "Context: clean accuracy, attack success and the loss of each group (mean over seeds)",
         ["architecture", "clean acc %", *(f"ASR {a}" for a in attacks), "loss clean", *(f"loss {a}" for a in attacks)],
@@ -251,15 +273,25 @@ def tables(data: Data, archs: list[str]) -> list[Table]:
         "Attack success rate (ASR, %) on the triggered non-target test images; mean training loss of the clean "
         "originals and of each attack's poisons at the first and the last recorded epoch (`first -> last`).",
     )
-    rows = [[arch, f"{_mean(data[arch]['epochs']):.0f} ({mean_sd(data[arch]['kept_epochs'].values())})",
-             *(mean_sd(data[arch][k].values()) for k in ("score_std", "probe_score", "clean_score"))]
-            for arch in archs]  # fmt: skip
+    rows = [
+        [
+            arch,
+            f"{_mean(data[arch]['epochs']):.0f} ({mean_sd(data[arch]['kept_epochs'].values())})",
+            *(mean_sd(data[arch][k].values()) for k in ("score_std", "probe_score", "clean_score")),
+        ]
+        for arch in archs
+    ]
     checks = Table(
         "Checks of the score (a near-constant score or a probe set that is not the clean reference is a bug)",
-        ["architecture", "recorded epochs (kept by the filter)", "score std over scored rows",
-         "mean score: clean probes", "mean score: clean originals"],
+        [
+            "architecture",
+            "recorded epochs (kept by the filter)",
+            "score std over scored rows",
+            "mean score: clean probes",
+            "mean score: clean originals",
+        ],
         rows,
-    )  # fmt: skip
+    )
     return [auc, context, checks]
 
 

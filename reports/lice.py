@@ -72,7 +72,7 @@ def claim_report(records: list[RunRecord], spec: ClaimSpec, out_dir: Path) -> Ho
                 "threshold: Δdistance",
                 "optimise: ΔSPN LL",
                 "optimise: Δdistance",
-            ],  # fmt: skip
+            ],
             costs,
             "Δ: the LiCE variant minus the plain MIO on the same test rows, mean over seeds (nats; inverse-MAD units).",
         ),

@@ -30,13 +30,25 @@ from suite.compare import RunRecord
 from suite.report import mean_sd
 
 BASELINES = (
-    "gradcam_attn", "integrated_gradients", "transformer_attribution", "transition_attention", "bidirectional",
-    "tis", "vit_cx",
-)  # fmt: skip
+    "gradcam_attn",
+    "integrated_gradients",
+    "transformer_attribution",
+    "transition_attention",
+    "bidirectional",
+    "tis",
+    "vit_cx",
+)
 COMPARED = (*BASELINES, "rollout")  # the paper's seven and attention rollout
 ABLATIONS = (
-    "mda", "mda_dense", "mda_blend_smooth", "mda_official", "mda_tau05", "mda_tau07", "mda_tau10", "mda_kappa005",
-)  # fmt: skip
+    "mda",
+    "mda_dense",
+    "mda_blend_smooth",
+    "mda_official",
+    "mda_tau05",
+    "mda_tau07",
+    "mda_tau10",
+    "mda_kappa005",
+)
 ABLATION_METRICS = ("rise_insdel", "mas_insdel", "mono_pos", "heldout_rise_insdel", "pointing", "forwards", "seconds")
 HELD_OUT_JUDGED = ("heldout_rise_insdel", "pointing", "iou_top1")
 MEAN_RANK_DELTA = 0.5
@@ -136,8 +148,15 @@ def _vs_best(
     mda = per_seed(records, "mda", metric)
     if best is None or not mda:
         return None
-    claim = Claim(cid, text, f"attr/*/{metric}", ("mda", best), metric not in LOWER_IS_BETTER, delta=delta,
-                  delta_why="2 points of a score in [0, 1]" if delta else "")  # fmt: skip
+    claim = Claim(
+        cid,
+        text,
+        f"attr/*/{metric}",
+        ("mda", best),
+        metric not in LOWER_IS_BETTER,
+        delta=delta,
+        delta_why="2 points of a score in [0, 1]" if delta else "",
+    )
     return judge_values(claim, mda, per_seed(records, best, metric), paired=True, unconverged=unconverged)
 
 
@@ -173,11 +192,16 @@ def claim_report(records: list[RunRecord], spec: ClaimSpec, out_dir: Path) -> Ho
     if "mda" in ranks and ranked:
         best = min(ranked, key=lambda b: statistics.fmean(ranks[b].values()))
         claim = Claim(
-            "mda_mean_rank", text, f"mean rank over {len(FAITHFULNESS)} metrics", ("mda", best), False,
-            delta=MEAN_RANK_DELTA, primary=True,
+            "mda_mean_rank",
+            text,
+            f"mean rank over {len(FAITHFULNESS)} metrics",
+            ("mda", best),
+            False,
+            delta=MEAN_RANK_DELTA,
+            primary=True,
             delta_why=f"half a place among {len(ranks)} methods, averaged over the metrics (the paper's +12% is an "
             "unbounded relative gain, not a rank)",
-        )  # fmt: skip
+        )
         res = judge_values(claim, ranks["mda"], ranks[best], paired=True, unconverged=unconverged)
         res.evidence = (
             f"best-ranked baseline {best}; MDA better than each metric's best baseline on {len(wins)}/"
@@ -205,9 +229,14 @@ def claim_report(records: list[RunRecord], spec: ClaimSpec, out_dir: Path) -> Ho
         )
     )
     for m in HELD_OUT_JUDGED:
-        res = _vs_best(records, m, unconverged, cid=m if m.startswith("heldout_") else f"heldout_{m}",
-                       text=f"(suite check, not a paper claim) MDA's advantage holds on the held-out metric {m}",
-                       delta=HELD_OUT_DELTA)  # fmt: skip
+        res = _vs_best(
+            records,
+            m,
+            unconverged,
+            cid=m if m.startswith("heldout_") else f"heldout_{m}",
+            text=f"(suite check, not a paper claim) MDA's advantage holds on the held-out metric {m}",
+            delta=HELD_OUT_DELTA,
+        )
         if res is not None:
             res.against = ()
             verdicts.append(res)
@@ -222,19 +251,37 @@ def claim_report(records: list[RunRecord], spec: ClaimSpec, out_dir: Path) -> Ho
     )
     methods = ["mda", *COMPARED]
     tables += [
-        _method_table("Metrics MDA's search uses and the paper reports (↓ lower is better)", records, methods,
-                      FAITHFULNESS),
-        _method_table("The same maps under other conventions (not judged): raw-curve RISE (`*_raw`), the official "
-                      "pixel-step monotonicity (`mono_pix_*`)", records, methods, EXTRA),
-        _method_table("Held-out metrics (never seen by MDA's search): mean-colour substrate, trigger localisation",
-                      records, methods, HELD_OUT),
-        _method_table("Ablations (tau cutoff, kappa, gamma sparse/dense, smoothing, the official code's quirks)",
-                      records, [a for a in ABLATIONS if per_seed(records, a, "rise_insdel")], ABLATION_METRICS),
-        Table(f"Mean rank over {len(ranks)} methods and the {len(FAITHFULNESS)} metrics above (1 = best)",
-              ["method", "mean rank", "per seed"],
-              [[m, mean_sd(ranks[m].values()), ", ".join(f"{v:.2f}" for v in ranks[m].values())]
-               for m in sorted(ranks, key=lambda m: statistics.fmean(ranks[m].values()))]),
-    ]  # fmt: skip
+        _method_table(
+            "Metrics MDA's search uses and the paper reports (↓ lower is better)", records, methods, FAITHFULNESS
+        ),
+        _method_table(
+            "The same maps under other conventions (not judged): raw-curve RISE (`*_raw`), the official "
+            "pixel-step monotonicity (`mono_pix_*`)",
+            records,
+            methods,
+            EXTRA,
+        ),
+        _method_table(
+            "Held-out metrics (never seen by MDA's search): mean-colour substrate, trigger localisation",
+            records,
+            methods,
+            HELD_OUT,
+        ),
+        _method_table(
+            "Ablations (tau cutoff, kappa, gamma sparse/dense, smoothing, the official code's quirks)",
+            records,
+            [a for a in ABLATIONS if per_seed(records, a, "rise_insdel")],
+            ABLATION_METRICS,
+        ),
+        Table(
+            f"Mean rank over {len(ranks)} methods and the {len(FAITHFULNESS)} metrics above (1 = best)",
+            ["method", "mean rank", "per seed"],
+            [
+                [m, mean_sd(ranks[m].values()), ", ".join(f"{v:.2f}" for v in ranks[m].values())]
+                for m in sorted(ranks, key=lambda m: statistics.fmean(ranks[m].values()))
+            ],
+        ),
+    ]
     notes = [
         "RISE is the AUC of the clipped, running-max/min normalised curve and negative monotonicity deletes into the "
         "blur substrate, as the official evaluation scores them."
@@ -244,26 +291,47 @@ def claim_report(records: list[RunRecord], spec: ClaimSpec, out_dir: Path) -> Ho
         png = Path(r.path) / "mda_examples.png"
         if png.exists():
             shutil.copy(png, Path(out_dir) / "mda_examples.png")
-            figures.append(Figure(f"Example maps (seed {r.seed}; the last row carries the planted trigger)",
-                                  Path(out_dir) / "mda_examples.png"))  # fmt: skip
+            figures.append(
+                Figure(
+                    f"Example maps (seed {r.seed}; the last row carries the planted trigger)",
+                    Path(out_dir) / "mda_examples.png",
+                )
+            )
             break
     else:
-        notes.append("Example maps not shown: no run folder holds `mda_examples.png` (a binary file the results data "
-                     "does not keep).")  # fmt: skip
+        notes.append(
+            "Example maps not shown: no run folder holds `mda_examples.png` (a binary file the results data "
+            "does not keep)."
+        )
     return HookResult(verdicts=verdicts, tables=tables, figures=figures, notes=notes)
 
 
 def _subjects_table(records: list[RunRecord]) -> Table:
     """The subject model and the images scored, per seed."""
-    keys = ("test/acc", "test/asr_patch", "attr/n_images", "attr/n_localisation", "attr/skipped_wrong",
-            "attr/skipped_lowconf", "attr/skipped_blur")  # fmt: skip
+    keys = (
+        "test/acc",
+        "test/asr_patch",
+        "attr/n_images",
+        "attr/n_localisation",
+        "attr/skipped_wrong",
+        "attr/skipped_lowconf",
+        "attr/skipped_blur",
+    )
     rows = [[r.seed, *(r.metrics.get(k, "—") for k in keys)] for r in records]
     return Table(
         "Subjects and images per seed",
-        ["seed", "test acc", "backdoor ASR", "images scored", "localisation images", "skipped: misclassified",
-         "skipped: confidence < 60%", "skipped: blur calibration failed"],
+        [
+            "seed",
+            "test acc",
+            "backdoor ASR",
+            "images scored",
+            "localisation images",
+            "skipped: misclassified",
+            "skipped: confidence < 60%",
+            "skipped: blur calibration failed",
+        ],
         rows,
-    )  # fmt: skip
+    )
 
 
 def _p(p: float | None) -> str:

@@ -45,9 +45,13 @@ def forecast_table(records: list[RunRecord]) -> Table:
     copy-last (upper reference) and unwarped."""
     cols = []
     for k in HORIZONS:
-        cols += [(f"t+{k}", f"test/miou_h{k}"), (f"t+{k} masked", f"test/miou_masked_h{k}"),
-                 (f"copy-last t+{k}", f"test/miou_copy_last_h{k}"), (f"GT copy t+{k}", f"test/miou_copy_last_gt_h{k}"),
-                 (f"unwarped t+{k}", f"test/miou_copy_last_unwarped_h{k}")]  # fmt: skip
+        cols += [
+            (f"t+{k}", f"test/miou_h{k}"),
+            (f"t+{k} masked", f"test/miou_masked_h{k}"),
+            (f"copy-last t+{k}", f"test/miou_copy_last_h{k}"),
+            (f"GT copy t+{k}", f"test/miou_copy_last_gt_h{k}"),
+            (f"unwarped t+{k}", f"test/miou_copy_last_unwarped_h{k}"),
+        ]
     return _table(
         "Forecasting per horizon (test split, mIoU, mean ± sd over seeds)",
         records,
@@ -67,8 +71,12 @@ def planning_table(records: list[RunRecord]) -> Table:
     cols += [("L2 avg", "test/l2"), ("L2 CV avg", "test/l2_cv")]
     for k in HORIZONS:
         cols += [(f"col {k}", f"test/col_h{k}"), (f"col CV {k}", f"test/col_cv_h{k}")]
-    cols += [("col avg", "test/col"), ("col CV avg", "test/col_cv"), ("point col avg", "test/col_point"),
-             ("point col CV avg", "test/col_point_cv")]  # fmt: skip
+    cols += [
+        ("col avg", "test/col"),
+        ("col CV avg", "test/col_cv"),
+        ("point col avg", "test/col_point"),
+        ("point col CV avg", "test/col_point_cv"),
+    ]
     return _table(
         "Planning per horizon (test split, ST-P3, mean ± sd over seeds)",
         records,

@@ -69,20 +69,21 @@ def claim_report(records: list[RunRecord], spec: ClaimSpec, out_dir: Path) -> Ho
     shown = points if len(points) <= 8 else [points[round(i * (len(points) - 1) / 7)] for i in range(8)]
     rows = [[n, *(mean_sd([c[p] for c in curves[n].values()]) for p in shown)] for n in names]
     auc = {n: {s: statistics.fmean(c[p] for p in points) for s, c in curves[n].items()} for n in names if points}
-    finals = [[n, mean_sd(seed_values(records, n, "test/return").values()), mean_sd(auc.get(n, {}).values())]
-              for n in names]  # fmt: skip
+    finals = [
+        [n, mean_sd(seed_values(records, n, "test/return").values()), mean_sd(auc.get(n, {}).values())] for n in names
+    ]
     result = HookResult(
         tables=[
             Table(
                 "Return of the deterministic actor vs environment steps of fine-tuning",
                 ["entry", *map(str, shown)],
                 rows,
-            ),  # fmt: skip
+            ),
             Table(
                 "Final return and area under the return curve",
                 ["entry", "final test/return", "area under the return curve (mean val/return)"],
                 finals,
-            ),  # fmt: skip
+            ),
         ]
     )
     plot = _plot(curves, points, Path(out_dir)) if points else None

@@ -111,13 +111,15 @@ def claim_report(records: list, spec: ClaimSpec, out_dir: Path) -> HookResult:
             [f"{r:g}", *(f"{sup_at(f * t_star):.3g}" for f in (0.0, 0.5, 0.9, 1.0, 1.2)), f"{max(below):.3f}"]
         )
     grows = all(b > 2 * a for a, b in zip(at_star[1:], at_star[2:], strict=False))
-    tables.append(Table(
-        f"(a) Finite-time blow-up (K = {k}, t* = ln(1 + 1/K)/2 = {t_star:.4f})",
-        ["R", "t = 0", "0.5 t*", "0.9 t*", "t*", "1.2 t*", "max ratio to bound on t < t*"],
-        rows_a,
-        "sup_x lambda_max(grad^2 log p_t) (exact, quadrature) against the semiconvexity bound "
-        "K e^{2t} / (1 - K (e^{2t} - 1)).",
-    ))  # fmt: skip
+    tables.append(
+        Table(
+            f"(a) Finite-time blow-up (K = {k}, t* = ln(1 + 1/K)/2 = {t_star:.4f})",
+            ["R", "t = 0", "0.5 t*", "0.9 t*", "t*", "1.2 t*", "max ratio to bound on t < t*"],
+            rows_a,
+            "sup_x lambda_max(grad^2 log p_t) (exact, quadrature) against the semiconvexity bound "
+            "K e^{2t} / (1 - K (e^{2t} - 1)).",
+        )
+    )
     tb = np.linspace(0, 0.995 * t_star, 200)
     ax.semilogy(tb, [float(semiconvex_bound(k, t)) for t in tb], "k--", label="bound K e^{2t}/(1-Kv)")
     ax.axvline(t_star, color="gray", ls=":")
@@ -152,12 +154,14 @@ def claim_report(records: list, spec: ClaimSpec, out_dir: Path) -> HookResult:
     ax.set_title("(b) segment in R^2: Lipschitz constant of the score", fontsize=9)
     ax.set_xlabel("OU time t")
     ax.legend(fontsize=7)
-    tables.append(Table(
-        "(b) Uniform law on the segment [-1, 1] x {0} in R^2 (manifold with boundary)",
-        ["t", "exact L(t)", "2t L(t)"],
-        [[f"{t:.1e}", f"{e:.4g}", f"{2 * t * e:.3f}"] for t, e in zip(tb_, exact_b, strict=True)],
-        f"log-log slope of the exact L(t) for t in [1e-4, 1e-2]: {slope:.3f} (O(1/t) predicts -1).",
-    ))  # fmt: skip
+    tables.append(
+        Table(
+            "(b) Uniform law on the segment [-1, 1] x {0} in R^2 (manifold with boundary)",
+            ["t", "exact L(t)", "2t L(t)"],
+            [[f"{t:.1e}", f"{e:.4g}", f"{2 * t * e:.3f}"] for t, e in zip(tb_, exact_b, strict=True)],
+            f"log-log slope of the exact L(t) for t in [1e-4, 1e-2]: {slope:.3f} (O(1/t) predicts -1).",
+        )
+    )
     if tl:
         exact_at = [exact_segment(t) for t in tl]
         rb = [lv / ev for lv, ev in zip(learned_b, exact_at, strict=True)]
@@ -165,12 +169,16 @@ def claim_report(records: list, spec: ClaimSpec, out_dir: Path) -> HookResult:
             f"(b) learned / exact on the segment from t = {tl[0]:.1e} to {tl[-1]:.1e}: "
             f"{', '.join(f'{v:.2f}' for v in rb)} (1 = the trained model has the exact constant; one seed, context)."
         )
-        tables.append(Table(
-            "(b) Segment: learned (max over 64 test draws) vs exact (sup over the probe grid) per noise level",
-            ["t", "learned L(t)", "exact L(t)", "learned / exact"],
-            [[f"{t:.2e}", f"{lv:.4g}", f"{ev:.4g}", f"{lv / ev:.3f}"]
-             for t, lv, ev in zip(tl, learned_b, exact_at, strict=True)],
-        ))  # fmt: skip
+        tables.append(
+            Table(
+                "(b) Segment: learned (max over 64 test draws) vs exact (sup over the probe grid) per noise level",
+                ["t", "learned L(t)", "exact L(t)", "learned / exact"],
+                [
+                    [f"{t:.2e}", f"{lv:.4g}", f"{ev:.4g}", f"{lv / ev:.3f}"]
+                    for t, lv, ev in zip(tl, learned_b, exact_at, strict=True)
+                ],
+            )
+        )
 
     # (c) smooth strongly log-concave: -(m+1) <= grad^2 log p_0 <= -m.
     m = 0.5
@@ -196,13 +204,17 @@ def claim_report(records: list, spec: ClaimSpec, out_dir: Path) -> HookResult:
     ax.set_xlabel("OU time t")
     ax.legend(fontsize=7)
     ok = all(a >= b - 1e-6 and c <= d + 1e-6 for a, b, c, d in zip(hmin, lo, hmax, hi, strict=True))
-    tables.append(Table(
-        f"(c) Smooth strongly log-concave p_0 ∝ exp(-{m} x^2/2 - log cosh x)",
-        ["t", "exact min", "exact max", "band lo", "band hi"],
-        [[f"{t:.2e}", f"{a:.4f}", f"{b:.4f}", f"{c:.4f}", f"{d:.4f}"]
-         for t, a, b, c, d in zip(tc, hmin, hmax, lo, hi, strict=True)],
-        f"Exact Hessian inside the band [-(m+1)e^(2t)/(1+(m+1)v), -m e^(2t)/(1+mv)] at every t: {ok}.",
-    ))  # fmt: skip
+    tables.append(
+        Table(
+            f"(c) Smooth strongly log-concave p_0 ∝ exp(-{m} x^2/2 - log cosh x)",
+            ["t", "exact min", "exact max", "band lo", "band hi"],
+            [
+                [f"{t:.2e}", f"{a:.4f}", f"{b:.4f}", f"{c:.4f}", f"{d:.4f}"]
+                for t, a, b, c, d in zip(tc, hmin, hmax, lo, hi, strict=True)
+            ],
+            f"Exact Hessian inside the band [-(m+1)e^(2t)/(1+(m+1)v), -m e^(2t)/(1+mv)] at every t: {ok}.",
+        )
+    )
     if tlc:
         sup = [-float(logconcave_bounds(m, m + 1, t)[0]) for t in tlc]
         inside = [lv <= b * 1.05 for lv, b in zip(learned_c, sup, strict=True)]
@@ -216,11 +228,13 @@ def claim_report(records: list, spec: ClaimSpec, out_dir: Path) -> HookResult:
                 else ""
             )
         )
-        tables.append(Table(
-            "(c) Log-concave: learned (max |eigenvalue| over 64 test draws) at the run's noise levels",
-            ["t", "learned", "band sup (m+1) e^{2t}/(1+(m+1)v)"],
-            [[f"{t:.2e}", f"{lv:.4f}", f"{b:.4f}"] for t, lv, b in zip(tlc, learned_c, sup, strict=True)],
-        ))  # fmt: skip
+        tables.append(
+            Table(
+                "(c) Log-concave: learned (max |eigenvalue| over 64 test draws) at the run's noise levels",
+                ["t", "learned", "band sup (m+1) e^{2t}/(1+(m+1)v)"],
+                [[f"{t:.2e}", f"{lv:.4f}", f"{b:.4f}"] for t, lv, b in zip(tlc, learned_c, sup, strict=True)],
+            )
+        )
 
     # Ring mixture: learned vs exact (closed-form GMM Hessian) at the run's noise levels.
     ring = [r for r in records if r.name == "ring"]
@@ -240,12 +254,14 @@ def claim_report(records: list, spec: ClaimSpec, out_dir: Path) -> HookResult:
         )
         ax.loglog([r[0] for r in rows], [r[3] for r in rows], "o-", label="exact (closed form)")
         ax.loglog([r[0] for r in rows], [r[1] for r in rows], "s-", label="learned (EDM MLP)")
-        tables.append(Table(
-            "Ring of 8 Gaussians (the suite's default mixture): learned vs exact score Lipschitz constant",
-            ["sigma", "learned (mean ± sd)", "exact", "learned / exact"],
-            [[f"{s_:g}", f"{lv:.4g} ± {sd:.2g}", f"{ev:.4g}", f"{lv / ev:.3f}"] for s_, lv, sd, ev in rows],
-            f"max over 64 test draws of |lambda(grad^2 log p_sigma)| (EDM noise level sigma), {len(ring)} seed(s).",
-        ))  # fmt: skip
+        tables.append(
+            Table(
+                "Ring of 8 Gaussians (the suite's default mixture): learned vs exact score Lipschitz constant",
+                ["sigma", "learned (mean ± sd)", "exact", "learned / exact"],
+                [[f"{s_:g}", f"{lv:.4g} ± {sd:.2g}", f"{ev:.4g}", f"{lv / ev:.3f}"] for s_, lv, sd, ev in rows],
+                f"max over 64 test draws of |lambda(grad^2 log p_sigma)| (EDM noise level sigma), {len(ring)} seed(s).",
+            )
+        )
     ax.set_title("ring mixture: learned vs exact (EDM sigma)", fontsize=9)
     ax.set_xlabel("sigma")
     if ax.lines:

@@ -153,8 +153,7 @@ def convergence(records: list[RunRecord], spec: ClaimSpec) -> tuple[dict[str, tu
 
 
 def _unconverged(judged: dict[str, tuple[bool, str]], *names: str) -> dict[str, str]:
-    return {n: judged.get(n, (False, "no validation curve logged"))[1] for n in names
-            if not judged.get(n, (False,))[0]}  # fmt: skip
+    return {n: judged.get(n, (False, "no validation curve logged"))[1] for n in names if not judged.get(n, (False,))[0]}
 
 
 def _judge(claim: Claim, a: dict, b: dict, paired: bool, judged: dict, *names: str) -> ClaimResult:
@@ -283,8 +282,12 @@ def margins_table(records: list[RunRecord]) -> Table | None:
             rows.append(row)
     if not rows:
         return None
-    columns = ["TS-LIF", "vs", "ΔR^2 [95% CI]", *([f"Δ R^2 lost at {top}% [95% CI] (negative: TS-LIF loses less)"]
-               if top else [])]  # fmt: skip
+    columns = [
+        "TS-LIF",
+        "vs",
+        "ΔR^2 [95% CI]",
+        *([f"Δ R^2 lost at {top}% [95% CI] (negative: TS-LIF loses less)"] if top else []),
+    ]
     return Table("Margins (TS-LIF minus the other entry)", columns, rows)
 
 

@@ -41,9 +41,14 @@ def _matrix(seed: int, sep: dict[str, float], n: int = 400, probes: int = 60, e:
     return {
         "values": traj,
         "epochs": torch.arange(e),
-        "data": {"poison_attack": attack, "probe_kind": kind,
-                 "default_train_rows": rows, "num_original": n, "attack_names": ATTACKS},
-    }  # fmt: skip
+        "data": {
+            "poison_attack": attack,
+            "probe_kind": kind,
+            "default_train_rows": rows,
+            "num_original": n,
+            "attack_names": ATTACKS,
+        },
+    }
 
 
 CONVERGED = [(0, 2.0), (5, 0.5), (10, 0.5)]  # best-so-far val/loss flat over the last 20%
@@ -84,8 +89,13 @@ def test_verdicts_follow_the_aucs(tmp_path: Path) -> None:
     by_id = _judge(_records(tmp_path / "a", cnn=strong, vit=strong), tmp_path)
     # the page puts the primary claim first, then the hook's order
     assert list(by_id) == [
-        "carry_detected", "cnn_detects_patch", "cnn_detects_blend_r", "carry_patch", "carry_blend_r", "carry_all"
-    ]  # fmt: skip
+        "carry_detected",
+        "cnn_detects_patch",
+        "cnn_detects_blend_r",
+        "carry_patch",
+        "carry_blend_r",
+        "carry_all",
+    ]
     assert {v.verdict for v in by_id.values()} == {rep.REPRODUCED}, by_id
     pooled = by_id["carry_detected"]
     assert pooled.primary and pooled.paired and pooled.kind == "non_inferior" and pooled.delta == bv.MARGIN
@@ -104,15 +114,17 @@ def test_verdicts_follow_the_aucs(tmp_path: Path) -> None:
 def test_the_headline_pools_only_the_attacks_the_cnn_detects(tmp_path: Path) -> None:
     # the CNN detects patch only; the ViT fails blend_r: the pooled-over-all verdict would charge the ViT with an
     # attack that has nothing to carry over, the headline pools patch alone (its values are carry_patch's)
-    by_id = _judge(_records(tmp_path / "a", cnn={"patch": 3.0, "blend_r": 0.0}, vit={"patch": 3.0, "blend_r": 0.0}),
-                   tmp_path)  # fmt: skip
+    by_id = _judge(
+        _records(tmp_path / "a", cnn={"patch": 3.0, "blend_r": 0.0}, vit={"patch": 3.0, "blend_r": 0.0}), tmp_path
+    )
     head = by_id["carry_detected"]
     assert "(patch)" in head.text and head.verdict == rep.REPRODUCED, head
     for side, vals in by_id["carry_patch"].values.items():
         assert head.values[side] == pytest.approx(vals, abs=1e-12)
     # nothing detected: the headline is absent, not judged on undetectable attacks
-    by_id = _judge(_records(tmp_path / "b", cnn={"patch": 0.0, "blend_r": 0.0}, vit={"patch": 3.0, "blend_r": 3.0}),
-                   tmp_path)  # fmt: skip
+    by_id = _judge(
+        _records(tmp_path / "b", cnn={"patch": 0.0, "blend_r": 0.0}, vit={"patch": 3.0, "blend_r": 3.0}), tmp_path
+    )
     assert by_id["carry_detected"].verdict == rep.ABSENT and by_id["carry_detected"].primary
 
 

@@ -26,16 +26,25 @@ def spec() -> ClaimSpec:
 
 
 def _neuron(d0: float = 0.8) -> dict[str, float]:
-    return {"neuron/d0": d0, "neuron/d1": 0.2, "neuron/d2": 0.3, "neuron/d3": 0.7, "neuron/kappa": 0.8,
-            "neuron/gamma_ds": 0.1, "neuron/spectral_radius": 0.9}  # fmt: skip
+    return {
+        "neuron/d0": d0,
+        "neuron/d1": 0.2,
+        "neuron/d2": 0.3,
+        "neuron/d3": 0.7,
+        "neuron/kappa": 0.8,
+        "neuron/gamma_ds": 0.1,
+        "neuron/spectral_radius": 0.9,
+    }
 
 
 def entry(name: str, r2s, curves=STOPPED, miss50=None, extra=None) -> list[RunRecord]:
     """Seeds 0.. of ``name`` with test R^2 ``r2s`` and, per seed, test R^2 at 50% missing (``miss50``, else 0.1
     below)."""
     miss50 = miss50 or [v - 0.1 for v in r2s]
-    return [RunRecord(Path("."), name, s, {"test/r2": v, "test/r2_miss50": m, **(extra or {})}, curves)
-            for s, (v, m) in enumerate(zip(r2s, miss50, strict=True))]  # fmt: skip
+    return [
+        RunRecord(Path("."), name, s, {"test/r2": v, "test/r2_miss50": m, **(extra or {})}, curves)
+        for s, (v, m) in enumerate(zip(r2s, miss50, strict=True))
+    ]
 
 
 def _judge(spec: ClaimSpec, records: list[RunRecord], tmp_path: Path) -> dict:
@@ -44,8 +53,12 @@ def _judge(spec: ClaimSpec, records: list[RunRecord], tmp_path: Path) -> dict:
 
 
 def test_the_spec_declares_the_headline_and_tests_the_best_validation_weights(spec: ClaimSpec):
-    assert {c.id for c in spec.claims if c.primary} == {"ts_vs_lif_h24", "ts_vs_tclif_h24", "ts_vs_lif_h6",
-                                                         "ts_vs_tclif_h6"}  # fmt: skip
+    assert {c.id for c in spec.claims if c.primary} == {
+        "ts_vs_lif_h24",
+        "ts_vs_tclif_h24",
+        "ts_vs_lif_h6",
+        "ts_vs_tclif_h6",
+    }
     assert all(c.higher_is_better and c.metric == "test/r2" and c.delta == 0.01 for c in spec.claims)
     assert spec.evaluate == "best" and spec.patience == 12
     # the engine adds the best-validation test: the spec's overrides must not say it a second time
@@ -106,19 +119,35 @@ def test_a_weak_baseline_flips_a_derived_verdict(spec: ClaimSpec, tmp_path: Path
 
 def test_the_tables_and_figures(spec: ClaimSpec, tmp_path: Path):
     recs = [
-        RunRecord(Path("."), "ts_lif_h6", 0, {"test/r2": 0.50, "test/r2_miss10": 0.45, "test/r2_miss30": 0.40,
-                                                **_neuron()}, STOPPED),
-        RunRecord(Path("."), "ts_lif_h6", 1, {"test/r2": 0.52, "test/r2_miss10": 0.47, "test/r2_miss30": 0.41,
-                                                **_neuron(0.7)}, STOPPED),
+        RunRecord(
+            Path("."),
+            "ts_lif_h6",
+            0,
+            {"test/r2": 0.50, "test/r2_miss10": 0.45, "test/r2_miss30": 0.40, **_neuron()},
+            STOPPED,
+        ),
+        RunRecord(
+            Path("."),
+            "ts_lif_h6",
+            1,
+            {"test/r2": 0.52, "test/r2_miss10": 0.47, "test/r2_miss30": 0.41, **_neuron(0.7)},
+            STOPPED,
+        ),
         RunRecord(Path("."), "lif_h6", 0, {"test/r2": 0.45, "test/r2_miss10": 0.35, "test/r2_miss30": 0.25}),
         RunRecord(Path("."), "lif_h6", 1, {"test/r2": 0.46, "test/r2_miss10": 0.36, "test/r2_miss30": 0.26}),
-    ]  # fmt: skip
+    ]
     result = claim_report(recs, spec, tmp_path)
     tables = {t.title.split(" (")[0]: t for t in result.tables}
     robust = tables["Robustness to missing inputs"]
     assert robust.columns == ["run", "R^2", "R^2 @10%", "R^2 @30%", "drop 0 -> 30%", "spectral radius"]
-    assert robust.rows[0] == ["ts_lif_h6", "0.51 ± 0.014 (n=2)", "0.46 ± 0.014 (n=2)", "0.405 ± 0.0071 (n=2)",
-                              "0.105 ± 0.0071 (n=2)", "0.900"]  # fmt: skip
+    assert robust.rows[0] == [
+        "ts_lif_h6",
+        "0.51 ± 0.014 (n=2)",
+        "0.46 ± 0.014 (n=2)",
+        "0.405 ± 0.0071 (n=2)",
+        "0.105 ± 0.0071 (n=2)",
+        "0.900",
+    ]
     (margin,) = tables["Margins"].rows
     assert margin[:2] == ["ts_lif_h6", "lif_h6"] and margin[2].startswith("+0.055 [") and margin[2].endswith("(Welch)")
     assert margin[3].startswith("-0.095 [")  # TS-LIF loses 0.105 at 30%, LIF 0.2

@@ -163,8 +163,13 @@ def test_page_tables_per_corruption_and_chance_streams(tmp_path: Path) -> None:
     top1, quarters = result.tables
     rows = {(r[0], r[1].split(" ")[0]): r for r in top1.rows}
     assert [r[1] for r in top1.rows if r[0] == "cnn"][1:5] == list(ta.CORRUPTIONS)  # one row per corruption
-    assert rows["cnn", "gaussian_noise"][2:7] == ["60 ± 0 (n=3)", "80 ± 0 (n=3)", "80 ± 0.2 (n=3)", "80 ± 0 (n=3)",
-                                                  "80 ± 0 (n=3)"]  # fmt: skip
+    assert rows["cnn", "gaussian_noise"][2:7] == [
+        "60 ± 0 (n=3)",
+        "80 ± 0 (n=3)",
+        "80 ± 0.2 (n=3)",
+        "80 ± 0 (n=3)",
+        "80 ± 0 (n=3)",
+    ]
     assert rows["cnn", "gaussian_noise"][7] == "+0.00 [-0.50, +0.50] (n=3)"  # Tent - BN-adapt, points, paired
     assert rows["vit", "fog"][1] == "fog (source near chance: 12.0%, chance 10%)"
     assert rows["cnn", "fog"][1] == "fog" and ("vit", "label_shift") in rows
@@ -224,8 +229,15 @@ def test_comparison_streams_every_test_loader(tmp_path: Path) -> None:
     x, y = torch.randn(48, 6, generator=g), torch.randint(0, 4, (48,), generator=g)
     loaders = [DataLoader(TensorDataset(x[:32], y[:32]), batch_size=8), DataLoader(TensorDataset(x[32:], y[32:]), 8)]
     cmp = TTAComparison({"src": {"method": "source"}, "tent": {"method": "tent", "lr": 0.05}})
-    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, default_root_dir=str(tmp_path), callbacks=[cmp])  # fmt: skip
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+        callbacks=[cmp],
+    )
     trainer.test(TwoLoaderClassifier(), dataloaders=loaders, verbose=False)
     plain = TinyClassifier()
     with torch.no_grad():

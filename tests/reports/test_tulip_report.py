@@ -21,8 +21,12 @@ OWN = (0.0, 0.2, -0.2)  # TULIP's own small per-seed deviation: the paired diffe
 def _rec(name: str, seed: int, long_r1: float, short_r1: float, curve=FLAT, own: float = 0.0) -> RunRecord:
     """One run; ``own``: this run's own deviation (seed-to-seed noise that the pairing does not remove)."""
     long_r1 = long_r1 + NOISE[seed] + own
-    metrics = {"test/long_r1": long_r1, "test/short_r1": short_r1 + 0.1 * seed,
-               "test/long_i2t_r1": long_r1, "test/long_t2i_r1": long_r1}  # fmt: skip
+    metrics = {
+        "test/long_r1": long_r1,
+        "test/short_r1": short_r1 + 0.1 * seed,
+        "test/long_i2t_r1": long_r1,
+        "test/long_t2i_r1": long_r1,
+    }
     metrics |= {f"test/r1_len_{b}": long_r1 + i for i, b in enumerate(("lt80", "80_100", "100_120", "ge120"))}
     return RunRecord(Path(name), name, seed, metrics, {"val/long_r1": curve}, {"data": {"seed": seed}})
 
@@ -37,9 +41,14 @@ def test_verdicts_follow_the_numbers(tmp_path: Path):
     recs = []
     for seed in range(3):
         wobble = (0.0, 2.0, -2.0)[seed]
-        recs += [_rec("tulip", seed, 60.0, 40.0 + OWN[seed], own=OWN[seed]), _rec("clip", seed, 25.0, 41.0),
-                 _rec("longclip", seed, 59.0, 40.0, own=wobble), _rec("rope_no_distill", seed, 40.0, 30.0, RISING),
-                 _rec("rope_no_ntk", seed, 80.0, 40.0), _rec("teacher", seed, 20.0, 40.0)]  # fmt: skip
+        recs += [
+            _rec("tulip", seed, 60.0, 40.0 + OWN[seed], own=OWN[seed]),
+            _rec("clip", seed, 25.0, 41.0),
+            _rec("longclip", seed, 59.0, 40.0, own=wobble),
+            _rec("rope_no_distill", seed, 40.0, 30.0, RISING),
+            _rec("rope_no_ntk", seed, 80.0, 40.0),
+            _rec("teacher", seed, 20.0, 40.0),
+        ]
     by_id, result = _page(tmp_path, recs)
     clip = by_id["tulip_vs_clip"]
     assert clip.verdict == stats.REPRODUCED and clip.paired and clip.diff == pytest.approx(35.0) and clip.primary
@@ -48,8 +57,14 @@ def test_verdicts_follow_the_numbers(tmp_path: Path):
     assert by_id["ntk_helps"].verdict == stats.NOT_REPRODUCED and by_id["ntk_helps"].hi < 0
     assert by_id["keeps_short"].verdict == stats.REPRODUCED and by_id["keeps_short"].kind == "non_inferior"
     assert (tmp_path / "tulip_r1_by_length.png").exists() and "R@1 at 80-99 tokens" in result.tables[0].columns
-    assert [row[0] for row in result.tables[0].rows] == ["tulip", "clip", "longclip", "rope_no_distill",
-                                                         "rope_no_ntk", "teacher"]  # fmt: skip
+    assert [row[0] for row in result.tables[0].rows] == [
+        "tulip",
+        "clip",
+        "longclip",
+        "rope_no_distill",
+        "rope_no_ntk",
+        "teacher",
+    ]
 
 
 def test_no_headroom_over_clip_is_an_absent_phenomenon(tmp_path: Path):

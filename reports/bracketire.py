@@ -183,8 +183,15 @@ def sweep_table(records: list[RunRecord], judged: dict[str, tuple[bool, str]], t
         )
     if not rows:
         return None
-    columns = ["entry", "lr", "w_self", "test PSNR before (adapt_none)", "test PSNR after", "gain, paired by seed "
-               "[95% CI]", "converged (own curve)"]  # fmt: skip
+    columns = [
+        "entry",
+        "lr",
+        "w_self",
+        "test PSNR before (adapt_none)",
+        "test PSNR after",
+        "gain, paired by seed [95% CI]",
+        "converged (own curve)",
+    ]
     note = (
         f"Each seed adapts its own `tmrnet` checkpoint at a constant lr; the official lr is {SWEEP['adapt_full']:g} "
         "(real_bash/train_real.sh of the official code). The adaptation entries are gated on their own `val/psnr` "

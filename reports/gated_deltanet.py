@@ -31,8 +31,13 @@ from suite.report import longer_run_check, main_runs, mean_sd
 CHANCE_RECALL = 1 / 31  # 31 value tokens in the recall tasks' default vocabulary
 STALLED = 3 * CHANCE_RECALL  # a mean test recall below this is "stalled near chance"
 MIXERS = ("gdn", "gdnopen", "deltanet", "mamba2", "softmax")
-LABEL = {"gdn": "GDN", "gdnopen": "GDN, gate started open", "deltanet": "DeltaNet", "mamba2": "Mamba2-style",
-         "softmax": "softmax"}  # fmt: skip
+LABEL = {
+    "gdn": "GDN",
+    "gdnopen": "GDN, gate started open",
+    "deltanet": "DeltaNet",
+    "mamba2": "Mamba2-style",
+    "softmax": "softmax",
+}
 KEY = "test/acc_len64"
 
 

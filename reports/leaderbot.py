@@ -100,8 +100,13 @@ def published_checks(per_seed: dict[str, list[dict[str, float]]]) -> list[ClaimR
     why += f"; higher: {', '.join(higher)}" if higher else ""
     why += f"; not run: {', '.join(missing)}" if missing else ""
     ok = len(matched) + len(lower) == len(PUBLISHED)
-    nll = stated("published_nll", "The published NLLs of the 9 models (model-selection table)",
-                 stats.REPRODUCED if ok else stats.NOT_REPRODUCED, why, against=())  # fmt: skip
+    nll = stated(
+        "published_nll",
+        "The published NLLs of the 9 models (model-selection table)",
+        stats.REPRODUCED if ok else stats.NOT_REPRODUCED,
+        why,
+        against=(),
+    )
     matched, off, better_fit = [], [], []  # KLD% to the printed 2 decimals; rows whose fit has a lower NLL apart
     for n, p in PUBLISHED.items():
         m = full.get(n) or {}
@@ -117,8 +122,13 @@ def published_checks(per_seed: dict[str, list[dict[str, float]]]) -> list[ClaimR
     why += f"; off at the same NLL: {', '.join(off)}" if off else ""
     why += f"; from a lower-NLL fit than the published one: {', '.join(better_fit)}" if better_fit else ""
     ok = not off and len(matched) + len(better_fit) == len(PUBLISHED)
-    kld = stated("published_kld", "The published KLD% of the 9 models (goodness-of-fit table)",
-                 stats.REPRODUCED if ok else stats.NOT_REPRODUCED, why, against=())  # fmt: skip
+    kld = stated(
+        "published_kld",
+        "The published KLD% of the 9 models (goodness-of-fit table)",
+        stats.REPRODUCED if ok else stats.NOT_REPRODUCED,
+        why,
+        against=(),
+    )
     fits = list(PUBLISHED)
     return [_gate(nll, per_seed, fits, only=(stats.NOT_REPRODUCED,)), _gate(kld, per_seed, fits)]
 
@@ -133,18 +143,42 @@ def _fit_table(per_seed: dict[str, list[dict[str, float]]]) -> Table:
         if m is None:
             rows.append([name, "not run", *[""] * 10])
             continue
-        rows.append([name, f(m.get("val/n_param"), ".0f"), f(m.get("val/nll"), ".4f"), f(p.get("nll"), ".4f"),
-                     f(m.get("val/aic"), ".1f"), f(m.get("val/bic"), ".1f"), f(m.get("val/mae_all"), ".1f"),
-                     f(p.get("mae_all"), ".1f"), f(m.get("val/mae_tie"), ".1f"), f(m.get("val/kld"), ".2f", 100),
-                     f(m.get("val/kld_pkg"), ".2f", 100), f(p.get("kld_pct"), ".2f")])  # fmt: skip
+        rows.append(
+            [
+                name,
+                f(m.get("val/n_param"), ".0f"),
+                f(m.get("val/nll"), ".4f"),
+                f(p.get("nll"), ".4f"),
+                f(m.get("val/aic"), ".1f"),
+                f(m.get("val/bic"), ".1f"),
+                f(m.get("val/mae_all"), ".1f"),
+                f(p.get("mae_all"), ".1f"),
+                f(m.get("val/mae_tie"), ".1f"),
+                f(m.get("val/kld"), ".2f", 100),
+                f(m.get("val/kld_pkg"), ".2f", 100),
+                f(p.get("kld_pct"), ".2f"),
+            ]
+        )
     return Table(
         "Model selection and goodness of fit (fit on every pair)",
-        ["run", "# param", "NLL", "NLL (paper)", "AIC", "BIC", "MAE all", "MAE all (paper)", "MAE tie", "KLD%",
-         "KLD% pkg split", "KLD% paper"],
+        [
+            "run",
+            "# param",
+            "NLL",
+            "NLL (paper)",
+            "AIC",
+            "BIC",
+            "MAE all",
+            "MAE all (paper)",
+            "MAE tie",
+            "KLD%",
+            "KLD% pkg split",
+            "KLD% paper",
+        ],
         rows,
         f"Published tie MAE of Davidson: {PUBLISHED_TIE_MAE_DV_NONE} (k_cov=None, k_tie=0) -> "
         f"{PUBLISHED['dv_0_1']['mae_tie']} (k_cov=0, k_tie=1). {KLD_NOTE}",
-    )  # fmt: skip
+    )
 
 
 def _generalisation_table(per_seed: dict[str, list[dict[str, float]]]) -> Table:

@@ -134,24 +134,46 @@ def tables(table: Results, census: dict, bits: dict) -> list[Table]:
                 "-" if not ppl else f"{_mean(ppl):.3f}" + ("" if m == "fp" else f" ({rep.mean_sd(gap.values())})")
             )
         ppl_rows.append([subject, *cells])
-        kl_rows.append([subject] + [
-            f"{_mean(res[m]['kl']):.2e} / {_mean(res[m].get('log_qsur', {})):.1f}" if res.get(m, {}).get("kl") else "-"
-            for m in main if m != "fp"])  # fmt: skip
+        kl_rows.append(
+            [subject]
+            + [
+                f"{_mean(res[m]['kl']):.2e} / {_mean(res[m].get('log_qsur', {})):.1f}"
+                if res.get(m, {}).get("kl")
+                else "-"
+                for m in main
+                if m != "fp"
+            ]
+        )
     out = [
-        Table(f"Validation perplexity after quantization ({b}; gap = ppl - FP ppl per seed, mean ± sd)",
-              ["subject", *(LABELS[m] for m in main)], ppl_rows),
-        Table("KL to the full-precision model (token mean) / mean log-QSUR of the inputs of the input-side linears",
-              ["subject", *(LABELS[m] for m in main if m != "fp")], kl_rows),
-    ]  # fmt: skip
+        Table(
+            f"Validation perplexity after quantization ({b}; gap = ppl - FP ppl per seed, mean ± sd)",
+            ["subject", *(LABELS[m] for m in main)],
+            ppl_rows,
+        ),
+        Table(
+            "KL to the full-precision model (token mean) / mean log-QSUR of the inputs of the input-side linears",
+            ["subject", *(LABELS[m] for m in main if m != "fp")],
+            kl_rows,
+        ),
+    ]
     abl = [m for m in ("ostquant", *ABLATIONS) if m in methods]
     if len(abl) > 1:
         rows = [[s, *(_mean(r[m]["ppl_gap"]) for m in abl)] for s, r in table.items() if all(m in r for m in abl)]
         same = [s for s, r in table.items() if "ostquant_kl" in r and r["ostquant"]["ppl"] == r["ostquant_kl"]["ppl"]]
-        note = (f"KL-Top and full KL give identical results on {', '.join(same)}: the top-k (official k = 1000, capped "
-                "at the vocabulary) covers the whole vocabulary, so the two losses are the same function there."
-                if same else "")  # fmt: skip
-        out.append(Table("Loss ablation (OSTQuant, gap to FP perplexity, mean over seeds)",
-                         ["subject", *(LABELS[m] for m in abl)], rows, note))  # fmt: skip
+        note = (
+            f"KL-Top and full KL give identical results on {', '.join(same)}: the top-k (official k = 1000, capped "
+            "at the vocabulary) covers the whole vocabulary, so the two losses are the same function there."
+            if same
+            else ""
+        )
+        out.append(
+            Table(
+                "Loss ablation (OSTQuant, gap to FP perplexity, mean over seeds)",
+                ["subject", *(LABELS[m] for m in abl)],
+                rows,
+                note,
+            )
+        )
     rot = [m for m in ("quarot", "spinquant", "ostquant") if m in methods]
     rows = []
     for subject, res in table.items():
@@ -159,13 +181,26 @@ def tables(table: Results, census: dict, bits: dict) -> list[Table]:
         best = min((m for m in rot if m in res), key=lambda m: _mean(res[m]["ppl"]), default=None)
         cs = list(census.get(subject, {}).values())
         ratio, sink = _mean([c["ratio_max"] for c in cs]), _mean([c["sink_max"] for c in cs])
-        rows.append([
-            subject, f"{fp:.3f}", f"{100 * _mean(rtn_damage(res)):+.2f} %", LABELS.get(best, "-"),
-            f"{100 * (_mean(res[best]['ppl']) / fp - 1):+.2f} %" if best else "-",
-            f"{ratio:.1f}" if ratio == ratio else "-", f"{sink:.3f}" if sink == sink else "- (no attention)",
-        ])  # fmt: skip
-    columns = ["subject", "FP ppl", "RTN damage", "best rotation method", "its damage", "act top1/median",
-               "largest attn share on token 0"]  # fmt: skip
+        rows.append(
+            [
+                subject,
+                f"{fp:.3f}",
+                f"{100 * _mean(rtn_damage(res)):+.2f} %",
+                LABELS.get(best, "-"),
+                f"{100 * (_mean(res[best]['ppl']) / fp - 1):+.2f} %" if best else "-",
+                f"{ratio:.1f}" if ratio == ratio else "-",
+                f"{sink:.3f}" if sink == sink else "- (no attention)",
+            ]
+        )
+    columns = [
+        "subject",
+        "FP ppl",
+        "RTN damage",
+        "best rotation method",
+        "its damage",
+        "act top1/median",
+        "largest attn share on token 0",
+    ]
     out.append(Table("Cross-paper: does an outlier-free architecture quantize better?", columns, rows))
     return out
 

@@ -54,8 +54,15 @@ def method_table(subject: str, res: dict, bits: dict, sizing_only: bool) -> Tabl
     for m in (m for m in LABELS if res.get(m, {}).get("loss")):
         loss = res[m]["loss"]
         gap = [loss[s] - fp[s] for s in loss if s in fp]
-        rows.append([LABELS[m], rep.mean_sd(loss.values()), "—" if m == "fp" else rep.mean_sd(gap),
-                     rep.mean_sd(res[m]["ppl"].values()), rep.mean_sd(res[m].get("kl", {}).values())])  # fmt: skip
+        rows.append(
+            [
+                LABELS[m],
+                rep.mean_sd(loss.values()),
+                "—" if m == "fp" else rep.mean_sd(gap),
+                rep.mean_sd(res[m]["ppl"].values()),
+                rep.mean_sd(res[m].get("kl", {}).values()),
+            ]
+        )
     b = ", ".join(f"{k}={v}" for k, v in bits.items())
     title = "4x head fit (sizing check only, not a claim)" if sizing_only else "Masked-LM loss after quantization"
     note = "Held-out masked positions; gap = quantized - full precision per seed."
@@ -65,12 +72,18 @@ def method_table(subject: str, res: dict, bits: dict, sizing_only: bool) -> Tabl
 def readings(res: dict) -> list[str]:
     """Computed readings of one subject: the ranking by loss gap and OSTQuant's per-seed wins over each baseline."""
     fp = res.get("fp", {}).get("loss", {})
-    gaps = {m: statistics.fmean(res[m]["loss"][s] - fp[s] for s in res[m]["loss"] if s in fp)
-            for m in LABELS if m != "fp" and res.get(m, {}).get("loss") and fp}  # fmt: skip
+    gaps = {
+        m: statistics.fmean(res[m]["loss"][s] - fp[s] for s in res[m]["loss"] if s in fp)
+        for m in LABELS
+        if m != "fp" and res.get(m, {}).get("loss") and fp
+    }
     if not gaps:
         return []
-    out = ["Loss gap to FP, smallest first: " + " < ".join(f"{LABELS[m]} ({gaps[m]:+.4f})" for m in sorted(gaps,
-           key=gaps.get)) + "."]  # fmt: skip
+    out = [
+        "Loss gap to FP, smallest first: "
+        + " < ".join(f"{LABELS[m]} ({gaps[m]:+.4f})" for m in sorted(gaps, key=gaps.get))
+        + "."
+    ]
     ours = res.get("ostquant", {}).get("loss", {})
     for base in ("rtn", "gptq", "smoothquant", "quarot"):
         theirs = res.get(base, {}).get("loss", {})

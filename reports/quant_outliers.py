@@ -111,22 +111,45 @@ def verdicts(records: list[Any], data: Data, convergence: dict[str, tuple[bool, 
         paired = default_paired(records, hi, lo)
         why = f"one point of top-1 ({DELTA * 1000:.0f} of 1000 test images), the control's margin"
         for cid, text, a, b in (
-            ("larger_outliers_lose_more", "The architecture with the larger outlier ratio loses more top-1 to RTN W4A4",
-             data[hi]["rtn_drop"], data[lo]["rtn_drop"]),
-            ("aware_recover_more", "The outlier-aware methods (best of SmoothQuant / QuaRot / OSTQuant) recover more "
-             "of the RTN W4A4 drop on the architecture with the larger outliers", recovery(data[hi]),
-             recovery(data[lo])),
-        ):  # fmt: skip
-            claim = Claim(cid, f"{text} ({hi} over {lo})", "top-1 (fraction)", (hi, lo), higher_is_better=True,
-                          delta=DELTA, delta_why=why, primary=True)  # fmt: skip
+            (
+                "larger_outliers_lose_more",
+                "The architecture with the larger outlier ratio loses more top-1 to RTN W4A4",
+                data[hi]["rtn_drop"],
+                data[lo]["rtn_drop"],
+            ),
+            (
+                "aware_recover_more",
+                "The outlier-aware methods (best of SmoothQuant / QuaRot / OSTQuant) recover more "
+                "of the RTN W4A4 drop on the architecture with the larger outliers",
+                recovery(data[hi]),
+                recovery(data[lo]),
+            ),
+        ):
+            claim = Claim(
+                cid,
+                f"{text} ({hi} over {lo})",
+                "top-1 (fraction)",
+                (hi, lo),
+                higher_is_better=True,
+                delta=DELTA,
+                delta_why=why,
+                primary=True,
+            )
             if a and b:
                 out.append(judge_values(claim, a, b, paired=paired, unconverged=unconverged, absent=absent))
     for arch in data:
         fp, q = data[arch].get("w8_fp_acc"), data[arch].get("w8_rtn_acc")
         if fp and q:
-            claim = Claim(f"w8a8_control_{arch}", f"Control: W8A8 RTN costs under one point of top-1 ({arch})",
-                          "W8A8 top-1 (fraction)", (f"{arch} W8A8 RTN", f"{arch} FP"), higher_is_better=True,
-                          kind="non_inferior", delta=DELTA, delta_why="the study's pre-registered margin")  # fmt: skip
+            claim = Claim(
+                f"w8a8_control_{arch}",
+                f"Control: W8A8 RTN costs under one point of top-1 ({arch})",
+                "W8A8 top-1 (fraction)",
+                (f"{arch} W8A8 RTN", f"{arch} FP"),
+                higher_is_better=True,
+                kind="non_inferior",
+                delta=DELTA,
+                delta_why="the study's pre-registered margin",
+            )
             # the same trained model scored on the same test images: paired by seed; a quantizer check, so the
             # classifier's convergence does not enter
             out.append(judge_values(claim, q, fp, paired=True))
@@ -137,14 +160,22 @@ def table(data: Data) -> Table:
     """Per architecture: the census ratio and, per method, W4A4 top-1 and its drop (percent), and the W8A8 RTN drop."""
     rows = []
     for arch, d in data.items():
-        cells = [f"{rep.mean_sd([100 * v for v in d.get(f'{m}_acc', {}).values()])} "
-                 f"({rep.mean_sd([100 * v for v in d.get(f'{m}_drop', {}).values()])})" for m in METHODS]  # fmt: skip
+        cells = [
+            f"{rep.mean_sd([100 * v for v in d.get(f'{m}_acc', {}).values()])} "
+            f"({rep.mean_sd([100 * v for v in d.get(f'{m}_drop', {}).values()])})"
+            for m in METHODS
+        ]
         w8 = rep.mean_sd([100 * v for v in d.get("w8_rtn_drop", {}).values()])
         rows.append([arch, rep.mean_sd(d.get("ratio", {}).values()), *cells, w8])
-    columns = ["architecture", "census top1/median (max over layers)",
-               *(f"{LABELS[m]} W4A4 top-1 % (drop)" for m in METHODS), "RTN W8A8 drop"]  # fmt: skip
-    return Table("Top-1 after quantization and the outlier census (mean ± sd over seeds; drop in points from FP)",
-                 columns, rows)  # fmt: skip
+    columns = [
+        "architecture",
+        "census top1/median (max over layers)",
+        *(f"{LABELS[m]} W4A4 top-1 % (drop)" for m in METHODS),
+        "RTN W8A8 drop",
+    ]
+    return Table(
+        "Top-1 after quantization and the outlier census (mean ± sd over seeds; drop in points from FP)", columns, rows
+    )
 
 
 def quantizer_note(records: list[Any]) -> str | None:
@@ -175,5 +206,6 @@ def claim_report(records: list[Any], spec: ClaimSpec, out_dir: Path) -> HookResu
     if not data:
         return HookResult(notes=["No runs with `quant_calibration.json` found: no verdict."])
     note = quantizer_note(records)
-    return HookResult(verdicts=verdicts(records, data, spec.convergence(records)), tables=[table(data)],
-                      notes=[note] if note else [])  # fmt: skip
+    return HookResult(
+        verdicts=verdicts(records, data, spec.convergence(records)), tables=[table(data)], notes=[note] if note else []
+    )

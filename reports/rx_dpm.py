@@ -247,10 +247,21 @@ def verdicts(records: list, conv: dict[str, tuple[bool, str]] | None = None) -> 
     out = []
     bases = ("euler", "heun", "dpm2", "dpmpp_2m")
 
-    def rule(id_: str, text: str, pairs: list, sweep: dict, metric: str, tol: float, ok: tuple[bool, str],
-             primary: bool = False) -> None:  # fmt: skip
-        counts = {f"{_label(a)} -> {_label(b)}": _beats(sweep, a, b, metric, tol) for a, b in pairs if a in sweep
-                  and b in sweep}  # fmt: skip
+    def rule(
+        id_: str,
+        text: str,
+        pairs: list,
+        sweep: dict,
+        metric: str,
+        tol: float,
+        ok: tuple[bool, str],
+        primary: bool = False,
+    ) -> None:
+        counts = {
+            f"{_label(a)} -> {_label(b)}": _beats(sweep, a, b, metric, tol)
+            for a, b in pairs
+            if a in sweep and b in sweep
+        }
         counts = {k: c for k, c in counts.items() if c[2]}
         if not counts:
             return
@@ -270,12 +281,30 @@ def verdicts(records: list, conv: dict[str, tuple[bool, str]] | None = None) -> 
         sweep = sweep_table(by_name.get(name, []))
         if not sweep:
             continue
-        rule(f"{name}_rx_every_solver", f"RX improves every base solver at every NFE (exact-score mixture, {grid})",
-             [(b, f"rx_{b}") for b in bases], sweep, "ode_err", ERR_TOL, exact, primary=True)  # fmt: skip
-        rule(f"{name}_rx_euler", f"{EULER_CLAIM} (exact-score mixture, {grid})", [("euler", "rx_euler")], sweep,
-             "ode_err", ERR_TOL, exact)  # fmt: skip
-        raised = {b: (measured_order(sweep[b]), measured_order(sweep[f"rx_{b}"])) for b in bases
-                  if b in sweep and f"rx_{b}" in sweep}  # fmt: skip
+        rule(
+            f"{name}_rx_every_solver",
+            f"RX improves every base solver at every NFE (exact-score mixture, {grid})",
+            [(b, f"rx_{b}") for b in bases],
+            sweep,
+            "ode_err",
+            ERR_TOL,
+            exact,
+            primary=True,
+        )
+        rule(
+            f"{name}_rx_euler",
+            f"{EULER_CLAIM} (exact-score mixture, {grid})",
+            [("euler", "rx_euler")],
+            sweep,
+            "ode_err",
+            ERR_TOL,
+            exact,
+        )
+        raised = {
+            b: (measured_order(sweep[b]), measured_order(sweep[f"rx_{b}"]))
+            for b in bases
+            if b in sweep and f"rx_{b}" in sweep
+        }
         if raised:
             up = all(o_rx - o > 0.5 for o, o_rx in raised.values())
             down = any(o_rx - o < 0.1 for o, o_rx in raised.values())
@@ -284,18 +313,40 @@ def verdicts(records: list, conv: dict[str, tuple[bool, str]] | None = None) -> 
             ev = "; ".join(f"{_label(b)} {o:.2f} -> {o_rx:.2f}" for b, (o, o_rx) in raised.items())
             text = f"RX raises the order of every base solver (measured slope, {grid})"
             out.append(stated(f"{name}_order", text, word, why, evidence=ev, primary=True))
-        rule(f"{name}_adapted_vs_naive", f"Grid-adapted coefficients beat the naive ones ({grid})",
-             [(f"rx_{b}_naive", f"rx_{b}") for b in bases], sweep, "ode_err", ERR_TOL, exact)  # fmt: skip
+        rule(
+            f"{name}_adapted_vs_naive",
+            f"Grid-adapted coefficients beat the naive ones ({grid})",
+            [(f"rx_{b}_naive", f"rx_{b}") for b in bases],
+            sweep,
+            "ode_err",
+            ERR_TOL,
+            exact,
+        )
     for name, subject in IMAGE_ENTRIES.items():
         img = sweep_table(by_name.get(name, []))
         if not img:
             continue
         ok = conv.get(name, (False, "no val/loss curve"))
-        rule(f"{name}_rx_every_solver", f"RX improves every base solver's FID at every NFE ({subject})",
-             [(b, f"rx_{b}") for b in bases], img, "fid", FID_TOL, ok, primary=True)  # fmt: skip
+        rule(
+            f"{name}_rx_every_solver",
+            f"RX improves every base solver's FID at every NFE ({subject})",
+            [(b, f"rx_{b}") for b in bases],
+            img,
+            "fid",
+            FID_TOL,
+            ok,
+            primary=True,
+        )
         rule(f"{name}_rx_euler", f"{EULER_CLAIM}, by FID ({subject})", [("euler", "rx_euler")], img, "fid", FID_TOL, ok)
-        rule(f"{name}_adapted_vs_naive", f"Grid-adapted coefficients beat the naive ones, by FID ({subject})",
-             [(f"rx_{b}_naive", f"rx_{b}") for b in bases], img, "fid", FID_TOL, ok)  # fmt: skip
+        rule(
+            f"{name}_adapted_vs_naive",
+            f"Grid-adapted coefficients beat the naive ones, by FID ({subject})",
+            [(f"rx_{b}_naive", f"rx_{b}") for b in bases],
+            img,
+            "fid",
+            FID_TOL,
+            ok,
+        )
     return out
 
 
@@ -356,8 +407,9 @@ def claim_report(records: list, spec: ClaimSpec, out_dir: Path) -> HookResult:
         )
         tables.append(_table(f"Exact-score ring mixture, {desc}", sweep, "ode_err", "w2", note=note))
         panels.append((f"exact-score mixture, {name[8:]} grid: error vs NFE", sweep, "ode_err"))
-        notes += [f"{desc}, per budget (pathwise error): {line}" for line in _verdict(sweep, "ode_err", "error",
-                                                                                       ERR_TOL)]  # fmt: skip
+        notes += [
+            f"{desc}, per budget (pathwise error): {line}" for line in _verdict(sweep, "ode_err", "error", ERR_TOL)
+        ]
     for name, subject in IMAGE_ENTRIES.items():
         section, sweep_img = _image_section(name, subject, by_name.get(name, []))
         if isinstance(section, str):

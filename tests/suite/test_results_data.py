@@ -96,8 +96,21 @@ def test_readme_verdicts_rewrites_only_the_method_tables_verdict_cells(results):
         "## Methods\n\n| slug | paper | status | verdicts | docs | results |\n|---|---|---|---|---|---|\n"
         "| `rebuilt` | P | s | old | [m](m.md) | [r](r.md) |\n| `former` | P | s | old | [m](m.md) | [r](r.md) |\n"
         "\n### Sub\n\n| `rebuilt` | P | s | old | x | y |\n"
+        "\n### Cross-paper studies\n\n| study | question | verdict | page |\n|---|---|---|---|\n"
+        "| `rebuilt` | Q? | old | [results](r.md) |\n"
     )
     out = results_data.readme_verdicts(text, results / "data")
     assert "| `rebuilt` | P | s | 1 reproduced, 1 not, 1 absent, 1 noise | [m](m.md) | [r](r.md) |" in out
     assert "| `former` | P | s | former rule, rerun pending |" in out
-    assert out.endswith("| `rebuilt` | P | s | old | x | y |\n")  # outside the method table: untouched
+    assert "| `rebuilt` | P | s | old | x | y |\n" in out  # outside the two tables: untouched
+    assert out.endswith("| `rebuilt` | Q? | 1 reproduced, 1 not, 1 absent, 1 noise | [results](r.md) |\n")
+
+
+def test_readme_study_rows_count_the_data_files_verdicts():
+    section = (ROOT / "README.md").read_text().split("\n### Cross-paper studies\n")[1].split("\n#")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    counts = results_data.verdict_counts(RESULTS / "data")
+    assert len(rows) >= 3
+    for row in rows:
+        slug, _, verdicts, _ = (c.strip(" `") for c in row.strip("| ").split(" | "))
+        assert len(row) <= 300 and verdicts == results_data.verdict_summary(counts.get(slug)), (slug, verdicts)

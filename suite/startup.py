@@ -63,7 +63,8 @@ def _end_process(message: str) -> None:
 def _one_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     first = text[0] if text else ""
-    return first if type(err).__module__.startswith("suite") else f"{type(err).__name__}: {first}"
+    ours = type(err).__module__.split(".")[0] in ("core", "suite")  # the suite's own errors are written for users
+    return first if ours else f"{type(err).__name__}: {first}"
 
 
 class StartupWatch:

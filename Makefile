@@ -103,8 +103,13 @@ bench: $(STAMP) ## Run every CPU benchmark in benchmarks/ (GPU-only ones skipped
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadgroup --max-worker-restart 0
 
+# The local SLURM cluster's job tests run after the rest, in a fresh process of their own: on a worker that had run
+# other tests (DDP among them) their jobs were cancelled before producing output; alone they pass.
+SLURM_TESTS := tests/suite/test_slurm.py tests/suite/test_slurm_claim.py
+
 test: $(STAMP) ## Run the whole test suite on 2 workers (CPU; what CI runs); TEST_WORKERS=0: one process
-	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(addprefix --ignore=,$(SLURM_TESTS)) $(PYTEST_ARGS)
+	$(PY) -m pytest $(SLURM_TESTS) $(PYTEST_ARGS)
 
 test-fast: $(STAMP) ## The inner loop: every test except the slow and spine ones (< 3 min idle)
 	$(PY) -m pytest $(XDIST) -m "not slow and not spine and not gpu" $(PYTEST_ARGS)

@@ -14,20 +14,27 @@ import pytest
 from tests.conftest import PORTS, ROOT, SPINE, tier_marks
 
 
-def _recipe(target: str) -> list[str]:
-    """The pytest command line `make <target>` runs (``make -n``: printed, not run)."""
+def _recipes(target: str) -> list[list[str]]:
+    """The pytest command lines `make <target>` runs (``make -n``: printed, not run)."""
     proc = subprocess.run(
         ["make", "-n", "--no-print-directory", target], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
-    (line,) = [line for line in proc.stdout.splitlines() if " -m pytest " in line]
-    return shlex.split(line)
+    return [shlex.split(line) for line in proc.stdout.splitlines() if " -m pytest " in line]
+
+
+def _recipe(target: str) -> list[str]:
+    (line,) = _recipes(target)
+    return line
 
 
 def test_make_test_runs_two_grouped_workers_and_test_fast_leaves_out_slow_and_spine():
-    full, fast = _recipe("test"), _recipe("test-fast")
+    (full, slurm), fast = _recipes("test"), _recipe("test-fast")
     xdist = ["-n", "2", "--dist", "loadgroup", "--max-worker-restart", "0"]
-    assert full[full.index("-n") :] == xdist  # the whole suite: no marker expression beyond pyproject's `not gpu`
+    cluster = ["tests/suite/test_slurm.py", "tests/suite/test_slurm_claim.py"]
+    # the whole suite (no marker expression beyond pyproject's `not gpu`), the SLURM job tests after it on their own
+    assert full[full.index("-n") :] == [*xdist, *(f"--ignore={t}" for t in cluster)]
+    assert slurm[slurm.index("pytest") + 1 :] == cluster
     assert fast[fast.index("-n") :] == [*xdist, "-m", "not slow and not spine and not gpu"]
 
 
@@ -62,7 +69,8 @@ def test_a_hung_test_under_the_workers_ends_the_run_once_with_its_stack(tmp_path
     (tmp_path / "test_hung.py").write_text(
         "import threading\n\ndef test_hung():\n    threading.Event().wait()\n\ndef test_fine():\n    assert True\n"
     )
-    xdist = _recipe("test")[_recipe("test").index("-n") :]
+    full = _recipes("test")[0]
+    xdist = [a for a in full[full.index("-n") :] if not a.startswith("--ignore=")]
     cmd = [
         sys.executable,
         "-m",

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
+
+
+def epoch_filename(monitor: str | None) -> str:
+    """The file name template of the epoch checkpoints: ``epoch_{epoch:03d}``, followed by the monitored metric and
+    its value when there is one (``epoch_007-val_r2_0.4123.ckpt`` for ``monitor=val/r2``). The metric's ``/`` is
+    written ``_`` (a ``/`` would make a subfolder) and no ``=`` is written: Hydra's override grammar refuses an
+    unquoted ``=`` in a value, so ``make eval CKPT=<file>`` takes the name as it is."""
+    if not monitor:
+        return "epoch_{epoch:03d}"
+    name = re.sub(r"[^\w.-]", "_", monitor)
+    return f"epoch_{{epoch:03d}}-{name}_{{{monitor}:.4f}}"
 
 
 class FinalStateCheckpoint(ModelCheckpoint):
@@ -21,10 +33,13 @@ class FinalStateCheckpoint(ModelCheckpoint):
     in ``CheckpointOnSigterm``; a NaN loss keeps the last good one): Lightning calls ``on_train_end`` only when the
     loop ends normally.
 
-    Takes every argument of :class:`~lightning.pytorch.callbacks.ModelCheckpoint`.
+    Takes every argument of :class:`~lightning.pytorch.callbacks.ModelCheckpoint`; without a ``filename`` the epoch
+    checkpoints are named by :func:`epoch_filename` (the epoch, and the monitored metric with its value).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if not args and kwargs.get("filename") is None:
+            kwargs["filename"] = epoch_filename(kwargs.get("monitor"))
         super().__init__(*args, **kwargs)
         self._last_saved_step: int | None = None
 

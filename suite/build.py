@@ -147,7 +147,11 @@ def check_model_fits_data(choices: dict[str, Any], conf_dir: Path) -> None:
 
 
 def instantiate(node: Any, what: str, **kwargs: Any) -> Any:
-    """``hydra.utils.instantiate`` that turns a constructor's validation error into a one-line :class:`SuiteError`."""
+    """``hydra.utils.instantiate`` that turns a constructor's validation error into a one-line :class:`SuiteError`.
+
+    A ``_target_`` in ``node`` that names an object by the place it had before it moved is pointed at its current
+    place first (in place: a saved config then names the current one), so an older run folder or checkpoint builds."""
+    update_moved_targets(node)
     check_value_types(node, what)
     try:
         return hydra.utils.instantiate(node, **kwargs)
@@ -186,7 +190,6 @@ def build(cfg: DictConfig, data_check: contextlib.AbstractContextManager | None 
         torch.set_num_threads(int(cfg.num_threads))
     datamodule = instantiate(cfg.data, "data")
     model = instantiate(cfg.model, "model")
-    update_moved_targets(cfg.get("callbacks"))  # a run folder saved before the runner's callbacks moved
     callbacks = instantiate_group(cfg.get("callbacks"), "callbacks")
     if cfg.get("smoke", False):  # core.smoke.smoke_test: debug modes skip heavy analyses
         callbacks.append(SmokeMode())

@@ -4,7 +4,7 @@
 ``transformers.BertModel``, 6 layers, ``d = 384``, 12 heads of 32, FFN 1536, GELU) plus a BERT-style MLM head
 (:class:`MLMHead`: dense ``d -> d``, GELU, LayerNorm, decoder tied to the word-embedding matrix, learned bias). The
 released checkpoint (a sentence-transformers embedding model) ships no MLM head, so the suite fits one with the
-encoder frozen (:mod:`lightning_modules.minilm_mlm`): a documented deviation.
+encoder frozen (:mod:`lightning_modules.ostquant.minilm_mlm`): a documented deviation.
 
 :class:`QuantMiniLM` re-implements the encoder forward from the same weights with OSTQuant's equivalence-preserving
 transforms and fake quantization (:mod:`ops.quant`). Why not :class:`layers.quant.ostquant.TransformedLM`: BERT is

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from layers.quant.minilm import MaskedLM, load_minilm
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule
-from lightning_modules.causal_lm import IGNORE, LMMetrics, TokenLMSteps
+from lightning_modules._shared.causal_lm import IGNORE, LMMetrics, TokenLMSteps
 
 
 class MiniLMMLMLitModule(TokenLMSteps, SuiteLitModule):

@@ -34,7 +34,9 @@ collisions averaged over the steps up to each horizon; the point form as ``col_p
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -67,6 +69,35 @@ PLANNING = ("l2", "l2_cv", "col", "col_cv", "col_point", "col_point_cv")
 FOCAL_FORMS = ("softmax", "sigmoid")
 
 
+@dataclasses.dataclass(frozen=True)
+class LossWeights:
+    """The weight of each loss term (``model.loss.<term>``). Pre-training (Sec. 3.2): ``depth`` (SILog), ``sem``
+    (class-weighted CE on rendered semantics), ``rgb`` (L1 colour), ``entropy`` (background transmittance),
+    ``distortion``; fine-tuning (Sec. 3.4): ``focal``, ``sem_scal``, ``geo_scal``, ``lovasz``; both: ``traj``
+    (Sec. 3.3). The defaults are the paper's."""
+
+    depth: float = 1.0
+    sem: float = 1.0
+    rgb: float = 1.0
+    entropy: float = 0.01
+    distortion: float = 0.01
+    traj: float = 1.0
+    focal: float = 1.0
+    sem_scal: float = 1.0
+    geo_scal: float = 1.0
+    lovasz: float = 1.0
+
+    @classmethod
+    def of(cls, weights: Mapping[str, float] | LossWeights | None) -> LossWeights:
+        """``weights`` (the config's ``loss`` node; terms it leaves out keep their default) as :class:`LossWeights`."""
+        if weights is None or isinstance(weights, cls):
+            return weights or cls()
+        terms = {f.name for f in dataclasses.fields(cls)}
+        if unknown := sorted(set(weights) - terms):
+            raise ConfigError(f"model.loss.{unknown[0]}: no such loss term (terms: {', '.join(sorted(terms))})")
+        return cls(**{k: float(v) for k, v in weights.items()})
+
+
 class PreWorldLitModule(SuiteLitModule):
     """PreWorld and its baselines.
 
@@ -83,7 +114,8 @@ class PreWorldLitModule(SuiteLitModule):
         n_inner, interval, center, radius, bg_len: ray sampling and raw2alpha (official: radius 39 of a 40 m
             grid, centre z 2.2, interval 0.5; ``bg_len=None``: the official ``(half-extent - radius) / radius``).
         depth_mode: rendered-depth convention, ``contracted`` | ``official``.
-        w_*: loss weights. focal_gamma: focal exponent. camera_mask: metrics on camera-visible voxels only
+        loss: loss weights, one per term (:class:`LossWeights`; a mapping, terms left out keep the paper's
+            weight). focal_gamma: focal exponent. camera_mask: metrics on camera-visible voxels only
             (Occ3D's mask_camera). loss_camera_mask: the 3D losses on camera-visible voxels only (official: false).
         focal_form: ``softmax`` (class-weighted focal CE) or ``sigmoid`` (official ``CustomFocalLoss``);
             focal_alpha: its alpha. lovasz_drop_free: Lovasz term without free voxels (official).
@@ -116,16 +148,7 @@ class PreWorldLitModule(SuiteLitModule):
         radius: float = 7.8,
         bg_len: float | None = None,
         depth_mode: str = "contracted",
-        w_depth: float = 1.0,
-        w_sem: float = 1.0,
-        w_rgb: float = 1.0,
-        w_entropy: float = 0.01,
-        w_distortion: float = 0.01,
-        w_traj: float = 1.0,
-        w_focal: float = 1.0,
-        w_sem_scal: float = 1.0,
-        w_geo_scal: float = 1.0,
-        w_lovasz: float = 1.0,
+        loss: Mapping[str, float] | LossWeights | None = None,
         focal_gamma: float = 2.0,
         camera_mask: bool = True,
         loss_camera_mask: bool = True,
@@ -150,7 +173,9 @@ class PreWorldLitModule(SuiteLitModule):
                 raise ConfigError(f"model.{key}={val!r} must be one of {list(ok)}")
         if bg_len is None and not (pc_range[3] - pc_range[0]) / 2 > radius > 0:
             raise ConfigError(f"model.radius={radius} must be below the grid's half-extent for bg_len=null")
-        self.save_hyperparameters(ignore=["optimizer", "scheduler"])
+        self.loss_weights = LossWeights.of(loss)
+        self.save_hyperparameters(ignore=["optimizer", "scheduler", "loss"])
+        self.hparams["loss"] = dataclasses.asdict(self.loss_weights)  # plain data in the checkpoint
         self.stage, self.init_from = stage, init_from
         self.grid, self.pc_range, self.num_classes, self.horizon = tuple(grid), tuple(pc_range), num_classes, horizon
         self.lift = LiftSplat(
@@ -288,35 +313,32 @@ class PreWorldLitModule(SuiteLitModule):
         }
 
     def losses(self, batch: dict, steps: int) -> dict[str, torch.Tensor]:
-        h = self.hparams
-        steps = min(steps, batch["waypoints"].shape[1])
-        vols, offsets = self.volumes(batch, steps)
+        """The loss terms and their weighted sum (``loss``) of a forward pass over ``steps`` forecast steps."""
+        vols, offsets = self.volumes(batch, min(steps, batch["waypoints"].shape[1]))
+        return self.losses_of(batch, vols, offsets)
+
+    def losses_of(self, batch: dict, vols: list[torch.Tensor], offsets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The loss terms of the volumes ``vols`` (current frame first) and waypoint offsets [B, K, 2] of one
+        forward pass (:meth:`volumes`), weighted by :attr:`loss_weights`."""
+        w, steps = self.loss_weights, offsets.shape[1]
         total, parts = 0.0, {}
         for k, v in enumerate(vols):
             if self.stage == "pretrain":
                 part = self.render_loss(v, self._draw_rays(batch, k))
-                wts = {
-                    "depth": h.w_depth,
-                    "sem": h.w_sem,
-                    "rgb": h.w_rgb,
-                    "entropy": h.w_entropy,
-                    "distortion": h.w_distortion,
-                }
             else:
                 lab = batch["labelled"]
                 if not lab.any():
                     continue
                 part = self.occ_loss(self.occ_head(v[lab]), batch["occ"][lab, k], batch["mask_camera"][lab, k])
-                wts = {"focal": h.w_focal, "sem_scal": h.w_sem_scal, "geo_scal": h.w_geo_scal, "lovasz": h.w_lovasz}
             for name, val in part.items():
                 parts[name] = parts.get(name, 0.0) + val.detach()
-                total = total + wts[name] * val
+                total = total + getattr(w, name) * val
         if steps:
             gt = batch["waypoints"][:, :steps]
             gt_off = torch.cat([gt[:, :1], gt[:, 1:] - gt[:, :-1]], 1)
             traj = L.trajectory_loss(offsets, gt_off)  # Sec. 3.3, per step
             parts["traj"] = traj.detach()
-            total = total + h.w_traj * traj
+            total = total + w.traj * traj
         parts["loss"] = total if torch.is_tensor(total) else torch.zeros((), device=self.device, requires_grad=True)
         return parts
 
@@ -343,9 +365,9 @@ class PreWorldLitModule(SuiteLitModule):
 
     def _eval(self, batch: dict, split: str) -> None:
         bs, kmax = batch["img"].shape[0], batch["waypoints"].shape[1]
-        with torch.no_grad():
-            parts = self.losses(batch, min(self.horizon, kmax))
+        with torch.no_grad():  # one forward pass feeds the loss and the metrics
             vols, offsets = self.volumes(batch, min(self.horizon, kmax))
+            parts = self.losses_of(batch, vols, offsets)
         self.log(f"{split}/loss", parts["loss"], batch_size=bs, prog_bar=split == "val")
         with torch.no_grad():
             self.score(batch, split, [self.predict_occ(v) for v in vols], offsets)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig, read_write
+from omegaconf import DictConfig, ListConfig, OmegaConf, read_write
 
 MOVED_TARGETS = {
     "callbacks.run_config.ConfigInCheckpoint": "suite.plumbing.run_config.ConfigInCheckpoint",
@@ -18,14 +18,40 @@ MOVED_TARGETS = {
 """The ``_target_`` a config saved by an earlier version of the suite names for each runner callback (in a run
 folder's ``.hydra/config.yaml``), and where that callback lives now."""
 
+MOVED_MODULES = {
+    "lightning_modules.causal_lm": "lightning_modules._shared.causal_lm",
+    "lightning_modules.diffusion": "lightning_modules._shared.diffusion",
+    "lightning_modules.minilm_mlm": "lightning_modules.ostquant.minilm_mlm",
+}
+"""Modules of a paper's system that a config saved by an earlier version of the suite names in its ``model:`` node
+(``lightning_modules.causal_lm.CausalLMLitModule``), and where they live now. The papers that became folders kept
+their module path (``lightning_modules.grass.GrassLitModule`` is the package's export)."""
 
-def update_moved_targets(callbacks: Any) -> None:
-    """Point every callback of ``callbacks`` (the config's ``callbacks`` node) whose ``_target_`` is a
-    :data:`MOVED_TARGETS` key at the callback's current place, in place, so a run folder saved before the runner's
-    callbacks moved still builds and resumes."""
-    if not isinstance(callbacks, DictConfig):
+
+def moved_target(target: str) -> str:
+    """Where the object a saved ``_target_`` names lives now: ``target`` itself unless it moved."""
+    if target in MOVED_TARGETS:
+        return MOVED_TARGETS[target]
+    module, _, name = target.rpartition(".")
+    return f"{MOVED_MODULES[module]}.{name}" if module in MOVED_MODULES else target
+
+
+def update_moved_targets(node: Any) -> None:
+    """Point every ``_target_`` in ``node`` (a config node, searched at any depth: the ``callbacks`` group, a
+    ``model`` with its nested ``net``) that names a moved object (:data:`MOVED_TARGETS`, :data:`MOVED_MODULES`) at
+    its current place, in place, so a run folder or checkpoint saved before the move still builds and resumes."""
+    if isinstance(node, DictConfig):
+        keys = list(node.keys())
+    elif isinstance(node, ListConfig):
+        keys = list(range(len(node)))
+    else:
         return
-    with read_write(callbacks):
-        for node in callbacks.values():
-            if isinstance(node, DictConfig) and str(node.get("_target_", "")) in MOVED_TARGETS:
-                node._target_ = MOVED_TARGETS[str(node._target_)]
+    with read_write(node):
+        for key in keys:
+            if OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key):
+                continue
+            value = node[key]
+            if key == "_target_" and isinstance(value, str) and moved_target(value) != value:
+                node[key] = moved_target(value)
+            else:
+                update_moved_targets(value)

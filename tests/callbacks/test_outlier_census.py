@@ -14,7 +14,7 @@ from callbacks.outlier_census import OutlierCensus, run_census, summarize
 from core.errors import ConfigError
 from layers.attention.outlier_variants import OutlierVariantAttention
 from layers.lm import CausalLM
-from lightning_modules.causal_lm import CausalLMLitModule
+from lightning_modules.systematic_outliers import CausalLMLitModule
 
 
 class Planted(nn.Module):

@@ -12,7 +12,7 @@ import torch
 from callbacks.quant_calibration import QuantCalibration
 from layers.attention.outlier_variants import OutlierVariantAttention
 from layers.lm import CausalLM
-from lightning_modules.causal_lm import CausalLMLitModule
+from lightning_modules.ostquant import CausalLMLitModule
 
 
 class TinyLM(L.LightningDataModule):

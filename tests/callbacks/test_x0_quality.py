@@ -9,7 +9,7 @@ import torch
 from callbacks.x0_quality import X0QualityCurve
 from core.errors import ConfigError
 from layers.diffusion import MLPDenoiser
-from lightning_modules.diffusion import DiffusionLitModule
+from lightning_modules._shared.diffusion import DiffusionLitModule
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -11,7 +11,8 @@ import torch
 
 from datamodules.recall import RecallDataModule
 from layers.lm import CausalLM
-from lightning_modules.causal_lm import CausalLMLitModule
+from lightning_modules import gated_deltanet, ostquant, stickbreaking, systematic_outliers
+from lightning_modules._shared.causal_lm import CausalLMLitModule
 
 
 def tiny_system(mixer, vocab=24, lr=1e-2):
@@ -31,6 +32,11 @@ def trainer(**kw):
         enable_model_summary=False,
         **kw,
     )
+
+
+def test_the_language_model_papers_share_one_system():
+    for paper in (gated_deltanet, stickbreaking, systematic_outliers, ostquant):
+        assert paper.CausalLMLitModule is CausalLMLitModule, f"{paper.__name__} exports another causal-LM system"
 
 
 def test_parameter_groups_exclude_gates_and_norms():

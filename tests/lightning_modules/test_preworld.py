@@ -11,7 +11,7 @@ import torch
 from core.errors import CheckpointError, ConfigError
 from datamodules.nuscenes import NuScenesDataModule
 from layers.occupancy.preworld import Forecaster, LiftSplat, forecast
-from lightning_modules.preworld import PreWorldLitModule
+from lightning_modules.preworld import LossWeights, PreWorldLitModule
 from lightning_modules.preworld.metrics import collisions, iou_from_confusion
 from ops.occupancy.schedule import horizon_schedule, ray_sampling_weights
 
@@ -157,3 +157,27 @@ def test_pretrain_only_prediction_thresholds_density_and_eval_logs_baselines(bat
     shifted = _model(official_label_offset=True)
     shifted._eval(batch, "val")  # step k scored against frame k + 1: the last step has no target
     assert shifted.metrics["val_occ_1"].cm.update_called and not shifted.metrics["val_occ_2"].cm.update_called
+
+
+@pytest.mark.parametrize("stage", ["pretrain", "finetune"])
+def test_the_loss_is_the_sum_of_its_terms_by_their_weights(stage, batch):
+    weights = {"depth": 2.0, "entropy": 0.5, "traj": 3.0, "focal": 0.25, "lovasz": 4.0}
+    m = _model(stage=stage, curriculum=False, loss=weights)
+    assert m.loss_weights == LossWeights(**weights) and m.loss_weights.sem == 1.0  # terms left out keep the paper's
+    assert m.hparams["loss"]["depth"] == 2.0  # plain data in the checkpoint
+    parts = m.losses(batch, 2)
+    terms = [k for k in parts if k != "loss"]
+    assert "traj" in terms and len(terms) >= 4
+    expected = sum(getattr(m.loss_weights, k) * parts[k] for k in terms)
+    assert torch.isclose(parts["loss"].detach(), expected, rtol=1e-5)
+    with pytest.raises(ConfigError, match=r"model.loss.w_rgb: no such loss term"):
+        _model(loss={"w_rgb": 1.0})
+
+
+def test_one_forward_pass_feeds_the_evaluation_loss_and_metrics(batch):
+    m = _model()
+    calls = []
+    m.lift.register_forward_hook(lambda *_: calls.append(1))
+    m._eval(batch, "val")
+    assert len(calls) == 1
+    assert m.metrics["val_occ_0"].cm.update_called

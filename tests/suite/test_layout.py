@@ -43,6 +43,33 @@ def test_datamodules_and_callbacks_do_not_import_papers(folder: str):
     assert offenders == []
 
 
+PAPERS = sorted(p.stem for p in (ROOT / "docs" / "methods").glob("*.md"))
+"""One slug per paper: its methods page, its ``lightning_modules/<slug>/`` folder."""
+
+
+def paper_of(experiment: str) -> str:
+    """The paper an experiment belongs to: its own slug, or the longest paper slug it extends (``semdice_deep``)."""
+    owners = [p for p in PAPERS if experiment == p or experiment.startswith(f"{p}_")]
+    assert owners, f"conf/experiment/{experiment}.yaml: no docs/methods/<slug>.md names its paper"
+    return max(owners, key=len)
+
+
+@pytest.mark.parametrize("paper", PAPERS)
+def test_each_paper_has_its_folder_of_lightning_modules(paper: str):
+    init = ROOT / "lightning_modules" / paper / "__init__.py"
+    assert init.exists(), f"lightning_modules/{paper}/__init__.py is missing: every paper has its folder"
+    exported = [n for n in re.findall(r"\b(\w+LitModule)\b", init.read_text())]
+    assert exported, f"lightning_modules/{paper}/__init__.py exports no LitModule"
+
+
+def test_lightning_modules_holds_only_paper_folders():
+    """The top of ``lightning_modules/`` lists the papers: one folder each, plus ``_base.py`` and ``_shared/`` (the
+    systems several papers use, each re-exported by the folders of the papers that use it)."""
+    top = {p.name for p in (ROOT / "lightning_modules").iterdir() if p.name != "__pycache__"}
+    allowed = {"__init__.py", "_base.py", "_shared", *PAPERS}
+    assert sorted(top - allowed) == [], "a paper's module lives in lightning_modules/<slug>/, nothing else at the top"
+
+
 @pytest.mark.parametrize("slug", SLUGS)
 def test_each_experiment_has_model_config_module_and_tests(slug: str):
     import yaml
@@ -50,18 +77,16 @@ def test_each_experiment_has_model_config_module_and_tests(slug: str):
     assert (ROOT / "conf" / "model" / f"{slug}.yaml").exists(), f"conf/model/{slug}.yaml is missing"
     exp = (ROOT / "conf" / "experiment" / f"{slug}.yaml").read_text()
     assert yaml.safe_load(exp).get("experiment_slug") == slug
-    # The model target of the composed experiment must be a module of the suite.
+    # The model target of the composed experiment is a LitModule its paper's folder exports.
     from tests.conftest import compose_train
 
+    paper = paper_of(slug)
     target = compose_train([f"experiment={slug}"], ROOT / "logs" / "unused").model._target_
-    assert target.startswith("lightning_modules."), target
-    module_path = ROOT / Path(*target.split(".")[:-1])
-    assert module_path.with_suffix(".py").exists() or (module_path / "__init__.py").exists(), target
     module, cls = target.rsplit(".", 1)
-    modules = [module] + ([f"lightning_modules.{slug}"] if f"lightning_modules.{slug}" != module else [])
+    assert module == f"lightning_modules.{paper}", f"{slug}: model target {target} is not lightning_modules.{paper}.*"
     generic = {"test_experiments.py", "test_layout.py"}
-    tests = [p for p in (ROOT / "tests").rglob("test_*.py") if p.name not in generic and _imports_any(p, modules, cls)]
-    assert tests, f"no test file besides the generic ones imports {' or '.join(modules)} (the model of '{slug}')"
+    tests = [p for p in (ROOT / "tests").rglob("test_*.py") if p.name not in generic and _imports_any(p, [module], cls)]
+    assert tests, f"no test file besides the generic ones imports {module} (the model of '{slug}')"
 
 
 @functools.cache  # every slug reads every test file

@@ -4,20 +4,23 @@ saved before the runner's callbacks moved out of ``callbacks/`` (its ``.hydra/co
 
 from __future__ import annotations
 
+import json
 import logging
 from types import SimpleNamespace
 
-from omegaconf import open_dict
+import pytest
+import torch
+from omegaconf import OmegaConf, open_dict
 
 from core.checkpoint import load_checkpoint
 from core.smoke import smoke_test
 from suite.build import build
-from suite.plumbing import MOVED_TARGETS
+from suite.plumbing import MOVED_MODULES, MOVED_TARGETS, moved_target, update_moved_targets
 from suite.plumbing.preemption import CheckpointOnSigterm
 from suite.plumbing.run_config import CONFIG_KEY, ConfigInCheckpoint
 from suite.plumbing.smoke import SmokeMode
 from suite.run import train
-from tests.conftest import FIXTURE_CONF, compose_train
+from tests.conftest import FIXTURE_CONF, compose_train, run_entry
 
 FIXTURE = [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "trainer.enable_progress_bar=false"]
 
@@ -64,3 +67,53 @@ def test_a_run_saved_under_the_former_targets_resumes(tmp_path, caplog):
     state = load_checkpoint(str(tmp_path / "checkpoints" / "last.ckpt"))
     assert state["global_step"] == 2 * first > 0
     assert "suite.plumbing.run_config.ConfigInCheckpoint" in state[CONFIG_KEY]
+
+
+def test_moved_targets_are_mapped_at_any_depth():
+    node = OmegaConf.create(
+        {
+            "_target_": "lightning_modules.causal_lm.CausalLMLitModule",
+            "net": {"_target_": "layers.lm.CausalLM", "mixer": [{"_target_": "lightning_modules.diffusion.f"}]},
+            "sampler": "${net}",  # an interpolation is left as it is
+        }
+    )
+    update_moved_targets(node)
+    assert node._target_ == "lightning_modules._shared.causal_lm.CausalLMLitModule"
+    assert node.net._target_ == "layers.lm.CausalLM"  # not moved
+    assert node.net.mixer[0]._target_ == "lightning_modules._shared.diffusion.f"
+    assert OmegaConf.is_interpolation(node, "sampler")
+    assert moved_target("lightning_modules.minilm_mlm.X") == "lightning_modules.ostquant.minilm_mlm.X"
+    assert moved_target("lightning_modules.causal_lm_extra.X") == "lightning_modules.causal_lm_extra.X"
+
+
+@pytest.mark.parametrize(
+    ("slug", "old"),
+    [
+        ("stickbreaking", "lightning_modules.causal_lm.CausalLMLitModule"),
+        ("sgm_lipschitz", "lightning_modules.diffusion.DiffusionLitModule"),
+        ("grass", "lightning_modules.grass.GrassLitModule"),  # a file that became a folder keeps its path
+    ],
+)
+def test_a_model_saved_under_its_former_target_builds(tmp_path, slug, old):
+    cfg = compose_train([f"experiment={slug}", "logger=none", "trainer.enable_progress_bar=false"], tmp_path)
+    new = cfg.model._target_
+    with open_dict(cfg):
+        cfg.model._target_ = old  # as a run folder's .hydra/config.yaml saved before the move names it
+    objs = build(cfg)
+    assert type(objs["model"]).__name__ == new.rsplit(".", 1)[1]
+    assert f"_target_: {moved_target(old)}\n" in objs["config_yaml"]  # the checkpoint names the current place
+    assert old == new or f"_target_: {old}\n" not in objs["config_yaml"]
+
+
+def test_a_checkpoint_saved_under_a_former_model_target_evaluates(tmp_path, monkeypatch):
+    train(compose_train([*FIXTURE, "trainer.max_epochs=1"], tmp_path / "run"))
+    ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)
+    assert "_target_: tests.fixtures.tiny.TinyLitModule" in state[CONFIG_KEY]
+    state[CONFIG_KEY] = state[CONFIG_KEY].replace("tests.fixtures.tiny.", "tests.fixtures.tiny_before_the_move.")
+    torch.save(state, ckpt)
+    monkeypatch.setitem(MOVED_MODULES, "tests.fixtures.tiny_before_the_move", "tests.fixtures.tiny")
+    assert run_entry("evaluate", [f"ckpt_path={ckpt}", f"hydra.run.dir={tmp_path / 'eval'}", *FIXTURE[:1]]) == 0
+    assert "test/mse" in json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    monkeypatch.delitem(MOVED_MODULES, "tests.fixtures.tiny_before_the_move")
+    assert run_entry("evaluate", [f"ckpt_path={ckpt}", f"hydra.run.dir={tmp_path / 'eval2'}", *FIXTURE[:1]]) != 0

@@ -5,9 +5,12 @@ from __future__ import annotations
 import atexit
 import collections
 import functools
+import hashlib
 import io
+import json
 import netrc
 import os
+import re
 import threading
 import time
 import warnings
@@ -122,11 +125,131 @@ def wandb_mode(mode: str = "auto") -> str:
     return "offline"
 
 
+# Overrides that name no property of the run: where it writes, how it logs, which seed (``-s<seed>`` says that), the
+# experiment (the slug says that), the claim runner's bookkeeping. A key matches itself and its children.
+NOT_IN_NAME = (
+    "experiment",
+    "seed",
+    "tags",
+    "run_name",
+    "run_tags",
+    "group",
+    "ckpt_path",
+    "logger",
+    "hydra",
+    "paths",
+    "launcher",
+    "local",
+    "num_threads",
+    "hparams_search",
+    "eval_at_start",
+    "test_weights",
+    "callbacks.model_checkpoint",
+    "trainer.enable_progress_bar",
+    "trainer.enable_model_summary",
+    "data.data_dir",
+    "data.num_workers",
+)
+NAME_OVERRIDES_MAX = 60  # characters of the overrides part of a run name; longer ones end in a hash of the whole
+TAG_MAX = 64  # wandb's limit on one tag
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def naming_overrides(overrides: list[str]) -> list[str]:
+    """The overrides that change what a run is (``model.lr=1e-3``, ``debug=fdr``), without ``+``/``++`` prefixes,
+    in the order given; see :data:`NOT_IN_NAME` for the ones left out."""
+    kept = []
+    for o in overrides:
+        key = _override_key(o)
+        if any(key == k or key.startswith((f"{k}.", f"{k}/")) for k in NOT_IN_NAME):
+            continue
+        kept.append(o.lstrip("+"))
+    return kept
+
+
+def _safe(text: str) -> str:
+    """``text`` with only ``[A-Za-z0-9._=+-]``: commas become ``+``, brackets, quotes and spaces go, others ``_``."""
+    text = text.replace(",", "+")
+    text = re.sub(r"[\[\]{}()'\" ]", "", text)
+    return re.sub(r"[^A-Za-z0-9._=+-]", "_", text)
+
+
+def run_name(slug: str, seed: object, overrides: list[str]) -> str:
+    """``<slug>-<overrides>-s<seed>``: the overrides that change the run (:func:`naming_overrides`), each as
+    ``<last key part>=<value>`` (the full key where two share a last part; ``~key`` reads ``no-key``), joined by
+    ``-``; file-name safe. Over :data:`NAME_OVERRIDES_MAX` characters they are cut and end in 8 hex digits of a hash
+    of all of them, so two runs that differ keep different names."""
+    parts = []
+    kept = naming_overrides(overrides)
+    keys = [_override_key(o) for o in kept]
+    last = [re.split(r"[./]", k)[-1] for k in keys]
+    for o, key, short in zip(kept, keys, last, strict=True):
+        if "=" not in o:
+            parts.append(_safe(f"no-{short}"))
+            continue
+        value = o.split("=", 1)[1]
+        parts.append(_safe(f"{short if last.count(short) == 1 else key}={value}"))
+    middle = "-".join(parts)
+    if len(middle) > NAME_OVERRIDES_MAX:
+        digest = hashlib.sha1(" ".join(kept).encode()).hexdigest()[:8]
+        middle = f"{middle[: NAME_OVERRIDES_MAX - 9].rstrip('-')}-{digest}"
+    return "-".join(p for p in (_safe(str(slug)), middle, f"s{seed}") if p)
+
+
+def run_tags(slug: str, experiment_tags: Any, overrides: list[str], tags: Any) -> list[str]:
+    """The run's tags: the slug, the experiment's ``experiment_tags`` (its paper or family), one per override that
+    changes the run (``model.lr=1e-3``) and the user's ``tags=[...]``; each at most :data:`TAG_MAX` characters, in
+    that order, without repeats."""
+    user = [tags] if isinstance(tags, str) else list(tags or [])
+    found = [str(slug), *(str(t) for t in experiment_tags or [])]
+    found += [_safe(o) for o in naming_overrides(overrides)]
+    found += [str(t) for t in user]
+    return list(dict.fromkeys(t[:TAG_MAX] for t in found if t))
+
+
+def task_overrides() -> list[str]:
+    """This Hydra job's command-line overrides (a multirun's: the job's own values); ``[]`` outside a Hydra job."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:
+        return []
+
+
+class _ConfigOnce:
+    """Log the hyper-parameters once: the suite logs the composed config as the run starts (``suite.build``);
+    Lightning then logs the module's and datamodule's init arguments again, which the config already holds under
+    ``model``/``data``, and would put the model in the run's config twice."""
+
+    _config_logged = False
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any) -> None:
+        if self._config_logged:
+            return
+        self._config_logged = True
+        super().log_hyperparams(params)
+
+
+@functools.cache
+def _sync_wandb_logger_class() -> type:
+    from lightning.pytorch.loggers import WandbLogger
+
+    class SuiteWandbLogger(_ConfigOnce, WandbLogger):
+        """Lightning's :class:`WandbLogger`, logging the config once (:class:`_ConfigOnce`)."""
+
+    return SuiteWandbLogger
+
+
 @functools.cache
 def _wandb_logger_class() -> type:
     from lightning.pytorch.loggers import WandbLogger
 
-    class AsyncWandbLogger(WandbLogger):
+    class AsyncWandbLogger(_ConfigOnce, WandbLogger):
         """:class:`WandbLogger` whose per-step ``log_metrics`` hands the row to one background thread.
 
         ``wandb.Run.log`` waits for its record to reach the wandb service process, about 0.5 ms per call on an idle
@@ -135,7 +258,7 @@ def _wandb_logger_class() -> type:
         seconds. Every other use of the run (``logger.experiment``: hyper-parameters, summaries, tables,
         ``finish``) first waits until the queue is empty, and so do ``finalize`` and interpreter exit, so the run's
         history is the same as with synchronous logging. A logging error is reported once as a warning and never
-        fails the run (the CSV logger still records).
+        fails the run (the CSV logger still records). The config is logged once (:class:`_ConfigOnce`).
         """
 
         interval = 0.1  # seconds between the logging thread's passes over the queued rows
@@ -214,6 +337,7 @@ def make_wandb_logger(
     group: str | None = None,
     name: str | None = None,
     tags: list[str] | None = None,
+    job_type: str | None = None,
     mode: str = "auto",
     async_log: bool = True,
     **kwargs: Any,
@@ -224,8 +348,9 @@ def make_wandb_logger(
         save_dir: Run folder; wandb writes ``<save_dir>/wandb/offline-run-*/run-*.wandb`` there.
         project: wandb project.
         group: Run group (the paper's slug), so dashboards compare a paper's methods side by side.
-        name: Run name.
-        tags: Run tags.
+        name: Run name (``run_name`` of the config: :func:`run_name`).
+        tags: Run tags (``run_tags`` of the config: :func:`run_tags`).
+        job_type: wandb job type (a claim's runs: the entry's name).
         mode: ``auto`` (see :func:`wandb_mode`), ``online``, ``offline`` or ``disabled``.
         async_log: Log each step's metrics from a background thread (``AsyncWandbLogger``); ``False``: Lightning's
             synchronous ``WandbLogger``.
@@ -242,14 +367,13 @@ def make_wandb_logger(
         id_file = Path(save_dir) / "wandb" / WANDB_ID_FILE
         if id_file.is_file() and "id" not in kwargs:
             kwargs = {**kwargs, "id": id_file.read_text().strip(), "resume": "allow"}
-        from lightning.pytorch.loggers import WandbLogger
-
-        logger = (_wandb_logger_class() if async_log else WandbLogger)(
+        logger = (_wandb_logger_class() if async_log else _sync_wandb_logger_class())(
             save_dir=save_dir,
             project=project,
             group=group,
             name=name,
             tags=list(tags or []),
+            job_type=job_type,
             offline=resolved == "offline",
             **kwargs,
         )
@@ -261,4 +385,127 @@ def make_wandb_logger(
     except Exception as err:  # noqa: BLE001 - wandb must never fail a run
         message = f"wandb disabled for this run ({type(err).__name__}: {err}); CSV logs are still written."
         warnings.warn(message, stacklevel=2)
+        return None
+
+
+RUN_FILES = ("metrics.json",)  # files of the run folder saved into the wandb run at its end
+SKIPPED_DIRS = ("wandb", "checkpoints", ".hydra", "csv", "tensorboard")  # never scanned for plots
+MAX_PLOTS = 100
+
+
+def run_plots(run_dir: Path) -> list[Path]:
+    """The PNG files a run wrote into its folder (any depth, outside :data:`SKIPPED_DIRS`), sorted; at most
+    :data:`MAX_PLOTS`."""
+    run_dir = Path(run_dir)
+    found = [p for p in run_dir.rglob("*.png") if p.is_file() and p.relative_to(run_dir).parts[0] not in SKIPPED_DIRS]
+    return sorted(found)[:MAX_PLOTS]
+
+
+def log_run_files(run: Any, run_dir: Path) -> list[str]:
+    """Log what a run wrote into its folder to its wandb ``run``: each plot (:func:`run_plots`) as an image under
+    ``plots/<path without .png>`` and ``metrics.json`` as a file (copied into the wandb run, so the offline run
+    syncs alone). Returns the keys and file names logged."""
+    import wandb
+
+    run_dir = Path(run_dir)
+    images = {f"plots/{p.relative_to(run_dir).with_suffix('').as_posix()}": p for p in run_plots(run_dir)}
+    if images:
+        run.log({key: wandb.Image(str(p), caption=p.name) for key, p in images.items()})
+    saved = []
+    for name in RUN_FILES:
+        src = run_dir / name
+        if src.is_file():
+            dst = Path(run.dir) / name
+            dst.write_bytes(src.read_bytes())
+            run.save(str(dst), base_path=run.dir, policy="now")
+            saved.append(name)
+    return [*images, *saved]
+
+
+def finish_wandb(logger: Any) -> None:
+    """End a run's wandb logger: log the run folder's plots and ``metrics.json`` (:func:`log_run_files`; on an
+    interrupted run, what exists), then finish the wandb run. A failure is a warning; the run's results stand."""
+    run = logger.experiment
+    try:
+        log_run_files(run, Path(logger.save_dir))
+    except Exception as err:  # noqa: BLE001 - wandb must never fail a run
+        warnings.warn(f"wandb could not log the run's files ({type(err).__name__}: {err})", stacklevel=2)
+    run.finish()
+
+
+CLAIM_COLUMNS = ("claim", "text", "metric", "entries", "verdict", "diff", "lo", "hi", "n", "p", "p_holm", "published")
+
+
+def claim_tables(data: dict[str, Any]) -> dict[str, tuple[list[str], list[list[Any]]]]:
+    """A claim data file (``docs/results/data/<slug>.json``) as tables: ``claims`` (one row per claim: verdict,
+    difference with its 95% interval, n, p, the paper's effect) and ``runs`` (one row per entry and seed, every
+    metric the runs recorded)."""
+    claims = []
+    for c in data.get("claims") or []:
+        n = c.get("n")
+        row = {
+            **c,
+            "claim": c.get("id"),
+            "entries": " vs ".join(map(str, c.get("entries") or [])),
+            "n": "/".join(map(str, n)) if isinstance(n, list) else n,
+        }
+        claims.append([_cell(row.get(k)) for k in CLAIM_COLUMNS])
+    runs = data.get("runs") or []
+    keys = sorted({k for r in runs for k in (r.get("metrics") or {})})
+    rows = [[str(r.get("entry")), r.get("seed"), *[_cell((r.get("metrics") or {}).get(k)) for k in keys]] for r in runs]
+    return {"claims": (list(CLAIM_COLUMNS), claims), "runs": (["entry", "seed", *keys], rows)}
+
+
+def _cell(value: Any) -> Any:
+    """A value a ``wandb.Table`` column holds: numbers and strings as they are, ``None`` as is, others as text."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return json.dumps(value)
+
+
+def log_claim_summary(
+    data_file: Path, out_dir: Path, pngs: list[Path] = (), project: str = "iclr25-suite", mode: str = "auto"
+) -> Path | None:
+    """One wandb run per claim page, ``<slug>-claims`` (group ``<slug>``, job type ``summary``), holding the claim
+    data file's ``claims`` and ``runs`` tables (:func:`claim_tables`) as ``wandb.Table``s, each claim's verdict in
+    the summary (``verdict/<claim>``) and the page's plots (``pngs``) as images. Written under
+    ``<out_dir>/summary`` (an earlier offline summary there is replaced). Returns the wandb run folder, or ``None``
+    when wandb is disabled or fails (a warning; the page stands)."""
+    resolved = wandb_mode(mode)
+    if resolved == "disabled":
+        return None
+    os.environ.setdefault("WANDB_SILENT", "true")
+    try:
+        import shutil
+
+        import wandb
+
+        data = json.loads(Path(data_file).read_text())
+        slug = str(data.get("slug") or Path(data_file).stem)
+        folder = Path(out_dir) / "summary"
+        for old in folder.glob("wandb/offline-run-*"):
+            shutil.rmtree(old, ignore_errors=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        run = wandb.init(
+            dir=str(folder),
+            project=project,
+            group=slug,
+            job_type="summary",
+            name=f"{slug}-claims",
+            tags=[slug, "claim", "summary"],
+            mode="offline" if resolved == "offline" else "online",
+            config={k: data.get(k) for k in ("slug", "profile", "written", "commit", "machine")},
+            reinit="finish_previous",
+        )
+        try:
+            logged = {name: wandb.Table(columns=cols, data=rows) for name, (cols, rows) in claim_tables(data).items()}
+            logged.update({f"plots/{p.stem}": wandb.Image(str(p), caption=p.name) for p in pngs if Path(p).is_file()})
+            run.log(logged)
+            for c in data.get("claims") or []:
+                run.summary[f"verdict/{c.get('id')}"] = c.get("verdict")
+            return Path(run.dir).parent
+        finally:
+            run.finish()
+    except Exception as err:  # noqa: BLE001 - wandb must never fail a claim page
+        warnings.warn(f"wandb claim summary not logged ({type(err).__name__}: {err})", stacklevel=2)
         return None

@@ -43,7 +43,25 @@ def checkpoint_slug(ckpt_path: str | None) -> str:
         return "checkpoint"
 
 
+def wandb_run_name(slug: str, seed: object) -> str:
+    """``run_name``: ``<slug>-<overrides that change the run>-s<seed>`` (:func:`suite.loggers.run_name`)."""
+    from suite.loggers import run_name, task_overrides
+
+    return run_name(slug, seed, task_overrides())
+
+
+def wandb_run_tags(slug: str, experiment_tags: object, tags: object) -> list[str]:
+    """``run_tags``: slug, experiment tags, override tags and the user's ``tags`` (:func:`suite.loggers.run_tags`)."""
+    from suite.loggers import run_tags, task_overrides
+
+    return run_tags(slug, experiment_tags, task_overrides(), tags)
+
+
 def register() -> None:
+    if not OmegaConf.has_resolver("wandb_run_name"):
+        OmegaConf.register_new_resolver("wandb_run_name", wandb_run_name)
+    if not OmegaConf.has_resolver("wandb_run_tags"):
+        OmegaConf.register_new_resolver("wandb_run_tags", wandb_run_tags)
     if not OmegaConf.has_resolver("gpus_per_node"):
         OmegaConf.register_new_resolver("gpus_per_node", gpus_per_node)
     if not OmegaConf.has_resolver("checkpoint_slug"):

@@ -27,7 +27,7 @@ from suite.build import build, check_model_fits_data, check_root_types, instanti
 from suite.debug import overfit_verdict
 from suite.finished import extends, in_slurm_job, read_finished, reopen, write_finished
 from suite.interrupt import INTERRUPTED_EXIT_CODE, SigintAsSigterm
-from suite.loggers import truncate_csv
+from suite.loggers import finish_wandb, truncate_csv
 from suite.measured import measured_nothing
 from suite.plumbing.run_config import CONFIG_KEY
 from suite.resume import resolve_checkpoint, run_overrides
@@ -240,13 +240,14 @@ def release_process_group() -> None:
 
 
 def finish_loggers(trainer: pl.Trainer) -> None:
-    """Close wandb runs (flushes the offline file; the next job of a multirun gets its own run)."""
+    """Close wandb runs after logging the run folder's plots and ``metrics.json`` to them (flushes the offline file;
+    the next job of a multirun gets its own run)."""
     from lightning.pytorch.loggers import WandbLogger
 
     for logger in trainer.loggers:
         if isinstance(logger, WandbLogger) and trainer.is_global_zero:
             try:
-                logger.experiment.finish()
+                finish_wandb(logger)
             except Exception as err:  # noqa: BLE001 - never lose a finished run over a logger
                 log.warning("wandb finish failed: %s", err)
 

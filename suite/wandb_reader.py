@@ -1,4 +1,5 @@
-"""Read a wandb offline run file (``run-<id>.wandb``) back into history, summary and config.
+"""Read a wandb offline run file (``run-<id>.wandb``) back into history, summary, config, the run's name, group,
+job type and tags, and the files it saved (plots, tables, ``metrics.json``: under ``<run folder>/files``).
 
 wandb >= 0.31 ships no Python reader. The file is a LevelDB-log framed stream: a 7-byte header (``:W&B``, magic
 0xBEE1, version), 32 KiB blocks, records with a 7-byte header (crc32 u32, length u16, type u8 with 1 = full,
@@ -28,6 +29,28 @@ class WandbRun:
     summary: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     complete: bool = False  # the run's exit record was written
+    name: str = ""
+    group: str = ""
+    job_type: str = ""
+    tags: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)  # paths saved, relative to ``files_dir``
+
+    @property
+    def files_dir(self) -> Path:
+        """Where the run keeps the files it saved (``offline-run-*/files``)."""
+        return self.path.parent / "files"
+
+    def media(self, key: str) -> list[dict[str, Any]]:
+        """Every value logged under ``key`` that is a file (an image, a table): wandb's description of it, with
+        ``path`` relative to :attr:`files_dir`."""
+        return [row[key] for row in self.history if isinstance(row.get(key), dict) and "path" in row[key]]
+
+    def table(self, key: str) -> dict[str, Any]:
+        """The last ``wandb.Table`` logged under ``key``: ``{"columns": [...], "data": [[...], ...]}``."""
+        found = [m for m in self.media(key) if m.get("_type") == "table-file"]
+        if not found:
+            raise KeyError(f"no table logged under {key!r}")
+        return json.loads((self.files_dir / found[-1]["path"]).read_text())
 
 
 def _payloads(data: bytes) -> Iterator[bytes]:
@@ -57,7 +80,16 @@ def _payloads(data: bytes) -> Iterator[bytes]:
 
 
 def _items(items: Any) -> dict[str, Any]:
-    return {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in items}
+    """Items as a dict: ``key`` or a one-part ``nested_key`` is a key; a longer ``nested_key`` (a logged image's
+    ``path``, ``width``, ...) is a dict under its first part."""
+    out: dict[str, Any] = {}
+    for i in items:
+        parts = [i.key] if i.key else list(i.nested_key)
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = json.loads(i.value_json)
+    return out
 
 
 def read_wandb_run(path: str | Path) -> WandbRun:
@@ -76,6 +108,13 @@ def read_wandb_run(path: str | Path) -> WandbRun:
             run.summary.update(_items(record.summary.update))
         elif kind == "config":
             run.config.update(_items(record.config.update))
+        elif kind == "run":
+            info = record.run
+            run.name, run.group, run.job_type = info.display_name, info.run_group, info.job_type
+            run.tags = list(info.tags)
+            run.config.update(_items(info.config.update))
+        elif kind == "files":
+            run.files += [f.path for f in record.files.files if f.path not in run.files]
         elif kind == "exit":
             run.complete = True
     return run

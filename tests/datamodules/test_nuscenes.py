@@ -14,6 +14,8 @@ import torch
 from core.errors import DataFormatError, MissingDataError
 from datamodules.driving_world import DrivingWorld, camera_rig, cast_rays, pixel_rays
 from datamodules.nuscenes import NuScenesDataModule
+from suite.build import check_model_fits_data
+from tests.conftest import ROOT, compose_train
 
 CAMS = ("CAM_FRONT", "CAM_BACK")
 GRID = (8, 8, 2)
@@ -268,3 +270,14 @@ def test_label_fraction_picks_scenes_for_the_labelled_split():
     full.setup("fit")
     assert len(dm.datasets["train"]) == 1 and len(full.datasets["train"]) == 6  # 2 val + 2 test scenes
     assert sum(bool(it["labelled"]) for it in full.datasets["train"]) == 1
+
+
+def test_the_data_configs_are_named_for_what_they_load(tmp_path):
+    world = compose_train(["experiment=preworld"], tmp_path)
+    assert world.data.source == "embedded"  # preworld runs the driving world, data=driving_world
+    real = compose_train(["experiment=preworld", "data=nuscenes"], tmp_path)
+    assert real.data.source == "real" and real.data.data_dir.endswith("/nuscenes")
+    assert {k: v for k, v in real.data.items() if k != "source"} == {
+        k: v for k, v in world.data.items() if k != "source"
+    }
+    check_model_fits_data({"experiment": "preworld", "model": "preworld", "data": "nuscenes"}, ROOT / "conf")

@@ -70,6 +70,7 @@ ROOT_TYPES: dict[str, tuple[type, ...]] = {
     "test_weights": (str,),
     "eval_at_start": (bool,),
     "ckpt_path": (str, type(None)),
+    "cpu_only": (str, type(None)),
     "task_name": (str,),
     "experiment_slug": (str,),
     "group": (str,),
@@ -102,6 +103,39 @@ def check_root_types(cfg: DictConfig) -> None:
         raise ConfigError(_wrong_type(parent, key, dotted, value, expected))
     if isinstance(cfg.get("trainer"), DictConfig):
         check_value_types(cfg.trainer, "trainer")
+
+
+#: Accelerator values that put a run on the CPU whatever the machine has (``auto`` picks a GPU where there is one).
+_CPU_ACCELERATORS = ("cpu",)
+
+
+def _auto_picks_an_accelerator() -> bool:
+    """Whether ``trainer.accelerator=auto`` would run on something other than the CPU on this machine."""
+    from lightning.pytorch.accelerators import CUDAAccelerator, MPSAccelerator
+
+    return CUDAAccelerator.is_available() or MPSAccelerator.is_available()
+
+
+def check_cpu_only(cfg: DictConfig, choices: dict[str, Any] | None = None) -> None:
+    """Refuse a GPU (``trainer=gpu``, ``trainer=ddp``, ``trainer.accelerator=gpu``, or ``auto`` on a GPU machine)
+    for a method that runs only on the CPU: its experiment says why in ``cpu_only`` (a sentence; ``null`` for
+    every method that runs on any device). One line naming the setting and the reason, before anything is built.
+
+    Raises:
+        ConfigError: ``trainer=gpu: semdice runs only on the CPU (...); use trainer=cpu``.
+    """
+    why = cfg.get("cpu_only")
+    trainer = cfg.get("trainer")
+    if not why or not isinstance(trainer, DictConfig):
+        return
+    accelerator = str(trainer.get("accelerator", "auto"))
+    if accelerator in _CPU_ACCELERATORS or (accelerator == "auto" and not _auto_picks_an_accelerator()):
+        return
+    group = (choices or {}).get("trainer")
+    asked = f"trainer={group}" if group and group not in ("cpu", "default") else f"trainer.accelerator={accelerator}"
+    raise ConfigError(
+        f"{asked}: {cfg.get('experiment_slug')} runs only on the CPU ({why}); use trainer=cpu (one process)"
+    )
 
 
 def experiment_pairs(conf_dir: Path) -> dict[str, tuple[str, str]]:

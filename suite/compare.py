@@ -28,7 +28,7 @@ import yaml
 
 from core.errors import SuiteError
 from suite.cli import fail
-from suite.rundir import read_csv_curves, read_overrides
+from suite.rundir import devices_label, read_csv_curves, read_devices, read_overrides
 from suite.summary import is_result
 from suite.wandb_reader import find_wandb_files, wait_for_wandb_run
 
@@ -125,16 +125,40 @@ def find_runs(roots: list[str | Path], skipped: list[Path] | None = None) -> lis
 
 
 _UNLABELLED = ("seed=", "hydra.", "paths.", "logger", "trainer.enable", "ckpt_path=")
+#: Overrides that ask for devices: a run is labelled by what it ran on (:func:`ran_on`), never by what was asked.
+_DEVICE_KEYS = ("trainer", "trainer.accelerator", "trainer.devices", "trainer.num_nodes", "trainer.strategy")
+
+
+def ran_on(run_dir: Path) -> str:
+    """What a run ran on (``cpu``, ``gpu×4 ddp``): its ``devices.json``; for a run without one, its saved config's
+    trainer when that names the device, else ``unrecorded``."""
+    label = devices_label(read_devices(run_dir))
+    if label:
+        return label
+    try:
+        trainer = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("trainer") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        trainer = {}
+    accelerator = str(trainer.get("accelerator", "auto")) if isinstance(trainer, dict) else "auto"
+    if accelerator == "auto":
+        return "unrecorded"
+    devices = trainer.get("devices", 1)
+    n = (int(devices) if str(devices).isdigit() else 1) * int(trainer.get("num_nodes") or 1)
+    strategy = str(trainer.get("strategy") or "ddp")
+    return {"cuda": "gpu"}.get(accelerator, accelerator) + (f"×{n} {strategy}" if n > 1 else "")
 
 
 def label_by_difference(records: list[RunRecord]) -> None:
     """Name each run by the overrides that differ between the runs (``model.neuron=lif``), not by the ones they
-    share (``experiment=ts_lif``); seeds never enter a label, so a configuration's seeds form one group."""
+    share (``experiment=ts_lif``); seeds never enter a label, so a configuration's seeds form one group. Devices
+    enter as what each run ran on (``device=gpu×4 ddp``, :func:`ran_on`), not as the ``trainer=`` it was given."""
     opts = []
     for r in records:
         pairs = dict(
             o.split("=", 1) if "=" in o else (o, "") for o in _overrides(r.path) if not o.startswith(_UNLABELLED)
         )
+        pairs = {k: v for k, v in pairs.items() if k.lstrip("+~") not in _DEVICE_KEYS}
+        pairs["device"] = ran_on(r.path)
         opts.append(pairs)
     keys = list(dict.fromkeys(k for o in opts for k in o))
     varying = [k for k in keys if len({o.get(k) for o in opts}) > 1]
@@ -143,7 +167,7 @@ def label_by_difference(records: list[RunRecord]) -> None:
         if varying:
             r.name = " ".join(f"{k}={v}" for k, v in r.varies.items())
         else:  # every run has the same configuration (only seeds differ): one group, named by that configuration
-            r.name = " ".join(f"{k}={v}" for k, v in o.items()) or "default"
+            r.name = " ".join(f"{k}={v}" for k, v in o.items() if (k, v) != ("device", "unrecorded")) or "default"
 
 
 def relative_change(value: float, reference: float, what: str) -> str:

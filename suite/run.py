@@ -23,7 +23,15 @@ from core.errors import (
     Preempted,
     SuiteError,
 )
-from suite.build import build, check_model_fits_data, check_root_types, instantiate, instantiate_group, scalars
+from suite.build import (
+    build,
+    check_cpu_only,
+    check_model_fits_data,
+    check_root_types,
+    instantiate,
+    instantiate_group,
+    scalars,
+)
 from suite.debug import overfit_verdict
 from suite.finished import extends, in_slurm_job, read_finished, reopen, write_finished
 from suite.interrupt import INTERRUPTED_EXIT_CODE, SigintAsSigterm
@@ -31,7 +39,7 @@ from suite.loggers import finish_wandb, truncate_csv
 from suite.measured import measured_nothing
 from suite.plumbing.run_config import CONFIG_KEY
 from suite.resume import resolve_checkpoint, run_overrides
-from suite.rundir import read_start, write_start
+from suite.rundir import read_start, write_devices, write_start
 from suite.start_metrics import evaluate_at_start, preserved_rng
 from suite.startup import StartupWatch, slurm_task
 from suite.summary import resume_command, run_summary, shown
@@ -68,6 +76,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     try:
         check_root_types(cfg)
         check_model_fits_data(_choices(), Path(__file__).resolve().parents[1] / "conf")
+        check_cpu_only(cfg, _choices())
         output_dir.mkdir(parents=True, exist_ok=True)
         with StartupWatch(output_dir) as watch:  # SLURM tasks: one failing before training starts ends them all
             return _train(cfg, output_dir, watch)
@@ -75,8 +84,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
         # A run refused before it started (its config, its data) leaves nothing worth keeping: remove the folder
         # Hydra made for it, so that `make compare` never counts it as an unfinished run. Never a folder that held
         # anything else (a resumed run), nor one shared by the tasks of a SLURM job (they read each other's startup
-        # markers there).
-        if fresh and slurm_task() is None and _only_hydra_files(output_dir, cfg):
+        # markers there). A run of several processes reads its data in each rank, inside fit, after the launching
+        # process wrote the config and the loggers' first files: refused there, before a checkpoint or a result,
+        # its folder goes too (the launching process removes it; the other ranks only ever add their logs).
+        if fresh and slurm_task() is None and (_only_hydra_files(output_dir, cfg) or _never_trained(output_dir)):
             remove_run_folder(output_dir, Path(str(cfg.paths.log_dir)))
         raise
 
@@ -97,6 +108,15 @@ def remove_run_folder(run_dir: Path, log_dir: Path) -> None:
         except OSError:
             break
         parent = parent.parent
+
+
+def _never_trained(run_dir: Path) -> bool:
+    """Whether the run in ``run_dir`` has nothing of its own to keep: no checkpoint, no result, no finished marker
+    (only its config, logs and the loggers' first files)."""
+    if not run_dir.is_dir():
+        return False
+    kept = ("checkpoints", "metrics.json", "finished.json", "start_metrics.json")
+    return not any((run_dir / name).exists() for name in kept)
 
 
 def _only_hydra_files(run_dir: Path, cfg: DictConfig) -> bool:
@@ -139,6 +159,8 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
         if kept is not None:
             log.info("the finished run's metrics.json is kept as %s", shown(kept))
     (output_dir / "config.yaml").write_text(objs["config_yaml"])
+    if trainer.is_global_zero:  # what runs this process (`make compare` labels runs by it, never by `trainer=`)
+        write_devices(output_dir, what_runs(trainer), int(state.get("global_step", 0)) if state is not None else None)
     if state is not None:
         step = int(state.get("global_step", 0))
         if Path(ckpt).resolve().parents[1] == output_dir.resolve() and trainer.is_global_zero:
@@ -213,6 +235,25 @@ def _train(cfg: DictConfig, output_dir: Path, watch: StartupWatch) -> dict[str, 
     return metrics
 
 
+def what_runs(trainer: pl.Trainer) -> dict[str, Any]:
+    """The accelerator, device count, processes and strategy ``trainer`` runs on (and the GPU's name on one)."""
+    import torch
+
+    kind = type(trainer.accelerator).__name__.removesuffix("Accelerator").lower()
+    kind = {"cuda": "gpu", "xla": "tpu"}.get(kind, kind)
+    out: dict[str, Any] = {
+        "accelerator": kind,
+        "devices": int(trainer.num_devices),
+        "num_nodes": int(trainer.num_nodes),
+        "world_size": int(trainer.world_size),
+        "strategy": str(getattr(trainer.strategy, "strategy_name", type(trainer.strategy).__name__)),
+    }
+    root = getattr(trainer.strategy, "root_device", None)
+    if kind == "gpu" and root is not None and root.type == "cuda":
+        out["device_name"] = torch.cuda.get_device_name(root)
+    return out
+
+
 def _test_best_weights(cfg: DictConfig, trainer: pl.Trainer) -> bool:
     """Whether ``test`` scores the best-validation checkpoint of this fit (``test_weights=best``); checks the config."""
     choice = str(cfg.get("test_weights", "final"))
@@ -272,6 +313,8 @@ def _evaluate(cfg: DictConfig, watch: StartupWatch) -> dict[str, float]:
     if CONFIG_KEY not in state:
         raise CheckpointError(f"checkpoint {ckpt} has no saved suite config (was it written by this suite?)")
     saved = OmegaConf.create(state[CONFIG_KEY])
+    asked = {"accelerator": cfg.trainer.get("accelerator", "auto")}  # the method's own saved `cpu_only` reason
+    check_cpu_only(OmegaConf.create({k: saved.get(k) for k in ("cpu_only", "experiment_slug")} | {"trainer": asked}))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule = instantiate(saved.data, "data")
     model = instantiate(saved.model, "model")

@@ -1,6 +1,6 @@
 """The files of a run folder that more than one part of the suite reads: the command-line overrides Hydra saved
-(``.hydra/overrides.yaml``), the CSV log's curves (``csv/metrics.csv``) and the step-0 metrics
-(``start_metrics.json``, :mod:`suite.start_metrics`)."""
+(``.hydra/overrides.yaml``), the CSV log's curves (``csv/metrics.csv``), the step-0 metrics
+(``start_metrics.json``, :mod:`suite.start_metrics`) and what the run ran on (``devices.json``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import csv
 import json
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -62,3 +63,38 @@ def read_start(run_dir: Path) -> dict[str, float]:
     except (OSError, ValueError):
         return {}
     return {str(k): float(v) for k, v in data.items() if isinstance(v, int | float)} if isinstance(data, dict) else {}
+
+
+DEVICES_FILE = "devices.json"
+
+
+def write_devices(run_dir: Path, ran: dict[str, Any], resumed_at: int | None = None) -> None:
+    """Record what a run's process runs on (``devices.json``: a list of ``{"from_step", "accelerator", "devices",
+    "num_nodes", "world_size", "strategy"[, "device_name"]}``). A fresh run (``resumed_at=None``) starts the list; a
+    resumed one adds an entry from its step when it runs on something else."""
+    path = Path(run_dir) / DEVICES_FILE
+    entries = read_devices(run_dir) if resumed_at is not None else []
+    if not entries or {k: v for k, v in entries[-1].items() if k != "from_step"} != ran:
+        entries.append({"from_step": int(resumed_at or 0), **ran})
+    path.write_text(json.dumps(entries, indent=2) + "\n")
+
+
+def read_devices(run_dir: Path) -> list[dict[str, Any]]:
+    """The entries of a run's ``devices.json`` (``[]`` when there is none or it is unreadable)."""
+    try:
+        data = json.loads((Path(run_dir) / DEVICES_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    return [e for e in data if isinstance(e, dict)] if isinstance(data, list) else []
+
+
+def devices_label(entries: list[dict[str, Any]]) -> str | None:
+    """What a run ran on, as compared runs are labelled: ``cpu``, ``gpu×4 ddp``, ``cpu×2 ddp`` (one device per
+    process), entries of a resumed run joined by ``then``; ``None`` without a record."""
+    parts = []
+    for e in entries:
+        n = int(e.get("world_size") or 1)
+        part = str(e.get("accelerator", "?")) + (f"×{n} {e.get('strategy', '?')}" if n > 1 else "")
+        if not parts or parts[-1] != part:
+            parts.append(part)
+    return " then ".join(parts) or None

@@ -60,6 +60,7 @@ SPINE = (
     "tests/suite/test_cli_errors.py",
     "tests/suite/test_ddp.py",
     "tests/suite/test_devices.py::test_a_gpu_asked_for_on_a_cpu_machine_is_one_line_and_leaves_no_folder",
+    "tests/suite/test_devices.py::test_compare_labels_runs_by_what_they_ran_on_not_by_the_trainer_asked_for",
     "tests/suite/test_finished_runs.py",
     "tests/suite/test_gpu_path.py",
     "tests/suite/test_last_is_final.py",

@@ -37,3 +37,30 @@ def test_ddp_two_processes_match_one_process(tmp_path):
         # Tolerance: float32 sums in a different order (gloo all-reduce), after 16 SGD steps.
         assert ddp[key] == pytest.approx(single[key], rel=1e-5), key
     assert single["val/loss"] < 5.0  # it trained (initial MSE is ~30)
+
+
+@pytest.mark.slow
+def test_a_data_error_in_the_ranks_of_a_ddp_run_leaves_no_run_folder(tmp_path):
+    """Each rank reads its data inside fit, after the launching process wrote the run's config and the CSV logger's
+    first file: a missing data folder there used to leave that folder behind, counted by `make compare`."""
+    missing = tmp_path / "no_such_data"
+    logs = tmp_path / "logs"
+    proc = run_cli(
+        [
+            "train",
+            "experiment=badloss",
+            "trainer=ddp",
+            "trainer.accelerator=cpu",
+            "trainer.devices=2",
+            "data.source=real",
+            f"data.data_dir={missing}",
+            "logger=csv",
+            "debug=fdr",
+            f"paths.log_dir={logs}",
+        ],
+        timeout=600,
+    )
+    errors = {line for line in proc.stderr.splitlines() if line.startswith("error:")}
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
+    assert str(missing) in errors.pop() and "Traceback" not in proc.stderr
+    assert not logs.exists() or not any(logs.rglob("*")), sorted(map(str, logs.rglob("*")))

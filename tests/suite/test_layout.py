@@ -47,11 +47,11 @@ PAPERS = sorted(p.stem for p in (ROOT / "docs" / "methods").glob("*.md"))
 """One slug per paper: its methods page, its ``lightning_modules/<slug>/`` folder."""
 
 
-def paper_of(experiment: str) -> str:
-    """The paper an experiment belongs to: its own slug, or the longest paper slug it extends (``semdice_deep``)."""
-    owners = [p for p in PAPERS if experiment == p or experiment.startswith(f"{p}_")]
-    assert owners, f"conf/experiment/{experiment}.yaml: no docs/methods/<slug>.md names its paper"
-    return max(owners, key=len)
+def paper_of(name: str) -> str | None:
+    """The paper an experiment or claim spec belongs to: its own slug, or the longest paper slug it extends
+    (``semdice_deep``, ``badloss_vit``); ``None`` for a cross-paper study (``quant_outliers``)."""
+    owners = [p for p in PAPERS if name == p or name.startswith(f"{p}_")]
+    return max(owners, key=len) if owners else None
 
 
 @pytest.mark.parametrize("paper", PAPERS)
@@ -70,6 +70,64 @@ def test_lightning_modules_holds_only_paper_folders():
     assert sorted(top - allowed) == [], "a paper's module lives in lightning_modules/<slug>/, nothing else at the top"
 
 
+FILE_KINDS = ("module", "experiment", "model", "data", "datamodule", "claim", "report", "layers", "ops", "tests")
+"""The kinds of file a methods page's front matter lists (``files: {kind: [path, ...]}``)."""
+
+
+def front_matter(text: str) -> dict:
+    """The YAML front matter of a page (between a first line ``---`` and the next ``---``); ``{}`` when none."""
+    import yaml
+
+    match = re.match(r"---\n(.*?)\n---\n", text, re.S)
+    return (yaml.safe_load(match.group(1)) or {}) if match else {}
+
+
+def listed_file_problems(paper: str, text: str) -> list[str]:
+    """What is wrong with the file list in the front matter ``text`` of ``docs/methods/<paper>.md``: a path that does
+    not exist, a kind not in :data:`FILE_KINDS`, and each of the paper's own files it leaves out (its module folder
+    and the shared systems that folder imports, each experiment with its model config, each claim spec)."""
+    files = front_matter(text).get("files")
+    if not isinstance(files, dict):
+        return ["no `files:` mapping in the front matter"]
+    problems = [f"unknown kind {kind!r}" for kind in files if kind not in FILE_KINDS]
+    listed = {path for paths in files.values() for path in paths or []}
+    for path in sorted(listed):
+        if not ((ROOT / path).is_dir() if path.endswith("/") else (ROOT / path).is_file()):
+            problems.append(f"{path}: no such {'folder' if path.endswith('/') else 'file'}")
+    own = [f"lightning_modules/{paper}/"]
+    init = ROOT / "lightning_modules" / paper / "__init__.py"
+    if init.exists():
+        shared = {n.split(".")[2] for n in _imported_names(init) if n.startswith("lightning_modules._shared.")}
+        own += [f"lightning_modules/_shared/{name}.py" for name in sorted(shared)]
+    for slug in (e for e in SLUGS if paper_of(e) == paper):
+        own.append(f"conf/experiment/{slug}.yaml")
+        if model := re.search(
+            r"override /model:\s*([\w-]+)", (ROOT / "conf" / "experiment" / f"{slug}.yaml").read_text()
+        ):
+            own.append(f"conf/model/{model.group(1)}.yaml")
+    own += [f"conf/claim/{c}.yaml" for c in CLAIMS if paper_of(c) == paper]
+    problems += [f"{path} is not listed" for path in own if path not in listed]
+    return problems
+
+
+@pytest.mark.parametrize("paper", PAPERS)
+def test_each_methods_page_lists_the_files_of_its_paper(paper: str):
+    page = ROOT / "docs" / "methods" / f"{paper}.md"
+    assert listed_file_problems(paper, page.read_text()) == [], f"{page.relative_to(ROOT)} front matter"
+
+
+def test_the_file_list_check_finds_a_missing_path_and_an_unlisted_file():
+    text = (ROOT / "docs" / "methods" / "ts_lif.md").read_text()
+    assert listed_file_problems("ts_lif", text) == []
+    assert listed_file_problems("ts_lif", text.replace("  - conf/experiment/ts_lif.yaml\n", "")) == [
+        "conf/experiment/ts_lif.yaml is not listed"
+    ]
+    moved = text.replace("reports/ts_lif.py", "reports/ts_lif_old.py")
+    assert listed_file_problems("ts_lif", moved) == ["reports/ts_lif_old.py: no such file"]
+    assert listed_file_problems("ts_lif", text.replace("  layers:", "  layer:")) == ["unknown kind 'layer'"]
+    assert listed_file_problems("ts_lif", text.split("---\n", 2)[2]) == ["no `files:` mapping in the front matter"]
+
+
 @pytest.mark.parametrize("slug", SLUGS)
 def test_each_experiment_has_model_config_module_and_tests(slug: str):
     import yaml
@@ -81,6 +139,7 @@ def test_each_experiment_has_model_config_module_and_tests(slug: str):
     from tests.conftest import compose_train
 
     paper = paper_of(slug)
+    assert paper, f"conf/experiment/{slug}.yaml: no docs/methods/<slug>.md names its paper"
     target = compose_train([f"experiment={slug}"], ROOT / "logs" / "unused").model._target_
     module, cls = target.rsplit(".", 1)
     assert module == f"lightning_modules.{paper}", f"{slug}: model target {target} is not lightning_modules.{paper}.*"

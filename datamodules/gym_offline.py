@@ -11,11 +11,17 @@ in ``data_dir`` (arrays ``obs``, ``action``, ``next_obs``, ``reward``, ``termina
 
 PointMaze observations are the ``observation`` entry of the dict (x, y, vx, vy); the goal entries are dropped
 (pre-training is reward-free). Episodes are ``episode_steps`` long. ``source=real`` reads a user ``.npz`` with the
-same arrays from ``data_dir/filename``. :meth:`make_env` builds the environment for evaluation roll-outs.
+same arrays from ``data_dir/filename``. ``path`` reads one ``.npz`` in that format from anywhere instead: the replay
+buffer an online run wrote (``<run>/replay.npz``, ``model.save_replay=true`` of
+``lightning_modules/semdice/finetune.py``), so that an offline learner trains on exactly the transitions an online
+one collected. :meth:`make_env` builds the environment for evaluation roll-outs. :func:`cell_coverage` is the
+coverage of a set of states (the data's own, logged by the learners beside their actor's).
 """
 
 from __future__ import annotations
 
+import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from core.errors import ConfigError, DataFormatError
+from core.errors import ConfigError, DataFormatError, MissingDataError
 from datamodules._base import SuiteDataModule, require_files, split_indices
 
 POLICIES = ("random", "sticky", "eps_sticky")
@@ -53,6 +59,15 @@ def make_env(env_id: str, **kwargs: Any) -> Any:
     except gym.error.Error as err:
         hint = "gymnasium-robotics==1.4.2" if robotics else "'gymnasium[mujoco]==1.4.0'"
         raise ConfigError(f"env_id={env_id!r} is not installed here ({err}); pip install {hint}") from None
+
+
+def cell_coverage(states: np.ndarray, cell: float) -> tuple[float, int]:
+    """Entropy (nats) and number of the visited ``cell``-sized squares of the first two coordinates of ``states``
+    ``[N, D]`` (the (x, y) position in PointMaze): the histogram the coverage checks score."""
+    cells = np.floor(np.asarray(states)[:, :2] / cell).astype(np.int64)
+    _, counts = np.unique(cells, axis=0, return_counts=True)
+    p = counts / counts.sum()
+    return float(-(p * np.log(p)).sum()), int(len(counts))
 
 
 def flat_obs(obs: Any) -> np.ndarray:
@@ -122,6 +137,9 @@ class GymOfflineDataModule(SuiteDataModule):
         epsilon: Uniform-action probability of ``eps_sticky``.
         val_fraction: Held-out transitions (validation loss).
         filename: ``source=real``: the ``.npz`` under ``data_dir``; ``embedded``: ``null`` = an automatic cache name.
+        path: An ``.npz`` of transitions (the arrays :data:`ARRAYS`) to read instead of generating or reading
+            ``data_dir``, e.g. an online run's ``<run>/replay.npz``; ``null``: off. A missing file is a
+            :class:`MissingDataError`, a malformed one a :class:`DataFormatError` (one line each).
         source, data_dir, batch_size, num_workers, seed: see :class:`SuiteDataModule`.
     """
 
@@ -135,6 +153,7 @@ class GymOfflineDataModule(SuiteDataModule):
         epsilon: float = 0.2,
         val_fraction: float = 0.05,
         filename: str | None = None,
+        path: str | None = None,
         source: str = "embedded",
         data_dir: str = "data",
         batch_size: int = 1024,
@@ -149,17 +168,24 @@ class GymOfflineDataModule(SuiteDataModule):
                 f"data.num_steps={num_steps} (>= 2), episode_steps={episode_steps} (>= 1), repeat={repeat} (>= 1), "
                 f"epsilon={epsilon} (in [0, 1]), val_fraction={val_fraction} (in (0, 1)) out of range"
             )
-        if source == "real" and not filename:
+        if source == "real" and not filename and not path:
             raise ConfigError("data.filename must name the .npz under data.data_dir when data.source=real")
         self.env_id, self.policy, self.num_steps, self.episode_steps = env_id, policy, num_steps, episode_steps
         self.repeat, self.epsilon, self.val_fraction, self.filename = repeat, epsilon, val_fraction, filename
+        self.path = str(path) if path else None
         self.obs_dim = self.act_dim = 0
+        self.states: np.ndarray | None = None  # every transition's next state [N, D], once read (the data's coverage)
 
     def make_env(self) -> Any:
         return make_env(self.env_id, max_episode_steps=self.episode_steps)
 
     def behaviour_policy(self, env: Any, seed: int) -> BehaviourPolicy:
         """The data's behaviour policy acting in ``env`` (the ``data`` floor of the coverage check)."""
+        if self.path:
+            raise ConfigError(
+                f"data.path={self.path}: read transitions have no behaviour policy to roll out "
+                "(model.eval_policy=behaviour needs generated data: data.path=null)"
+            )
         rng = np.random.default_rng(seed)
         return BehaviourPolicy(self.policy, env.action_space.low, env.action_space.high, rng, self.repeat, self.epsilon)
 
@@ -169,7 +195,7 @@ class GymOfflineDataModule(SuiteDataModule):
         return Path(self.data_dir) / name
 
     def prepare_data(self) -> None:
-        if self.source == "embedded" and not self.cache_path.exists():
+        if self.source == "embedded" and not self.path and not self.cache_path.exists():
             arrays = generate(
                 self.env_id, self.policy, self.num_steps, self.episode_steps, self.seed, self.repeat, self.epsilon
             )
@@ -187,8 +213,15 @@ class GymOfflineDataModule(SuiteDataModule):
                 arrays = {k: torch.from_numpy(np.asarray(f[k], dtype=np.float32)) for k in ARRAYS}
         except DataFormatError:
             raise
-        except (OSError, ValueError) as err:
-            raise DataFormatError(f"{path}: not a readable .npz ({err})") from None
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError) as err:
+            msg = " ".join(str(err).split())[:200]
+            raise DataFormatError(f"{path}: not a readable .npz ({type(err).__name__}: {msg})") from None
+        flat = any(a.ndim == 0 for a in arrays.values())
+        if flat or arrays["obs"].ndim != 2 or arrays["action"].ndim != 2 or arrays["obs"].shape[0] < 2:
+            raise DataFormatError(
+                f"{path}: needs >= 2 transitions with obs [N, D] and action [N, A] (got obs "
+                f"{list(arrays['obs'].shape)}, action {list(arrays['action'].shape)})"
+            )
         n = arrays["obs"].shape[0]
         bad = [k for k in ARRAYS if arrays[k].shape[0] != n]
         if bad or arrays["obs"].shape != arrays["next_obs"].shape:
@@ -196,16 +229,30 @@ class GymOfflineDataModule(SuiteDataModule):
         if not all(torch.isfinite(a).all() for a in arrays.values()):
             raise DataFormatError(f"{path}: non-finite values")
         self.obs_dim, self.act_dim = int(arrays["obs"].shape[1]), int(arrays["action"].shape[1])
+        self.states = arrays["next_obs"].numpy()
         ds = TensorDataset(*(arrays[k] for k in ARRAYS))
         val_idx, train_idx = split_indices(n, [self.val_fraction, 1 - self.val_fraction], self.seed)
         sub = lambda idx: TensorDataset(*(t[idx] for t in ds.tensors))  # noqa: E731
         return {"train": sub(train_idx), "val": sub(val_idx), "test": sub(val_idx)}
 
+    def _read_path(self) -> dict[str, Any]:
+        path = Path(self.path)
+        if not path.is_file():
+            raise MissingDataError(
+                f"data.path={self.path}: no such file (an online run with model.save_replay=true writes "
+                "<run>/replay.npz when it ends: run it first)"
+            )
+        return self._read(path)
+
     def load_embedded(self) -> dict[str, Any]:
+        if self.path:
+            return self._read_path()
         self.prepare_data()
         return self._read(self.cache_path)
 
     def load_real(self) -> dict[str, Any]:
+        if self.path:
+            return self._read_path()
         (path,) = require_files(self.data_dir, [self.filename], f"Write an .npz with arrays {list(ARRAYS)}.")
         return self._read(path)
 

@@ -16,7 +16,7 @@ from suite.compare import RunRecord
 from suite.report import entry_curves, mean_sd
 
 METRICS = ("test/cell_entropy", "test/cells", "test/pbe")
-NAMES = ("semdice", "apt_online", "apt", "init", "data")
+NAMES = ("semdice_on_apt", "apt_online", "semdice", "apt", "init", "data")
 WHAT = {
     "apt_online": "APT online (its paper's protocol: own 20k transitions, particle reward, twin critics)",
     "apt": "APT offline (DDPG on SEMDICE's fixed data)",

@@ -28,7 +28,8 @@ METHOD = "semdice"
 PRETRAINED = "apt"  # APT pre-trained online, as its paper runs it (the deep claim's apt_online)
 OFFLINE = "apt_offline"  # APT pre-trained offline on SEMDICE's data (the deep claim's apt)
 SCRATCH = "scratch"
-NAMES = (METHOD, PRETRAINED, OFFLINE, SCRATCH)
+ON_APT = "semdice_on_apt"  # SEMDICE pre-trained on APT online's own replay (the deep claim's semdice_on_apt)
+NAMES = (METHOD, ON_APT, PRETRAINED, OFFLINE, SCRATCH)
 
 
 def return_curves(records: list[RunRecord], name: str) -> dict[str, dict[int, float]]:

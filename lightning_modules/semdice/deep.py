@@ -18,7 +18,9 @@ Evaluation (``val``/``test``): ``eval_episodes`` roll-outs of the deterministic 
 coordinates (the (x, y) position in PointMaze), ``*/cells`` = number of those squares visited, ``*/pbe`` =
 mean kNN particle entropy of the visited states. ``val/loss`` is the method's own loss on held-out transitions.
 ``eval_policy=behaviour`` rolls out the data's behaviour policy instead of the actor (the coverage of the data
-itself, the floor a pre-trained actor should beat; train it for 0 epochs).
+itself, the floor a pre-trained actor should beat; train it for 0 epochs). ``test/data_cell_entropy`` and
+``test/data_cells`` are the same histogram over every next state of the training data (generated, or an online run's
+replay buffer read through ``data.path``): how far the data themselves reach.
 
 Downstream fine-tuning on the task reward: :mod:`lightning_modules.semdice.finetune`.
 """
@@ -33,7 +35,7 @@ import torch
 from torch import nn
 
 from core.errors import ConfigError, NonFiniteLossError
-from datamodules.gym_offline import flat_obs  # the env protocol only; no paper code in datamodules
+from datamodules.gym_offline import cell_coverage, flat_obs  # the env protocol only; no paper code in datamodules
 from lightning_modules._base import SuiteLitModule
 from ops.semdice import deep as ops
 from ops.semdice.tabular import check_alpha, check_gamma
@@ -230,6 +232,10 @@ class DeepSemdiceLitModule(SuiteLitModule):
         finally:
             env.close()
         self.log_dict({f"{stage}/{k}": v for k, v in cov.items()})
+        states = getattr(dm, "states", None)
+        if stage == "test" and states is not None:  # the training data's own coverage, beside the actor's
+            entropy, n_cells = cell_coverage(states, self.cell)
+            self.log_dict({"test/data_cell_entropy": entropy, "test/data_cells": float(n_cells)})
 
     def on_validation_epoch_end(self) -> None:
         self._log_coverage("val")
@@ -268,9 +274,7 @@ def state_coverage(
             if terminated or truncated:
                 break
     x = np.stack(states)
-    cells = np.floor(x[:, :2] / cell).astype(np.int64)
-    _, counts = np.unique(cells, axis=0, return_counts=True)
-    p = counts / counts.sum()
+    entropy, n_cells = cell_coverage(x, cell)
     xs = torch.from_numpy(x).double()
     pbe = float(torch.log(c + ops.knn_mean_distance(xs, min(k, len(xs) - 1))).mean())
-    return {"cell_entropy": float(-(p * np.log(p)).sum()), "cells": float(len(counts)), "pbe": pbe}
+    return {"cell_entropy": entropy, "cells": float(n_cells), "pbe": pbe}

@@ -24,6 +24,12 @@ particle-based entropy reward; URLB ``PBE`` with ``knn_avg``, ``knn_rms``;
 pre-training check's coverage roll-outs, :func:`lightning_modules.semdice.deep.state_coverage`). The kNN runs in the
 raw state space: URLB's ICM trunk (a learnt 512-d representation for the kNN) is not built (PointMaze's state is
 4-d, positions and velocities).
+
+``save_replay=true`` writes the replay buffer (every transition collected, oldest first, at most ``buffer_size``) to
+``<run>/replay.npz`` when fitting ends, in the format of :class:`~datamodules.gym_offline.GymOfflineDataModule`
+(``obs``, ``action``, ``next_obs``, ``reward`` = the env's, ``terminated``), so that an offline learner trains on the
+very transitions this run collected (``data.path=<run>/replay.npz``). With ``eval_metric=coverage`` the test also
+logs ``test/data_cell_entropy`` / ``test/data_cells``: the coverage histogram of the buffer's next states.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from torch import nn
 
 from core.errors import CheckpointError, ConfigError
 from core.smoke import smoke_test
-from datamodules.gym_offline import GymOfflineDataModule, flat_obs
+from datamodules.gym_offline import ARRAYS, GymOfflineDataModule, cell_coverage, flat_obs
 from lightning_modules._base import SuiteLitModule
 from lightning_modules.semdice.deep import DeepSemdiceLitModule, mlp, state_coverage
 from ops.semdice import deep as ops
@@ -87,6 +93,7 @@ def pretrained_checkpoint(init_run: str, seed: int) -> str:
     return str(ckpt)
 
 
+REPLAY_FILE = "replay.npz"
 REWARDS = ("task", "apt")
 EVAL_METRICS = ("return", "coverage")
 
@@ -104,6 +111,7 @@ class DdpgFinetuneLitModule(SuiteLitModule):
             actor, reward-free) run in-process before fine-tuning; 0: fine-tune from scratch.
         pretrain_data: Keyword arguments of :class:`~datamodules.gym_offline.GymOfflineDataModule` for that
             pre-training (the reward-free offline dataset, generated and cached like ``semdice_deep``'s).
+        save_replay: Write the replay buffer to ``<run>/replay.npz`` when fitting ends (:meth:`replay_arrays`).
         hidden: MLP width (must match the checkpoint's).
         lr: Adam learning rate; gamma: discount; tau: Polyak rate.
         noise: Exploration / smoothing noise std; noise_clip: its clip.
@@ -144,6 +152,7 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         cell: float = 0.5,
         pretrain_steps: int = 0,
         pretrain_data: dict[str, Any] | None = None,
+        save_replay: bool = False,
     ) -> None:
         super().__init__()
         check_gamma(gamma, "model.gamma")
@@ -175,7 +184,7 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         self.buffer_size, self.env_steps, self.eval_episodes = buffer_size, env_steps, eval_episodes
         self.reward, self.knn_k, self.knn_c, self.double_q = reward, knn_k, knn_c, double_q
         self.eval_metric, self.eval_steps, self.cell = eval_metric, eval_steps, cell
-        self.knn_rms = knn_rms
+        self.knn_rms, self.save_replay = knn_rms, bool(save_replay)
         # pre-training updates the actor starts from (None: scratch); in-process only without a checkpoint
         self.pretrain_steps = int(pretrain_steps) if init_ckpt is None and pretrain_steps > 0 else 0
         self.pretrained_steps: float | None = None
@@ -301,6 +310,25 @@ class DdpgFinetuneLitModule(SuiteLitModule):
         if self.env is not None:
             self.env.close()
 
+    def replay_arrays(self) -> dict[str, np.ndarray]:
+        """The replay buffer's transitions, oldest first, as the offline format's float32 arrays :data:`ARRAYS`
+        (``obs [N, D]``, ``action [N, A]``, ``next_obs [N, D]``, ``reward [N]``, ``terminated [N]``), ``N =
+        min(collected, buffer_size)``."""
+        n = min(self.size, self.buffer_size)
+        order = (np.arange(n) + self.size) % self.buffer_size if self.size > self.buffer_size else np.arange(n)
+        keys = dict(zip(ARRAYS, ("s", "a", "s2", "r", "d"), strict=True))
+        return {name: self.buf[k][order].astype(np.float32) for name, k in keys.items()}
+
+    def on_fit_end(self) -> None:
+        if not (self.save_replay and self.trainer.is_global_zero and self.trainer.default_root_dir):
+            return
+        path = Path(self.trainer.default_root_dir) / REPLAY_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, **self.replay_arrays())
+        tmp.replace(path)  # atomic: a reader never sees a half-written buffer
+        log.info("semdice_finetune: wrote the %d replay transitions to %s", min(self.size, self.buffer_size), path)
+
     def _collect(self) -> None:
         for _ in range(self.env_steps):
             scratch_warmup = self.pretrained_steps is None and self.env_step < self.warmup
@@ -419,6 +447,9 @@ class DdpgFinetuneLitModule(SuiteLitModule):
     def _evaluate(self, stage: str) -> None:
         if self.eval_metric == "coverage":
             self.log_dict({f"{stage}/{k}": v for k, v in self.coverage(self.eval_episodes).items()}, batch_size=1)
+            if stage == "test" and self.size:  # the collected data's own coverage (what an offline learner gets)
+                entropy, n_cells = cell_coverage(self.replay_arrays()["next_obs"], self.cell)
+                self.log_dict({"test/data_cell_entropy": entropy, "test/data_cells": float(n_cells)}, batch_size=1)
         else:
             self.log(f"{stage}/return", self.evaluate(self.eval_episodes), batch_size=1)
 

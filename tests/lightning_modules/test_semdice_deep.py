@@ -233,40 +233,140 @@ def test_online_apt_rewards_novelty_not_the_task_and_bootstraps_on_the_twin_mini
         DdpgFinetuneLitModule(eval_metric="auc")
 
 
-def test_the_claims_online_apt_entry_runs_and_is_scored_by_coverage(tmp_path, capsys):
-    """The deep claim's ``apt_online`` entry, as the spec writes it (tiny budget appended): it learns from its own
-    replay with the particle reward, logs the coverage curve against environment steps, records its step-0 coverage
-    for the weak-baseline rule, and leaves an actor the downstream check can load."""
+def test_the_claims_online_apt_entry_runs_and_semdice_learns_from_its_replay(tmp_path, capsys):
+    """The deep claim's ``apt_online`` and ``semdice_on_apt`` entries, run as ``suite.claim`` runs them (the same
+    multirun command and folders; tiny budgets appended): APT learns from its own replay with the particle reward,
+    logs the coverage curve against environment steps, records its step-0 coverage for the weak-baseline rule,
+    leaves an actor the downstream check can load and writes its replay to ``<run>/replay.npz``; SEMDICE of the same
+    seed reads that file (its data's coverage is the buffer's) and is scored by the same roll-outs."""
     import json
-    import shlex
 
     from lightning_modules.semdice import DdpgFinetuneLitModule
-    from suite.claim import load_spec, merge_overrides
+    from suite.claim import entry_command, load_spec
     from tests.conftest import run_entry
 
     spec = load_spec("semdice_deep")
-    entry = next(e for e in spec["runs"] if e["name"] == "apt_online")
-    tiny = [
-        "data.steps_per_epoch=30",
-        "model.warmup=16",
-        "model.batch=24",
-        "model.eval_episodes=1",
-        "model.eval_steps=40",
-        "data.episode_steps=40",
-        "trainer.max_epochs=2",
-        "logger=csv",
-        "trainer.enable_progress_bar=false",
-        "eval_at_start=true",
-        f"paths.log_dir={tmp_path}",
-    ]
-    args = merge_overrides(shlex.split(spec["overrides"]), shlex.split(entry["overrides"]), tiny)
-    assert "model.reward=apt" in args and "data=gym_online" in args
-    assert run_entry("train", ["experiment=semdice_deep", *args]) == 0, capsys.readouterr().err[-2000:]
-    (run,) = (tmp_path / "train" / "semdice_deep" / "runs").glob("*")
-    metrics = json.loads((run / "metrics.json").read_text())
+    entries = {e["name"]: e for e in spec["runs"]}
+    short = ["model.eval_episodes=1", "model.eval_steps=40", "data.episode_steps=40", "trainer.max_epochs=2"]
+    online = ["data.steps_per_epoch=30", "model.warmup=16", "model.batch=24", *short, f"paths.log_dir={tmp_path}"]
+    out = tmp_path / "claim"
+
+    def run(name: str, extra: list[str]) -> dict:
+        cmd = entry_command("semdice_deep", entries[name], spec, out, extra, seed=1)
+        assert cmd[2:4] == ["train", "-m"]
+        assert run_entry("train", cmd[3:]) == 0, capsys.readouterr().err[-2000:]
+        return json.loads((out / name / "1" / "metrics.json").read_text())  # seed 1: the second subfolder
+
+    metrics = run("apt_online", online)
+    run_dir = out / "apt_online" / "1"
     assert {"test/cell_entropy", "test/cells", "val/cell_entropy@start"} <= set(metrics), sorted(metrics)
     assert "test/return" not in metrics
-    curve = (run / "csv" / "metrics.csv").read_text()
+    curve = (run_dir / "csv" / "metrics.csv").read_text()
     assert "train/intr_reward" in curve and "val/env_steps" in curve
-    ft = DdpgFinetuneLitModule(init_ckpt=str(run / "checkpoints" / "last.ckpt"), buffer_size=10)
+    with np.load(run_dir / "replay.npz") as f:
+        assert f["obs"].shape == (2 * 30 * 2, 4) and f["action"].shape == (120, 2)  # epochs x steps x env_steps
+    ft = DdpgFinetuneLitModule(init_ckpt=str(run_dir / "checkpoints" / "last.ckpt"), buffer_size=10)
     ft._build(4, 2)  # the downstream check loads this actor like a SEMDICE one
+    assert (
+        "data.path=${hydra:sweep.dir}/../apt_online/${hydra:sweep.subdir}/replay.npz"
+        in entries["semdice_on_apt"]["overrides"]
+    )
+    learnt = run(
+        "semdice_on_apt", [*short, "data.batch_size=32", "data.val_fraction=0.25", f"paths.log_dir={tmp_path}"]
+    )
+    assert learnt["test/data_cells"] == metrics["test/data_cells"] > 1  # the same transitions
+    assert learnt["test/data_cell_entropy"] == pytest.approx(metrics["test/data_cell_entropy"], abs=1e-6)
+    assert {"test/cell_entropy", "test/cells"} <= set(learnt) and learnt["test/cells"] >= 1
+    (run_dir / "replay.npz").unlink()
+    cmd = entry_command("semdice_deep", entries["semdice_on_apt"], spec, out, [*short, f"paths.log_dir={tmp_path}"], 1)
+    assert run_entry("train", cmd[3:]) != 0
+    err = capsys.readouterr().err
+    assert "apt_online/1/replay.npz: no such file" in err and "Traceback" not in err, err[-2000:]
+
+
+class _CountingEnv:
+    """A stand-in environment whose states count its steps (obs ``[t, 2t, 0, 1]``), recording every transition it
+    produced, so that the replay buffer can be compared with what was collected."""
+
+    def __init__(self) -> None:
+        self.t, self.seen = 0, []
+
+    def state(self) -> np.ndarray:
+        return np.array([self.t, 2 * self.t, 0, 1], dtype=np.float32)
+
+    def step(self, action):
+        s = self.state()
+        self.t += 1
+        self.seen.append((s, np.asarray(action, dtype=np.float32), self.state(), float(self.t), self.t % 7 == 0))
+        return self.state(), float(self.t), self.t % 7 == 0, False, {}
+
+
+def _collecting_module(buffer_size: int):
+    from lightning_modules.semdice import DdpgFinetuneLitModule
+
+    m = DdpgFinetuneLitModule(hidden=8, buffer_size=buffer_size, batch=4, warmup=3, save_replay=True)
+    m._build(4, 2)
+    m.env, m._rng, m._ret, m.log = _CountingEnv(), np.random.default_rng(0), 0.0, lambda *a, **k: None
+    m._obs = m.env.state().astype(np.float64)
+    m._reset = lambda env, seed=None: env.state().astype(np.float64)  # episodes chain on: one stream of states
+    return m
+
+
+@pytest.mark.parametrize("collected", [9, 23])  # within the buffer, and past it (the oldest overwritten)
+def test_replay_file_holds_the_collected_transitions_oldest_first(tmp_path, collected):
+    from types import SimpleNamespace
+
+    from lightning_modules.semdice.finetune import REPLAY_FILE
+
+    m = _collecting_module(buffer_size=16)
+    for _ in range(collected):
+        m._collect()
+    kept = m.env.seen[-16:]
+    m._trainer = SimpleNamespace(is_global_zero=True, default_root_dir=str(tmp_path))
+    m.on_fit_end()
+    with np.load(tmp_path / REPLAY_FILE) as f:
+        got = {k: f[k] for k in f.files}
+    assert (
+        sorted(got) == sorted(ARRAYS) and got["obs"].shape == (len(kept), 4) and got["action"].shape == (len(kept), 2)
+    )
+    assert got["reward"].shape == got["terminated"].shape == (len(kept),)
+    assert all(v.dtype == np.float32 for v in got.values())
+    for i in (0, -1):  # first and last transitions, field by field
+        s, a, s2, r, done = kept[i]
+        np.testing.assert_array_equal(got["obs"][i], s)
+        np.testing.assert_allclose(got["action"][i], a, rtol=0, atol=1e-7)
+        np.testing.assert_array_equal(got["next_obs"][i], s2)
+        assert (got["reward"][i], got["terminated"][i]) == (r, float(done))
+    np.testing.assert_array_equal(got["obs"][:, 0], [s[0] for s, *_ in kept])  # every row, in collection order
+    assert got["terminated"].sum() == sum(d for *_, d in kept) > 0
+    dm = GymOfflineDataModule(path=str(tmp_path / REPLAY_FILE), batch_size=4)  # read back as offline data
+    dm.setup("fit")
+    assert len(dm.datasets["train"]) + len(dm.datasets["val"]) == len(kept) and (dm.obs_dim, dm.act_dim) == (4, 2)
+    np.testing.assert_array_equal(dm.states, got["next_obs"])
+    off = SimpleNamespace(is_global_zero=True, default_root_dir=str(tmp_path / "off"))
+    m.save_replay, m._trainer = False, off
+    m.on_fit_end()
+    assert not (tmp_path / "off").exists()  # save_replay=false writes nothing
+
+
+def test_data_path_errors_are_one_line(tmp_path):
+    from core.errors import MissingDataError
+
+    with pytest.raises(MissingDataError, match=r"^data.path=.*nope.npz: no such file \(an online run with"):
+        GymOfflineDataModule(path=str(tmp_path / "nope.npz")).setup("fit")
+    arrays = generate("PointMaze_UMaze-v3", "sticky", 50, 25, seed=0)
+    np.savez(tmp_path / "ok.npz", **arrays)
+    raw = (tmp_path / "ok.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(raw[: len(raw) // 2])  # a truncated write
+    (tmp_path / "junk.npz").write_bytes(b"not an npz at all" * 10)
+    for name in ("cut.npz", "junk.npz"):
+        with pytest.raises(DataFormatError, match=rf"^\S*{name}: not a readable .npz \(\w+: .*\)$"):
+            GymOfflineDataModule(path=str(tmp_path / name)).setup("fit")
+    np.savez(tmp_path / "flat.npz", **{**arrays, "obs": arrays["obs"][:, 0]})
+    with pytest.raises(DataFormatError, match=r"flat.npz: needs >= 2 transitions with obs \[N, D\]"):
+        GymOfflineDataModule(path=str(tmp_path / "flat.npz")).setup("fit")
+    dm = GymOfflineDataModule(path=str(tmp_path / "ok.npz"), source="real")  # path wins over source/filename
+    dm.setup("fit")
+    assert dm.states.shape == (50, 4)
+    with pytest.raises(ConfigError, match=r"data.path=.*no behaviour policy.*eval_policy=behaviour"):
+        dm.behaviour_policy(make_env("PointMaze_UMaze-v3"), seed=0)

@@ -42,6 +42,7 @@ def test_finetune_claims_curves_and_area(tmp_path):
     assert apt.verdict == REPRODUCED and apt.primary and apt.paired and apt.diff == 90 and apt.lo > 5
     assert by_id["semdice_vs_scratch"].verdict == REPRODUCED and not by_id["semdice_vs_scratch"].primary
     assert by_id["semdice_vs_apt_offline"].n == (3, 0)  # no runs of apt_offline: kept, with its reason
+    assert by_id["semdice_on_apt_vs_apt"].n == (0, 3)  # no runs of semdice_on_apt: kept, with its reason
     area = by_id["faster_than_scratch"]
     assert area.verdict == REPRODUCED and area.values["semdice"]["0"] == (50 + 120 + 150 + 150 + 151) / 5
     assert result.tables[0].rows[0][:2] == ["semdice", "50 ± 0 (n=3)"]
@@ -65,18 +66,22 @@ def test_deep_claims_against_apt_and_the_data_policy(tmp_path):
     online = [_deep("apt_online", s, 2.5 + s / 100, 20) for s in range(3)]
     for r in online:
         r.curves["val/env_steps"] = [(0, 1000.0), (8, 9000.0), (10, 11000.0)]
-    by_id, result, _ = _judge("semdice_deep", recs + online, tmp_path)
-    assert by_id["semdice_vs_apt_online"].verdict == REPRODUCED and by_id["semdice_vs_apt_online"].primary
+    on_apt = [_deep("semdice_on_apt", s, 2.9 + s / 100 + 0.002 * s * s, 25) for s in range(3)]
+    by_id, result, _ = _judge("semdice_deep", recs + online + on_apt, tmp_path)
+    same_data = by_id["semdice_on_apt_vs_apt_online"]
+    assert same_data.verdict == REPRODUCED and same_data.primary and same_data.paired
+    assert by_id["semdice_vs_apt_online"].verdict == REPRODUCED and not by_id["semdice_vs_apt_online"].primary
     assert by_id["semdice_vs_apt_offline"].verdict == REPRODUCED
     assert by_id["semdice_vs_behaviour"].verdict == NOISE and by_id["semdice_vs_behaviour"].lo < 0
     coverage = result.tables[0]
-    assert [r[0] for r in coverage.rows] == ["semdice", "apt_online", "apt", "init", "data"]
+    assert [r[0] for r in coverage.rows] == ["semdice_on_apt", "apt_online", "semdice", "apt", "init", "data"]
     curve = next(t for t in result.tables if t.title.startswith("Curve of APT online"))
     assert curve.rows[1] == ["9000", "2.510 ± 0.01"]
     assert "semdice_finetune.md" in result.notes[0]
     close = [_deep("apt_online", s, 3.0 + s / 100, 27) for s in range(3)]  # as good as SEMDICE: not reproduced
-    by_id, _, _ = _judge("semdice_deep", recs + close, tmp_path)
+    by_id, _, _ = _judge("semdice_deep", recs + close + on_apt, tmp_path)
     assert by_id["semdice_vs_apt_online"].verdict != REPRODUCED
+    assert by_id["semdice_on_apt_vs_apt_online"].verdict != REPRODUCED
 
 
 def _tab(name, seed, final, rise=1.0, gap=None):

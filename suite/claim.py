@@ -8,7 +8,8 @@
     seeds: [0, 1, 2]                        # an entry may set its own `seeds:` (e.g. one seed for an exact solve)
     overrides: "trainer.max_epochs=20"      # applied to every run
     metrics: [test/loss, test/acc]          # table columns
-    logger: csv                             # logger group for the runs (csv keeps claims fast; wandb works too)
+    logger: csv                             # logger group of the runs under --no-wandb (with --wandb, the default:
+                                            # logger=wandb, CSV + wandb offline; see "wandb" below)
     claims: [...]                           # the claims, declared before the runs (suite.claims)
     report: reports.<slug>:claim_report     # hook(records, spec, out_dir) -> suite.claims.HookResult (data)
     budget: {paper: {model: ..., steps: ..., data: ...}, here: {...}}   # the budget table on the page
@@ -50,6 +51,12 @@ the results lives in ``docs/results/<slug>_notes.md`` and is appended to the pag
 parallel processes). ``--seeds 1,2`` (re)runs just those seeds of the selected entries, one process per seed,
 each into the folder a full run gives it (``<entry>/<index in the entry's seeds>``), so one entry's seeds can be
 split over processes too; its status is kept per seed and summed per entry.
+
+wandb (``--wandb``, the default; ``--no-wandb`` turns it off): every run logs to wandb besides its CSV (offline
+unless the user is logged in), named ``<slug>-<entry>-s<seed>`` in group ``<slug>`` with job type ``<entry>``; after
+the page is built, a summary run ``<slug>-claims`` (job type ``summary``) holds the data file's claim table and
+verdicts and its per-seed runs as ``wandb.Table``s and the page's plots (:func:`suite.loggers.log_claim_summary`,
+under ``<out>/summary``), so ``wandb sync`` of the folder's offline runs gives a project that shows the comparison.
 
 ``--profile gpu`` (``make claim METHOD=<slug> PROFILE=gpu``) reads ``conf/claim/gpu/<slug>.yaml``: the CPU claim's
 entries at a budget that converges on one GPU (``profile: gpu``; the CPU spec's report hook unless it names one), runs
@@ -208,12 +215,24 @@ def entry_command(
         extra,
         [
             *pinned,
-            f"logger={spec.get('logger', 'csv')}",
+            *claim_logger(slug, entry, spec),
             "trainer.enable_progress_bar=false",
             f"hydra.sweep.dir={out / entry['name']}",
         ],
     )
     return [sys.executable, "-m", "train", "-m", f"experiment={entry_experiment(slug, entry, spec)}", *overrides]
+
+
+WANDB = "_wandb"  # the spec key `main` sets from --wandb/--no-wandb (absent: the spec's `logger`, csv by default)
+
+
+def claim_logger(slug: str, entry: dict, spec: dict) -> list[str]:
+    """The logger overrides of an entry's runs: with wandb (``--wandb``) CSV + wandb, grouped by claim and entry and
+    named ``<slug>-<entry>-s<seed>``; else the spec's ``logger`` (csv)."""
+    if not spec.get(WANDB):
+        return [f"logger={spec.get('logger', 'csv')}"]
+    name = entry["name"]
+    return ["logger=wandb", f"group={slug}", f"logger.wandb.job_type={name}", f"run_name={slug}-{name}-s${{seed}}"]
 
 
 def evaluate_overrides(entry: dict, spec: dict) -> list[str]:
@@ -901,6 +920,13 @@ def main(argv: list[str] | None = None) -> None:
         help="run (entry, seed) pairs as this many parallel one-thread processes, longest first (make claim JOBS=2)",
     )
     parser.add_argument(
+        "--wandb",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="log the runs to wandb besides CSV (offline unless logged in), grouped by claim and entry, and a summary "
+        "run with the claim table and verdicts after the page is built (default: on; --no-wandb: CSV only)",
+    )
+    parser.add_argument(
         "--plan",
         action="store_true",
         help="print, from the runs on disk or the data file, the seeds each declared "
@@ -912,6 +938,7 @@ def main(argv: list[str] | None = None) -> None:
         spec = load_spec(args.slug, args.spec, args.profile)
         if args.smoke:
             return smoke(args.slug, spec, args.profile, args.out, args.overrides)
+        spec = {**spec, WANDB: args.wandb}
         if args.plan:
             out = Path(
                 args.out or ROOT / "logs" / "claim" / ("" if args.profile == "cpu" else args.profile) / args.slug
@@ -1021,6 +1048,13 @@ def main(argv: list[str] | None = None) -> None:
                 page.write_text(point_page_at_profile(page, args.slug, args.profile))
         results_data.write(data_file, data)
         print(f"wrote {page} ({len(records)} runs)")
+        if args.wandb:
+            from suite.loggers import log_claim_summary
+
+            plots = [page.parent / f"{args.slug}{end}.png" for end in ("", "_curves", "_sizing")]
+            summary = log_claim_summary(data_file, out, plots)
+            if summary is not None:
+                print(f"wandb summary run: {summary}")
         if failures:
             fail(f"claim runs failed: {', '.join(failures)} (see {page})")
     except SuiteError as err:

@@ -112,14 +112,15 @@ def find_runs(roots: list[str | Path], skipped: list[Path] | None = None) -> lis
         if (root / "metrics.json").exists() or (root / "csv").is_dir():
             found.append(root)
             continue
-        for marker in sorted(root.rglob("metrics.json")):
+        markers = [m for m in root.rglob("metrics.json") if "wandb" not in m.relative_to(root).parts]
+        for marker in sorted(markers):  # a wandb run folder keeps a copy of its run's metrics.json: not a run
             if is_debug_run(marker.parent):
                 if skipped is not None:
                     skipped.append(marker.parent)
                 continue
             found.append(marker.parent)
         if skipped is not None:
-            finished = {p.parent for p in root.rglob("metrics.json")}
+            finished = {p.parent for p in markers}
             skipped += [p.parent for p in root.rglob(".hydra") if p.parent not in finished]
     return sorted(set(found))
 

@@ -11,6 +11,7 @@ import lightning.pytorch as pl
 import pytest
 
 from core.errors import Preempted
+from suite.compare import find_runs
 from suite.loggers import NAME_OVERRIDES_MAX, run_name, run_tags
 from suite.run import train
 from suite.wandb_reader import find_wandb_files, wait_for_wandb_run
@@ -118,6 +119,7 @@ def test_a_sweep_logs_each_job_with_its_name_tags_plots_metrics_and_config_once(
         assert run.config["model"]["optimizer"]["lr"] == float(lr)
         assert "nan_at_step" not in run.config and "dim" not in run.config
     assert len(names) == 2
+    assert find_runs([sweep]) == [sweep / "0", sweep / "1"]  # the copy of metrics.json in a wandb run is no run
 
 
 def test_an_interrupted_run_logs_the_plots_it_drew(tmp_path, monkeypatch):

@@ -65,6 +65,8 @@ ROOT_TYPES: dict[str, tuple[type, ...]] = {
     "seed": (int,),
     "num_threads": (int, type(None)),
     "smoke": (bool,),
+    "print_config": (bool,),
+    "optimized_metric": (str, type(None)),
     "train": (bool,),
     "test": (bool,),
     "test_weights": (str,),

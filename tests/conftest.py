@@ -19,6 +19,7 @@ FIXTURE_CONF = "hydra.searchpath=[file://tests/fixtures/conf]"
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("SUITE_PRINT_CONFIG", "false")  # no config tree at the start of every run a test makes
 
 #: The pytest-xdist group of the tests that bind TCP ports: the local SLURM cluster's daemons listen on fixed ports,
 #: and a DDP run's rendezvous port, once Lightning has put it in a worker's ``MASTER_PORT``, stays fixed for every
@@ -31,6 +32,7 @@ PORTS = "ports"
 GROUPS = {
     # Ports (see PORTS): every test that starts DDP processes.
     "tests/suite/test_ddp.py": PORTS,
+    "tests/suite/test_print_config.py::test_a_ddp_run_prints_the_tree_once": PORTS,
     "tests/callbacks/test_callbacks_ddp.py": PORTS,
     "tests/callbacks/test_loss_dynamics.py::test_ddp_two_processes_record_the_single_process_matrix": PORTS,
     "tests/suite/test_startup_watch.py::test_two_slurm_tasks_one_failing_at_startup": PORTS,
@@ -59,6 +61,9 @@ SPINE = (
     "tests/suite/test_claim_preflight.py::test_smoke_of_a_paper_profile_runs_one_batch_on_cpu_into_logs",
     "tests/suite/test_cli_errors.py",
     "tests/suite/test_ddp.py",
+    "tests/suite/test_print_config.py::test_a_run_prints_the_tree_once_before_training_by_default_and_not_when_off",
+    "tests/suite/test_print_config.py::test_a_ddp_run_prints_the_tree_once",
+    "tests/suite/test_sweeps.py",
     "tests/suite/test_devices.py::test_a_gpu_asked_for_on_a_cpu_machine_is_one_line_and_leaves_no_folder",
     "tests/suite/test_devices.py::test_compare_labels_runs_by_what_they_ran_on_not_by_the_trainer_asked_for",
     "tests/suite/test_finished_runs.py",

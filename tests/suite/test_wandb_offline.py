@@ -67,3 +67,21 @@ def test_compare_reads_a_wandb_only_run(tmp_path, monkeypatch):
     rec = read_run(tmp_path)
     assert rec.metrics["test/mse"] == pytest.approx(metrics["test/mse"], rel=1e-6)
     assert len(rec.curves["val/loss"]) == 1
+
+
+def test_tensorboard_logger_is_a_dashboard_without_an_account(tmp_path):
+    """`logger=tensorboard`: CSV plus TensorBoard event files that TensorBoard's own reader reads back (the values
+    `tensorboard --logdir logs/train` shows), with no wandb run made."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = compose_train(
+        [FIXTURE_CONF, "experiment=spine_fixture", "logger=tensorboard", "trainer.max_epochs=2"], tmp_path
+    )
+    train(cfg)
+    assert not find_wandb_files(tmp_path)
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    logged = [e.value for e in events.Scalars("val/loss")]
+    with open(tmp_path / "csv" / "metrics.csv") as fh:
+        csv_val = [float(r["val/loss"]) for r in csv.DictReader(fh) if r.get("val/loss")]
+    assert len(logged) == 2 and logged == pytest.approx(csv_val, rel=1e-6)

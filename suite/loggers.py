@@ -493,7 +493,7 @@ def log_claim_summary(
             job_type="summary",
             name=f"{slug}-claims",
             tags=[slug, "claim", "summary"],
-            mode="offline" if resolved == "offline" else "online",
+            mode="online" if resolved == "online" else "offline",
             config={k: data.get(k) for k in ("slug", "profile", "written", "commit", "machine")},
             reinit="finish_previous",
         )

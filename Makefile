@@ -74,7 +74,7 @@ eval: $(STAMP) ## Evaluate a checkpoint: make eval CKPT=path/to.ckpt (model rebu
 	$(PY) -m evaluate ckpt_path=$(CKPT) $(ARGS)
 
 sweep: $(STAMP) ## Hydra multirun of one method: make sweep METHOD=x ARGS="seed=0,1,2 model.lr=1e-3,1e-4"; JOBS=2: two one-thread jobs at once; ARGS=hparams_search=<name>: Optuna search
-	$(PY) -m train -m experiment=$(METHOD) $(if $(JOBS),launcher=joblib hydra.launcher.n_jobs=$(JOBS),) $(ARGS)
+	$(PY) -m train -m experiment=$(METHOD)$(if $(JOBS), launcher=joblib hydra.launcher.n_jobs=$(JOBS)) $(ARGS)
 
 claim: $(STAMP) ## Claim check: method + baselines over seeds, docs/results/METHOD.md; JOBS=2: two one-thread runs at once; ARGS=--plan: seeds needed; PROFILE=paper: paper scale
 	$(PY) -m suite.claim $(METHOD) $(if $(PROFILE),--profile $(PROFILE),) $(if $(JOBS),--jobs $(JOBS),) $(ARGS)

@@ -154,10 +154,18 @@ def experiment_pairs(conf_dir: Path) -> dict[str, tuple[str, str]]:
 
 
 def _model_class(conf_dir: Path, model: str) -> str:
-    """The LightningModule a model config builds (its ``_target_``), or the config's name when it names none."""
+    """The LightningModule a model config builds: where the class its ``_target_`` names is defined (two papers'
+    folders that re-export one shared system name one class), the ``_target_`` itself when it does not import, the
+    config's name when it names none."""
     f = conf_dir / "model" / f"{model}.yaml"
     found = re.search(r"^_target_:\s*(\S+)", f.read_text(), re.M) if f.is_file() else None
-    return found.group(1) if found else model
+    if not found:
+        return model
+    try:
+        cls = hydra.utils.get_class(found.group(1))
+    except Exception:  # noqa: BLE001 - a target that does not import is reported when the model is built
+        return found.group(1)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def check_model_fits_data(choices: dict[str, Any], conf_dir: Path) -> None:

@@ -17,6 +17,7 @@ ENTRY = {"name": "sgd_lr001", "overrides": "model.optimizer.lr=0.01"}
 def test_wandb_switches_the_claim_runs_logger(tmp_path):
     on = entry_command("spine_fixture", ENTRY, {WANDB: True, "logger": "csv"}, tmp_path, [])
     assert {"logger=wandb", "group=spine_fixture", "logger.wandb.job_type=sgd_lr001"} <= set(on)
+    assert "logger.wandb.system_metadata=false" in on  # many short runs: no per-run machine probe
     assert "run_name=spine_fixture-sgd_lr001-s${seed}" in on and "logger=csv" not in on
     for spec in ({WANDB: False, "logger": "csv"}, {}):  # --no-wandb; a caller that never set it
         off = entry_command("spine_fixture", ENTRY, spec, tmp_path, [])

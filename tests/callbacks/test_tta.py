@@ -8,55 +8,16 @@ import math
 import lightning.pytorch as pl
 import pytest
 import torch
-from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks.tta import TestTimeAdaptation, norm_parameters
 from core.errors import ConfigError
-from layers.multimodal import AudioVisualTransformer
 from lightning_modules.sumi import SumiLitModule
-
-C = 4
-
-
-class TinyClassifier(pl.LightningModule):
-    """Linear -> norm -> linear; records the first norm weight seen by each test_step (adapt-then-predict)."""
-
-    def __init__(self, norm: str = "layer") -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        norm_layer = {"layer": nn.LayerNorm(8), "batch": nn.BatchNorm1d(8), "none": nn.Identity()}[norm]
-        self.net = nn.Sequential(nn.Linear(6, 8), norm_layer, nn.ReLU(), nn.Linear(8, C))
-        self.num_classes = C
-        self.seen: list[torch.Tensor] = []
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-    def test_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
-        x, y = batch
-        if hasattr(self.net[1], "weight"):
-            self.seen.append(self.net[1].weight.detach().clone())
-        return {"preds": self(x).argmax(-1)}
-
-
-def loader(n: int = 32, batch: int = 8, seed: int = 0) -> DataLoader:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 6, generator=g)
-    y = torch.randint(0, C, (n,), generator=g)
-    return DataLoader(TensorDataset(x, y), batch_size=batch)
+from tests._helpers.tta import C, TinyClassifier, cpu_trainer, loader, tiny_sumi
 
 
 def run(module: pl.LightningModule, cb: TestTimeAdaptation, tmp_path, data: DataLoader | None = None) -> None:  # noqa: ANN001
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=str(tmp_path),
-        callbacks=[cb],
-    )
+    trainer = cpu_trainer(tmp_path, [cb])
     trainer.test(module, dataloaders=data or loader(), verbose=False)
     return trainer
 
@@ -184,18 +145,7 @@ def test_quarter_accuracies() -> None:
 
 # -- SuMi on the multimodal module -------------------------------------------------------------------------------------
 def sumi_module() -> SumiLitModule:
-    torch.manual_seed(0)
-    net = AudioVisualTransformer(
-        C,
-        audio_shape=(8, 4),
-        audio_patch=(4, 2),
-        image_shape=(1, 8, 8),
-        image_patch=4,
-        dim=8,
-        heads=2,
-        depth_specific=1,
-    )
-    return SumiLitModule(net, num_classes=C)
+    return tiny_sumi(C)
 
 
 def av_loader(n: int = 32, batch: int = 8) -> DataLoader:
@@ -244,15 +194,7 @@ def test_sumi_skips_batch_missing_a_modality(tmp_path, caplog) -> None:  # noqa:
     source = {k: v.clone() for k, v in module.state_dict().items()}
     cb = TestTimeAdaptation(method="sumi", lr=0.01, restore_on_end=False, method_kwargs={"gamma_m": 10.0})
     module.trainer = None
-    pl_trainer = pl.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        default_root_dir=str(tmp_path),
-        callbacks=[cb],
-    )
+    pl_trainer = cpu_trainer(tmp_path, [cb])
 
     class NoVideo(torch.utils.data.Dataset):
         def __len__(self) -> int:
@@ -278,15 +220,7 @@ def test_comparison_runs_each_variant_from_the_source(tmp_path) -> None:  # noqa
     variants = {"src": {"method": "source"}, "tent": {"method": "tent", "lr": 0.05}}
     cmp = TTAComparison(variants)
     # The main callback adapts online during the test loop; the comparison still starts from the source weights.
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=str(tmp_path),
-        callbacks=[TestTimeAdaptation(method="tent", lr=0.5), cmp],
-    )
+    trainer = cpu_trainer(tmp_path, [TestTimeAdaptation(method="tent", lr=0.5), cmp])
     module = TinyClassifier()
     trainer.test(module, dataloaders=loader(), verbose=False)
     alone = TestTimeAdaptation(method="tent", lr=0.05)
@@ -443,15 +377,7 @@ def test_comparison_source_after_an_adapting_variant_is_still_the_source(tmp_pat
         module = TinyClassifier("batch")
         module.net[1].running_mean.fill_(3.0)
         cmp = TTAComparison(variants)
-        trainer = pl.Trainer(
-            accelerator="cpu",
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            default_root_dir=str(tmp_path),
-            callbacks=[cmp],
-        )
+        trainer = cpu_trainer(tmp_path, [cmp])
         trainer.test(module, dataloaders=loader(64, 8), verbose=False)
         return cmp.results
 

@@ -20,19 +20,9 @@ from layers.vision_language import (
     stretch_positions,
 )
 from ops.rope import ntk_theta
+from tests._helpers.tulip import TOWERS
 
-SIZES = dict(
-    embed_dim=16,
-    image_size=16,
-    patch_size=8,
-    vision_width=16,
-    vision_layers=1,
-    vision_head_width=8,
-    context_length=12,
-    text_width=16,
-    text_heads=2,
-    text_layers=2,
-)
+SIZES = {**TOWERS, "text_layers": 2}  # the tower tests stack two text layers
 
 
 def tokens(batch: int, length: int, eot_at: list[int], seed: int = 0) -> torch.Tensor:

@@ -8,23 +8,13 @@ import torch
 from core.errors import ConfigError
 from layers.multimodal import AudioVisualTransformer
 from lightning_modules.sumi import SumiLitModule
+from tests._helpers.tta import tiny_sumi
 
 C = 5
 
 
 def tiny(**kw) -> SumiLitModule:  # noqa: ANN003
-    torch.manual_seed(0)
-    net = AudioVisualTransformer(
-        C,
-        audio_shape=(8, 4),
-        audio_patch=(4, 2),
-        image_shape=(1, 8, 8),
-        image_patch=4,
-        dim=8,
-        heads=2,
-        depth_specific=1,
-    )
-    m = SumiLitModule(net, num_classes=C, **kw)
+    m = tiny_sumi(C, **kw)
     m.log = m.log_dict = lambda *a, **k: None  # noqa: ARG005 - called outside a Trainer
     return m
 

@@ -14,20 +14,10 @@ from core.errors import CheckpointError, ConfigError
 from layers.vision_language import build_open_clip, clip_loss, pca_features, stretch_positions
 from lightning_modules.tulip import TulipLitModule
 from ops.rope import ntk_theta
+from tests._helpers.tulip import TOWERS, net_overrides
 from tests.conftest import run_entry
 
-NET = dict(
-    embed_dim=16,
-    image_size=16,
-    patch_size=8,
-    vision_width=16,
-    vision_layers=1,
-    vision_head_width=8,
-    context_length=12,
-    text_width=16,
-    text_heads=2,
-    text_layers=1,
-)
+NET = TOWERS
 TINY = [
     "logger=csv",
     "trainer.enable_progress_bar=false",
@@ -40,13 +30,7 @@ TINY = [
     "data.batch_size=8",
     "data.min_details=1",
     "data.max_details=2",
-    "model.net.embed_dim=16",
-    "model.net.patch_size=8",
-    "model.net.vision_width=16",
-    "model.net.vision_layers=1",
-    "model.net.vision_head_width=8",
-    "model.net.text_width=16",
-    "model.net.text_layers=1",
+    *net_overrides(),
     "model.longclip_keep=4",
     "model.length_bins=[30]",
     "trainer.val_check_interval=null",

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import lightning.pytorch as pl
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -21,7 +20,7 @@ from suite.claim import entry_command, judge_page, load_spec
 from suite.claims import ClaimSpec
 from suite.compare import RunRecord
 from suite.preflight import compose_run
-from tests.callbacks.test_tta import TinyClassifier
+from tests._helpers.tta import TinyClassifier, cpu_trainer
 
 SEEDS = (0, 1, 2)
 JITTER = (-1.0, 0.0, 1.0)  # times `jitter`: a seed effect the two architectures share (the same test images)
@@ -229,15 +228,7 @@ def test_comparison_streams_every_test_loader(tmp_path: Path) -> None:
     x, y = torch.randn(48, 6, generator=g), torch.randint(0, 4, (48,), generator=g)
     loaders = [DataLoader(TensorDataset(x[:32], y[:32]), batch_size=8), DataLoader(TensorDataset(x[32:], y[32:]), 8)]
     cmp = TTAComparison({"src": {"method": "source"}, "tent": {"method": "tent", "lr": 0.05}})
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=str(tmp_path),
-        callbacks=[cmp],
-    )
+    trainer = cpu_trainer(tmp_path, [cmp])
     trainer.test(TwoLoaderClassifier(), dataloaders=loaders, verbose=False)
     plain = TinyClassifier()
     with torch.no_grad():

@@ -4,40 +4,18 @@ of the entry point leaves no log handler behind on a stream that closes with the
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 import time
 import tomllib
 
+from tests._helpers.hung import run_hung_test
 from tests.conftest import FIXTURE_CONF, ROOT, run_entry
 
 
 def test_every_test_has_a_timeout_that_dumps_the_stacks(tmp_path):
     ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert 300 <= int(ini["timeout"]) <= 1800 and ini["timeout_method"] == "thread"
-    hung = tmp_path / "test_hung.py"
-    hung.write_text("import threading\n\ndef test_hung():\n    threading.Event().wait()\n")
     t0 = time.monotonic()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-c",
-            str(ROOT / "pyproject.toml"),
-            "--rootdir",
-            str(tmp_path),
-            "-o",
-            "timeout=2",
-            str(hung),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_hung_test(tmp_path, ["-o", "timeout=2"], timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and time.monotonic() - t0 < 60, out[-2000:]
     assert "Timeout" in out and "test_hung.py" in out and "in test_hung" in out, out[-2000:]

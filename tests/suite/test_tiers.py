@@ -7,11 +7,11 @@ import ast
 import re
 import shlex
 import subprocess
-import sys
 import tomllib
 
 import pytest
 
+from tests._helpers.hung import run_hung_test
 from tests.conftest import PORTS, ROOT, SPINE, tier_marks
 
 
@@ -67,30 +67,10 @@ def test_a_hung_test_under_the_workers_ends_the_run_once_with_its_stack(tmp_path
     scheduler does, once per allowed restart) nor lose the stack (faulthandler prints it before the timeout)."""
     ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert 0 < float(ini["faulthandler_timeout"]) < float(ini["timeout"])  # the stack comes before the worker ends
-    (tmp_path / "test_hung.py").write_text(
-        "import threading\n\ndef test_hung():\n    threading.Event().wait()\n\ndef test_fine():\n    assert True\n"
-    )
     full = _recipes("test")[0]
     xdist = [a for a in full[full.index("-n") :] if not a.startswith("--ignore=")]
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-c",
-        str(ROOT / "pyproject.toml"),
-        "--rootdir",
-        str(tmp_path),
-        "-o",
-        "timeout=4",
-        "-o",
-        "faulthandler_timeout=2",
-        *xdist,
-        str(tmp_path / "test_hung.py"),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    options = ["-o", "timeout=4", "-o", "faulthandler_timeout=2", *xdist]
+    proc = run_hung_test(tmp_path, options, extra="\ndef test_fine():\n    assert True\n")
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     # one crash report per run of the test (the short summary repeats it on wide terminals, so count report lines)

@@ -110,6 +110,7 @@ from suite.claims import (
 )
 from suite.cli import fail
 from suite.compare import RunRecord, aggregate, curve_keys, find_runs, markdown_table, plot_curves, plot_final, read_run
+from suite.loggers import log_claim_summary
 from suite.page import glossary_link, hook_sections, per_seed_section, summary_section, verdict_section
 from suite.preflight import compose_run, preflight
 from suite.report import baseline_section, budget_table, entry_curves, headline_spec, mean_curve
@@ -217,6 +218,7 @@ def entry_command(
             *pinned,
             *claim_logger(slug, entry, spec),
             "trainer.enable_progress_bar=false",
+            "print_config=false",  # the config is in each run folder; a tree per run would bury the claim's log
             f"hydra.sweep.dir={out / entry['name']}",
         ],
     )
@@ -1055,8 +1057,6 @@ def main(argv: list[str] | None = None) -> None:
         results_data.write(data_file, data)
         print(f"wrote {page} ({len(records)} runs)")
         if args.wandb:
-            from suite.loggers import log_claim_summary
-
             plots = [page.parent / f"{args.slug}{end}.png" for end in ("", "_curves", "_sizing")]
             summary = log_claim_summary(data_file, out, plots)
             if summary is not None:

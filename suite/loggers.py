@@ -142,6 +142,7 @@ NOT_IN_NAME = (
     "local",
     "num_threads",
     "hparams_search",
+    "print_config",
     "eval_at_start",
     "test_weights",
     "callbacks.model_checkpoint",

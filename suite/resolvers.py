@@ -6,6 +6,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from suite.loggers import run_name, run_tags, task_overrides
+
 
 def gpus_per_node(accelerator: str, devices: int | str) -> int:
     """SLURM GPUs per node: one per Lightning device on GPU runs, none on CPU runs."""
@@ -45,15 +47,11 @@ def checkpoint_slug(ckpt_path: str | None) -> str:
 
 def wandb_run_name(slug: str, seed: object) -> str:
     """``run_name``: ``<slug>-<overrides that change the run>-s<seed>`` (:func:`suite.loggers.run_name`)."""
-    from suite.loggers import run_name, task_overrides
-
     return run_name(slug, seed, task_overrides())
 
 
 def wandb_run_tags(slug: str, experiment_tags: object, tags: object) -> list[str]:
     """``run_tags``: slug, experiment tags, override tags and the user's ``tags`` (:func:`suite.loggers.run_tags`)."""
-    from suite.loggers import run_tags, task_overrides
-
     return run_tags(slug, experiment_tags, task_overrides(), tags)
 
 

@@ -3,8 +3,8 @@ insight 1: which denoising steps contribute to the final quality, and whether qu
 
 Contract: the module has ``x0_quality_curve(batch) -> {metric: Tensor [K + 1]}``: the quality of the prediction
 before the first denoiser call (step 0) and after each call of its sampler, on one batch.
-:class:`lightning_modules._shared.diffusion.DiffusionLitModule` measures the distance of each step's x0-prediction to the
-final sample (``mse_to_final``); :class:`lightning_modules.addp.AddpLitModule` scores it against the ground truth
+:class:`lightning_modules._shared.diffusion.DiffusionLitModule` measures the distance of each step's x0-prediction to
+the final sample (``mse_to_final``); :class:`lightning_modules.addp.AddpLitModule` scores it against the ground truth
 (AbsRel / delta1 for depth, IoU for masks).
 
 At the end of the test epoch the callback logs ``test/curve/<metric>/step<k>`` (the mean over the first

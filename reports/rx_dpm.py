@@ -1,9 +1,9 @@
 """Results-page hook of the rx_dpm claim (Choi, Kang & Han, ICLR 2025; ``report: reports.rx_dpm:claim_report``).
 
 ``make claim METHOD=rx_dpm`` trains/tests the runs of the spec; each run's test phase logs a sampler sweep
-(``test/sweep/<method>/nfe<NFE>/<metric>``, :class:`lightning_modules._shared.diffusion.DiffusionLitModule`). The hook turns
-those metrics into the error-vs-NFE tables, measured orders, the coefficient ablation and the FID tables, with plots,
-and returns its verdicts as data.
+(``test/sweep/<method>/nfe<NFE>/<metric>``, :class:`lightning_modules._shared.diffusion.DiffusionLitModule`). The hook
+turns those metrics into the error-vs-NFE tables, measured orders, the coefficient ablation and the FID tables, with
+plots, and returns its verdicts as data.
 
 The verdicts are stated, with the rule in :data:`VERDICT_RULE`: each compares RX with its base solver at every NFE
 budget of the sweep (a composite over budgets and solvers) or compares measured orders. On the exact-score mixture

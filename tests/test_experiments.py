@@ -124,7 +124,10 @@ METHOD_ON: dict[str, tuple[dict[str, object], list[str]]] = {
     "nforgot": ({"model.method": "nforgot"}, ["test/ap"]),
     "ostquant": ({"callbacks.quant_calibration.methods": OneOf(("ostquant",))}, ["quant/ostquant_ppl"]),
     "ostquant_minilm": ({"callbacks.quant_calibration.methods": OneOf(("ostquant",))}, ["quant/ostquant_loss"]),
-    "preworld": ({"model.stage": "pretrain", "model.loss.rgb": Positive(), "model.loss.depth": Positive()}, ["test/miou"]),
+    "preworld": (
+        {"model.stage": "pretrain", "model.loss.rgb": Positive(), "model.loss.depth": Positive()},
+        ["test/miou"],
+    ),
     "rx_dpm": ({"model.rx": True, "model.analytic": False}, ["test/w2"]),
     "semdice": ({"model.kind": "semdice"}, ["test/normalized_entropy"]),
     "semdice_deep": ({"model.method": "semdice"}, ["test/cell_entropy"]),

@@ -281,9 +281,18 @@ class DdpgFinetuneLitModule(SuiteLitModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["pretrained_steps"] = self.pretrained_steps
+        if self._built:  # the replay and its counters: a resumed run keeps what it collected (and replay.npz holds it)
+            checkpoint["replay"] = {k: torch.from_numpy(v.copy()) for k, v in self.buf.items()}
+            checkpoint["replay_counts"] = torch.tensor([self.size, self.env_step], dtype=torch.int64)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.pretrained_steps = checkpoint.get("pretrained_steps", self.pretrained_steps)
+        replay = checkpoint.get("replay")
+        if replay is not None and self._built:
+            for k, v in replay.items():
+                if k in self.buf and tuple(v.shape) == self.buf[k].shape:
+                    self.buf[k] = v.numpy().astype(self.buf[k].dtype, copy=True)
+            self.size, self.env_step = (int(x) for x in checkpoint["replay_counts"])
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         critics = [*self.critic.parameters(), *(self.critic2.parameters() if self.double_q else [])]

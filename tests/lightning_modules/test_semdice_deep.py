@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import sys
 
 import numpy as np
@@ -347,6 +348,29 @@ def test_replay_file_holds_the_collected_transitions_oldest_first(tmp_path, coll
     m.save_replay, m._trainer = False, off
     m.on_fit_end()
     assert not (tmp_path / "off").exists()  # save_replay=false writes nothing
+
+
+def test_the_replay_and_its_counters_survive_a_checkpoint():
+    """A resumed online run keeps the transitions it collected before the checkpoint (else its replay.npz, which
+    semdice_on_apt learns from, would hold only those after the resume)."""
+    m = _collecting_module(buffer_size=16)
+    for _ in range(23):
+        m._collect()
+    ckpt: dict = {}
+    m.on_save_checkpoint(ckpt)
+    ckpt = torch.load(_roundtrip(ckpt), weights_only=True)  # as the runner loads checkpoints
+    fresh = _collecting_module(buffer_size=16)
+    fresh.on_load_checkpoint(ckpt)
+    assert (fresh.size, fresh.env_step) == (m.size, m.env_step) == (23, 23)
+    for k, v in m.replay_arrays().items():
+        np.testing.assert_array_equal(fresh.replay_arrays()[k], v)
+
+
+def _roundtrip(obj) -> io.BytesIO:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return buf
 
 
 def test_data_path_errors_are_one_line(tmp_path):

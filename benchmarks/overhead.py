@@ -183,6 +183,7 @@ def suite(steps: int, width: int, batch: int, overrides: list[str], out: str) ->
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    import suite.resolvers  # noqa: F401 - registers the resolvers conf/train.yaml uses (the run's wandb name)
     from suite.build import instantiate
     from suite.build import instantiate_group as _instantiate_group
 

@@ -941,7 +941,8 @@ def main(argv: list[str] | None = None) -> None:
         "claim needs for a 95%% interval of half-width delta and what that costs; runs nothing",
     )
     args = parser.parse_intermixed_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind through run_entry's cleanup
+    # unwind through run_entry's cleanup; the caller's handler comes back when main returns (tests call main in-process)
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         spec = load_spec(args.slug, args.spec, args.profile)
         if args.smoke:
@@ -1065,6 +1066,8 @@ def main(argv: list[str] | None = None) -> None:
             fail(f"claim runs failed: {', '.join(failures)} (see {page})")
     except SuiteError as err:
         fail(str(err))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

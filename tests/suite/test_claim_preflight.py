@@ -113,3 +113,19 @@ def test_smoke_of_a_paper_profile_runs_one_batch_on_cpu_into_logs(tmp_path, caps
     config = (run / "config.yaml").read_text()
     assert (run / "metrics.json").is_file() and "smoke: true" in config and "fast_dev_run: true" in config
     assert [p.name for p in out.iterdir()] == ["sgd_lr005"] and not list(tmp_path.rglob("*.md"))
+
+
+def test_claim_main_gives_back_the_callers_sigterm_handler(tmp_path, capsys):
+    """main() in-process (as these tests call it) must not leave its exit-on-SIGTERM handler behind: a later test in
+    the same worker that sends itself SIGTERM (the resume tests) would exit instead of checkpointing."""
+    import signal
+
+    def mine(*_):
+        return None
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        claim_main(["spine_fixture", "--profile", "paper", "--spec", SPEC, "--smoke", "--out", str(tmp_path / "s")])
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)

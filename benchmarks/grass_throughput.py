@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._timing import add_args, describe, header, interleave, ratio_interval, rounds_of, seconds  # noqa: E402
 from datamodules.molecules import MoleculesDataModule  # noqa: E402
+from layers.graph.grass import GrassNet  # noqa: E402
 from layers.graph.grass_baselines import count_parameters  # noqa: E402
 from layers.graph.grass_encodings import (  # noqa: E402
     AddRandomRegularEdges,
@@ -84,7 +85,7 @@ def main() -> None:
     print(f"Training step, batch {batch.num_graphs} graphs, {args.layers} layers (forward + backward + Lion step)")
     steps, params = {}, {}
     for arch in ("grass", "gine", "gps"):
-        lit = GrassLitModule(arch=arch, num_layers=args.layers, encoding_steps=args.rrwp_steps)
+        lit = GrassLitModule(GrassNet(num_layers=args.layers, encoding_steps=args.rrwp_steps), arch=arch)
         opt = Lion(lit.parameters(), lr=1e-4)
 
         def step(lit=lit, opt=opt) -> None:

@@ -112,7 +112,7 @@ METHOD_ON: dict[str, tuple[dict[str, object], list[str]]] = {
         ["test/acc*"],
     ),
     "grass": (
-        {"model.arch": "grass", "model.encoding": "rrwp", "model.added_edges_per_node": Positive()},
+        {"model.arch": "grass", "model.net.encoding": "rrwp", "model.net.added_edges_per_node": Positive()},
         ["test/mae"],
     ),
     "leaderbot": ({"model.kind": "davidson", "model.k_cov": 0, "model.k_tie": 1}, ["test/nll", "test/mae_tie"]),

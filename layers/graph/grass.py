@@ -311,15 +311,15 @@ class GrassNet(nn.Module):
     ) -> None:
         super().__init__()
         if encoding not in ENCODINGS:
-            raise ConfigError(f"model.encoding={encoding!r} must be one of {list(ENCODINGS)}")
+            raise ConfigError(f"model.net.encoding={encoding!r} must be one of {list(ENCODINGS)}")
         if num_layers < 1:
-            raise ConfigError(f"model.num_layers={num_layers} must be >= 1")
+            raise ConfigError(f"model.net.num_layers={num_layers} must be >= 1")
         if encoding != "none" and encoding_steps < 1:
-            raise ConfigError(f"model.encoding_steps={encoding_steps} must be >= 1")
+            raise ConfigError(f"model.net.encoding_steps={encoding_steps} must be >= 1")
         if encoding == "drrwp" and num_components < 1:
-            raise ConfigError(f"model.num_components={num_components} must be >= 1")
+            raise ConfigError(f"model.net.num_components={num_components} must be >= 1")
         if added_edges_per_node < 0:
-            raise ConfigError(f"model.added_edges_per_node={added_edges_per_node} must be >= 0")
+            raise ConfigError(f"model.net.added_edges_per_node={added_edges_per_node} must be >= 0")
         self.encoding, self.steps, self.num_components = encoding, encoding_steps, num_components
         self.degree_encoding, self.k, self.official_rewiring = degree_encoding, added_edges_per_node, official_rewiring
         self.alternate, self.add_self_loops, self.output_scale = alternate_edge_direction, add_self_loops, output_scale

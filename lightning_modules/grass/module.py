@@ -31,27 +31,6 @@ from layers.graph.grass_baselines import GINENet, GPSNet, count_parameters
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule, regression_metrics
 
 ARCHS = ("grass", "gine", "gps")
-GRASS_NET_ARGS = (
-    "num_layers",
-    "dim",
-    "hidden_dim",
-    "num_node_types",
-    "num_edge_types",
-    "encoding",
-    "encoding_steps",
-    "num_components",
-    "degree_encoding",
-    "added_edges_per_node",
-    "official_rewiring",
-    "edge_removal_rate",
-    "residual_scale",
-    "alternate_edge_direction",
-    "add_self_loops",
-    "expected_nodes",
-    "expected_edges",
-    "expected_added",
-    "output_scale",
-)
 
 
 class RewiringMAE(torchmetrics.Metric):
@@ -74,23 +53,22 @@ class RewiringMAE(torchmetrics.Metric):
         return per.mean(), per.std(unbiased=False)
 
 
-def build_net(
-    arch: str, grass_kwargs: dict[str, Any], baseline_layers: int, baseline_dim: int | None, gps_heads: int
-) -> nn.Module:
-    """The network of ``arch``; baselines get the width whose parameter count is closest to GRASS's when
-    ``baseline_dim`` is ``None`` (equal parameter budget)."""
+def build_net(arch: str, grass: GrassNet, baseline_layers: int, baseline_dim: int | None, gps_heads: int) -> nn.Module:
+    """The network of ``arch``: ``grass`` itself, or a baseline reading its vocabulary (and, for GPS, its RRWP steps)
+    from it, whose width gives the parameter count closest to ``grass``'s when ``baseline_dim`` is ``None`` (equal
+    parameter budget)."""
     if arch == "grass":
-        return GrassNet(**grass_kwargs)
-    common = {"num_node_types": grass_kwargs["num_node_types"], "num_edge_types": grass_kwargs["num_edge_types"]}
+        return grass
+    common = {"num_node_types": grass.node_emb.num_embeddings, "num_edge_types": grass.num_edge_types}
 
     def make(dim: int) -> nn.Module:
         if arch == "gine":
             return GINENet(baseline_layers, dim, **common)
-        return GPSNet(baseline_layers, dim, gps_heads, grass_kwargs["encoding_steps"], **common)
+        return GPSNet(baseline_layers, dim, gps_heads, grass.steps, **common)
 
     if baseline_dim is not None:
         return make(baseline_dim)
-    budget = count_parameters(GrassNet(**grass_kwargs))
+    budget = count_parameters(grass)
     step = gps_heads if arch == "gps" else 2
     best, best_gap, dim = None, math.inf, step
     while dim <= 1024:
@@ -107,12 +85,10 @@ class GrassLitModule(SuiteLitModule):
     """GRASS (or a baseline) regressing one target per graph with an L1 loss.
 
     Args:
+        net: The :class:`~layers.graph.grass.GrassNet` (``model.net`` in the config; ``None``: its defaults). With
+            ``arch=gine|gps`` it sets the baseline's vocabulary and parameter budget and is not trained.
         arch: ``grass``, ``gine`` or ``gps``.
-        num_layers, dim, hidden_dim, num_node_types, num_edge_types, encoding, encoding_steps, num_components,
-            degree_encoding, added_edges_per_node, official_rewiring, edge_removal_rate, residual_scale,
-            alternate_edge_direction, add_self_loops, expected_nodes, expected_edges, expected_added, output_scale:
-            :class:`~layers.graph.grass.GrassNet` arguments.
-        baseline_layers: Depth of GINE/GPS (``None``: ``num_layers``).
+        baseline_layers: Depth of GINE/GPS (``None``: the GRASS network's depth).
         baseline_dim: Width of GINE/GPS (``None``: matched to GRASS's parameter count).
         gps_heads: Attention heads of GPS.
         num_eval_rewirings: Rewirings averaged over at validation and test (``R``; 1 for the baselines).
@@ -123,26 +99,8 @@ class GrassLitModule(SuiteLitModule):
 
     def __init__(
         self,
+        net: GrassNet | None = None,
         arch: str = "grass",
-        num_layers: int = 8,
-        dim: int = 32,
-        hidden_dim: int = 32,
-        num_node_types: int = 28,
-        num_edge_types: int = 4,
-        encoding: str = "rrwp",
-        encoding_steps: int = 16,
-        num_components: int = 16,
-        degree_encoding: bool = True,
-        added_edges_per_node: int = 6,
-        official_rewiring: bool = False,
-        edge_removal_rate: float = 0.1,
-        residual_scale: float = 0.2,
-        alternate_edge_direction: bool = True,
-        add_self_loops: bool = True,
-        expected_nodes: float = 23.17,
-        expected_edges: float = 73.03,
-        expected_added: float = 278.04,
-        output_scale: float = 2.0,
         baseline_layers: int | None = None,
         baseline_dim: int | None = None,
         gps_heads: int = 4,
@@ -164,11 +122,11 @@ class GrassLitModule(SuiteLitModule):
             raise ConfigError(f"model.bn_recalibration_epochs={bn_recalibration_epochs} must be >= 0")
         if baseline_dim is not None and baseline_dim < 2:
             raise ConfigError(f"model.baseline_dim={baseline_dim} must be >= 2 or null")
-        self.save_hyperparameters(ignore=["optimizer", "scheduler"])
-        grass_kwargs = {k: v for k, v in locals().items() if k in GRASS_NET_ARGS}
+        self.save_hyperparameters(ignore=["net", "optimizer", "scheduler"])
+        grass = net if net is not None else GrassNet()
         self.arch = arch
-        self.net = build_net(arch, grass_kwargs, baseline_layers or num_layers, baseline_dim, gps_heads)
-        stochastic = arch == "grass" and added_edges_per_node > 0
+        self.net = build_net(arch, grass, baseline_layers or len(grass.layers), baseline_dim, gps_heads)
+        stochastic = arch == "grass" and grass.k > 0
         self.num_eval_rewirings = num_eval_rewirings if stochastic else 1
         self.bn_recalibration_epochs = bn_recalibration_epochs
         self.weight_decay_on_bias = weight_decay_on_bias

@@ -19,14 +19,19 @@ from lightning_modules.grass import GrassLitModule, RewiringMAE
 SMALL = dict(num_layers=2, dim=16, hidden_dim=16, encoding_steps=4, num_components=4, added_edges_per_node=2)
 
 
+def small(**net_kwargs) -> GrassNet:
+    """A small GRASS network: the ``model.net`` the LitModule gets from Hydra."""
+    return GrassNet(**{**SMALL, **net_kwargs})
+
+
 @pytest.mark.parametrize("arch,cls", [("gine", GINENet), ("gps", GPSNet)])
 def test_baselines_match_the_grass_parameter_budget(arch: str, cls: type):
-    grass = count_parameters(GrassLitModule(arch="grass", **SMALL).net)
-    lit = GrassLitModule(arch=arch, **SMALL)
+    grass = count_parameters(GrassLitModule(small(), arch="grass").net)
+    lit = GrassLitModule(small(), arch=arch)
     assert isinstance(lit.net, cls)
     assert abs(count_parameters(lit.net) - grass) / grass < 0.15
     assert lit.num_eval_rewirings == 1, "deterministic baselines are evaluated once"
-    assert isinstance(GrassLitModule(arch=arch, baseline_dim=8, **SMALL).net, cls)
+    assert isinstance(GrassLitModule(small(), arch=arch, baseline_dim=8).net, cls)
 
 
 def test_config_errors():
@@ -34,8 +39,8 @@ def test_config_errors():
         GrassLitModule(arch="grit")
     with pytest.raises(ConfigError, match="num_eval_rewirings"):
         GrassLitModule(num_eval_rewirings=0)
-    with pytest.raises(ConfigError, match="model.encoding"):
-        GrassLitModule(encoding="lap")
+    with pytest.raises(ConfigError, match="model.net.encoding"):
+        GrassNet(encoding="lap")
 
 
 def test_rewiring_mae_is_the_mean_of_per_rewiring_maes():
@@ -52,7 +57,7 @@ def test_rewiring_mae_is_the_mean_of_per_rewiring_maes():
 
 
 def test_weight_decay_excludes_biases():
-    lit = GrassLitModule(**SMALL)
+    lit = GrassLitModule(small())
     decay, no_decay = lit.trainable_parameters()
     assert all(p.ndim > 1 for p in decay["params"]) and no_decay["weight_decay"] == 0.0
     assert any(p.ndim == 1 for p in no_decay["params"])
@@ -65,7 +70,7 @@ def test_fit_and_test_with_lion_one_cycle_and_bn_recollection(tmp_path: Path):
         data_dir=str(tmp_path), batch_size=8, num_molecules=40, split_sizes=(16, 8, 8), cache=False
     )
     lit = GrassLitModule(
-        **SMALL,
+        small(),
         num_eval_rewirings=3,
         bn_recalibration_epochs=1,
         optimizer=partial(Lion, lr=5e-4, betas=(0.95, 0.98), weight_decay=0.5),
@@ -108,9 +113,8 @@ def test_fit_and_test_with_lion_one_cycle_and_bn_recollection(tmp_path: Path):
 
 def test_bn_recollection_is_a_cumulative_average_without_edge_removal():
     torch.manual_seed(0)
-    net = GrassNet(**SMALL, edge_removal_rate=0.5)
-    lit = GrassLitModule(**SMALL, edge_removal_rate=0.5)
-    lit.net = net
+    net = small(edge_removal_rate=0.5)
+    lit = GrassLitModule(net)
     from torch_geometric.data import Batch
 
     from tests.layers.test_grass_layer import molecule

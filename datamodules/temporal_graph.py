@@ -93,9 +93,13 @@ def node_labels(nodes: np.ndarray, labels: np.ndarray, num_nodes: int, path: Pat
 
 
 def read_jodie(
-    data_dir: str | Path, name: str, node_features: str, feature_dim: int, seed: int,
+    data_dir: str | Path,
+    name: str,
+    node_features: str,
+    feature_dim: int,
+    seed: int,
     classes_per_task: int | None = None,
-) -> TemporalGraph:  # fmt: skip
+) -> TemporalGraph:
     """Read ``<name>.csv`` (+ ``<name>_node.npy``) in the JODIE / DyGLib / N-ForGOT layout (see module doc).
 
     ``classes_per_task``: fit generated ``svd`` features on the first task only (see :func:`structural_features`);
@@ -176,9 +180,13 @@ def read_primary_school() -> TemporalGraph:
     y = node_labels(nodes, labels, len(ids), path)
     t = df.t.to_numpy(np.float64)
     return TemporalGraph(
-        torch.as_tensor(ids.get_indexer(df.i)), torch.as_tensor(ids.get_indexer(df.j)),
-        torch.as_tensor(t - t.min()), torch.zeros(len(ids), 0), torch.as_tensor(y), str(path),
-    )  # fmt: skip
+        torch.as_tensor(ids.get_indexer(df.i)),
+        torch.as_tensor(ids.get_indexer(df.j)),
+        torch.as_tensor(t - t.min()),
+        torch.zeros(len(ids), 0),
+        torch.as_tensor(y),
+        str(path),
+    )
 
 
 def read_pubmed() -> TemporalGraph:
@@ -197,9 +205,13 @@ def read_pubmed() -> TemporalGraph:
     y = nodes.label.to_numpy(np.int64) - 1
     t = edges.time.to_numpy(np.float64)
     return TemporalGraph(
-        torch.as_tensor(s), torch.as_tensor(d), torch.as_tensor(t - t.min()), torch.zeros(len(ids), 0),
-        torch.as_tensor(y), str(edges_csv),
-    )  # fmt: skip
+        torch.as_tensor(s),
+        torch.as_tensor(d),
+        torch.as_tensor(t - t.min()),
+        torch.zeros(len(ids), 0),
+        torch.as_tensor(y),
+        str(edges_csv),
+    )
 
 
 def _normalised_log_counts(src: np.ndarray, dst: np.ndarray, n: int):

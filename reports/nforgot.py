@@ -21,18 +21,32 @@ from suite import stats
 from suite.claims import Claim, ClaimSpec, HookResult, Table, judge, seed_values
 from suite.report import mean_sd, series
 
-DATASETS = {"school4d": "SocioPatterns primary school, 4-d spectral node features (5 tasks x 2 classes, multi-head)",
-            "school4d_tgn": "the same on the TGN backbone (4-d features, 5 tasks x 2 classes, multi-head)",
-            "school": "SocioPatterns primary school (5 tasks x 2 classes, multi-head)",
-            "school_ci": "SocioPatterns primary school (5 tasks x 2 classes, single-head: class-incremental)",
-            "school_tgn": "SocioPatterns primary school on the TGN backbone (5 tasks x 2 classes, multi-head)",
-            "pubmed": "temporal PubMed (3 tasks x 1 class, single-head)",
-            "yelp": "yelp_clear (paper profile, 6 tasks x 2 classes, multi-head)"}  # fmt: skip
+DATASETS = {
+    "school4d": "SocioPatterns primary school, 4-d spectral node features (5 tasks x 2 classes, multi-head)",
+    "school4d_tgn": "the same on the TGN backbone (4-d features, 5 tasks x 2 classes, multi-head)",
+    "school": "SocioPatterns primary school (5 tasks x 2 classes, multi-head)",
+    "school_ci": "SocioPatterns primary school (5 tasks x 2 classes, single-head: class-incremental)",
+    "school_tgn": "SocioPatterns primary school on the TGN backbone (5 tasks x 2 classes, multi-head)",
+    "pubmed": "temporal PubMed (3 tasks x 1 class, single-head)",
+    "yelp": "yelp_clear (paper profile, 6 tasks x 2 classes, multi-head)",
+}
 SINGLE_HEAD = ("school_ci", "pubmed")  # class-incremental: outside the official (multi-head) protocol
 HEADLINE = ("school4d", "yelp")  # the settings whose best-baseline claims are the page's primary claims
 BASELINES = ("finetune", "ewc", "lwf", "replay")
-ORDER = ("finetune", "joint", "ewc", "lwf", "replay", "nforgot", "nforgot_no_class", "nforgot_no_disc",
-         "nforgot_released", "nforgot_wl", "nforgot_reembed", "nforgot_mmd01")  # fmt: skip
+ORDER = (
+    "finetune",
+    "joint",
+    "ewc",
+    "lwf",
+    "replay",
+    "nforgot",
+    "nforgot_no_class",
+    "nforgot_no_disc",
+    "nforgot_released",
+    "nforgot_wl",
+    "nforgot_reembed",
+    "nforgot_mmd01",
+)
 MIN_FORGETTING = 0.05  # Finetune's AF below this: there is (almost) no forgetting to prevent
 # Joint's AP minus Finetune's below this: too little lost to forgetting to rank the methods. 2.5 times DELTA: the room
 # between the lower and the upper bound must hold the smallest effect of interest with margin.
@@ -112,8 +126,10 @@ def best_baseline_claims(records: list[Any], ds: str) -> list[Claim]:
     """N-ForGOT against the best baseline of setting ``ds`` on AP (higher) and AF (lower). The best is chosen by its
     mean over the same seeds it is compared on, which favours the baseline (a conservative test of the claim)."""
     out = []
-    for key, hib, what in (("test/ap", True, "a higher average accuracy (AP)"),
-                           ("test/af", False, "a lower average forgetting (AF)")):  # fmt: skip
+    for key, hib, what in (
+        ("test/ap", True, "a higher average accuracy (AP)"),
+        ("test/af", False, "a lower average forgetting (AF)"),
+    ):
         means = {b: m for b in BASELINES if (m := _mean(records, f"{ds}_{b}", key)) is not None}
         if not means or not seed_values(records, f"{ds}_nforgot", key):
             continue
@@ -179,8 +195,9 @@ def last_task_convergence(records: list[Any], spec: ClaimSpec) -> dict[str, tupl
             out[name] = whole
             continue
         last = [c for c in (last_task_points(r, metric) for r in runs) if c]
-        c = stats.converged(last, higher_is_better=spec.higher_is_better, frac=spec.frac, tol=spec.tol, rel=spec.rel,
-                            scored_at_end=True)  # fmt: skip
+        c = stats.converged(
+            last, higher_is_better=spec.higher_is_better, frac=spec.frac, tol=spec.tol, rel=spec.rel, scored_at_end=True
+        )
         out[name] = (c.ok, f"last task: {c.reading}")
     return out
 
@@ -213,12 +230,19 @@ def claim_report(records: list[Any], spec: ClaimSpec, out_dir: Path) -> HookResu
         for claim in best_baseline_claims(records, ds):
             result.verdicts.append(judge(claim, records, convergence, absent=absent))
     if rows:
-        note = (f"A setting tests a forgetting claim when finetuning learns every task at its own end (test accuracy "
-                f"right after the task's training at least {MIN_LEARNED}), loses at least {MIN_AP_GAP} AP to joint "
-                f"training and forgets at least {MIN_FORGETTING} AF (means over seeds); otherwise its N-ForGOT claims "
-                "read `inconclusive: phenomenon absent`.")  # fmt: skip
-        columns = ["setting", "finetune: lowest own-end accuracy", "joint AP - finetune AP", "finetune AF",
-                   "tests the claim"]  # fmt: skip
+        note = (
+            f"A setting tests a forgetting claim when finetuning learns every task at its own end (test accuracy "
+            f"right after the task's training at least {MIN_LEARNED}), loses at least {MIN_AP_GAP} AP to joint "
+            f"training and forgets at least {MIN_FORGETTING} AF (means over seeds); otherwise its N-ForGOT claims "
+            "read `inconclusive: phenomenon absent`."
+        )
+        columns = [
+            "setting",
+            "finetune: lowest own-end accuracy",
+            "joint AP - finetune AP",
+            "finetune AF",
+            "tests the claim",
+        ]
         result.tables.insert(0, Table("Is there forgetting to prevent?", columns, rows, note))
     result.absent = {c.id: why for c in spec.claims if (why := _absent(records, c))}
     if any(setting_of(r.name) in SINGLE_HEAD for r in records):

@@ -129,8 +129,10 @@ def judge_claim(claim: Claim, data: Data, convergence: dict[str, tuple[bool, str
     if is_collapse(claim):
         iid = [e for e, (_, s) in zip(claim.entries, streams, strict=True) if s not in WILD_STREAMS]
         if iid:
-            why = (f"collapse is judged only on a stream where it can occur ({', '.join(WILD_STREAMS)}: SAR's wild "
-                   f"settings); {', '.join(sorted(set(iid)))} is an i.i.d. stream")  # fmt: skip
+            why = (
+                f"collapse is judged only on a stream where it can occur ({', '.join(WILD_STREAMS)}: SAR's wild "
+                f"settings); {', '.join(sorted(set(iid)))} is an i.i.d. stream"
+            )
             return stated(claim.id, claim.text, stats.ABSENT, why, primary=claim.primary, against=())
     a, b = (side_values(data, e, m) for e, m in zip(claim.entries, claim.metrics, strict=True))
     if not a or not b:  # said here: the engine would read a training entry's own (clean-stream) metric instead
@@ -222,8 +224,15 @@ def tables(data: Data) -> list[Table]:
             rows.append([arch, stream_label(stream, cell), *accs, tent_bn, q])
             if stream == CORRUPTIONS[-1] and side_values(data, arch, "tta/source/acc"):
                 means = {m: side_values(data, arch, f"tta/{m}/acc") for m in METHODS}
-                rows.append([arch, "**mean of 4 corruptions**", *(_pct(means[m]) for m in METHODS),
-                             _diff_ci(means["tent"], means["bn"]), ""])  # fmt: skip
+                rows.append(
+                    [
+                        arch,
+                        "**mean of 4 corruptions**",
+                        *(_pct(means[m]) for m in METHODS),
+                        _diff_ci(means["tent"], means["bn"]),
+                        "",
+                    ]
+                )
     top1 = Table(
         "Top-1 per stream (%, mean ± sd over seeds; 5,000 test images, online, one step per batch of 128)",
         ["architecture", "stream", *(LABELS[m] for m in METHODS), "Tent - BN-adapt [95% CI, paired]", "Tent Q1 -> Q4"],

@@ -301,8 +301,14 @@ class NForGOTLitModule(SuiteLitModule):
             l_kd = self._kd(z_all, z0_all, tasks, task)
             with torch.no_grad():  # L_KD = H(targets) + KL(targets || student): only the KL part can move
                 target_entropy = self._kd(z0_all, z0_all, tasks, task)
-            self.log_dict({"train/l_kd": l_kd, "train/kd_target_entropy": target_entropy,
-                           "train/kd_kl": l_kd.detach() - target_entropy}, batch_size=n)  # fmt: skip
+            self.log_dict(
+                {
+                    "train/l_kd": l_kd,
+                    "train/kd_target_entropy": target_entropy,
+                    "train/kd_kl": l_kd.detach() - target_entropy,
+                },
+                batch_size=n,
+            )
             w_kd = self.hparams.alpha * (self.hparams.distill_loss if self.method == "nforgot" else 1.0)
             loss = loss + w_kd * l_kd
             parts["kd"] = w_kd * l_kd
@@ -313,8 +319,11 @@ class NForGOTLitModule(SuiteLitModule):
                     loss = loss + v
                     parts[k] = v
         if task > 0 and self.method == "ewc" and self.fisher:
-            pen = sum((self.fisher[k] * (p - self.anchor[k]).pow(2)).sum() for k, p in self.named_parameters()
-                      if k in self.fisher)  # fmt: skip
+            pen = sum(
+                (self.fisher[k] * (p - self.anchor[k]).pow(2)).sum()
+                for k, p in self.named_parameters()
+                if k in self.fisher
+            )
             self.log("train/ewc", pen, batch_size=n)
             loss = loss + self.hparams.ewc_lambda / 2 * pen
         if task > 0 and self.method == "replay" and len(self.replay):
@@ -432,9 +441,14 @@ class NForGOTLitModule(SuiteLitModule):
     def _wl_labels(self, nodes: Tensor, times: Tensor, task: int) -> Tensor:
         hp = self.hparams
         return temporal_wl_labels(
-            self.stream.samplers[task], nodes.cpu(), times.cpu(), hp.wl_neighbors, hp.wl_iterations,
-            hp.wl_time_scale, hp.wl_time_buckets,
-        )  # fmt: skip
+            self.stream.samplers[task],
+            nodes.cpu(),
+            times.cpu(),
+            hp.wl_neighbors,
+            hp.wl_iterations,
+            hp.wl_time_scale,
+            hp.wl_time_buckets,
+        )
 
     # -- end of task bookkeeping ----------------------------------------------------------------------------------
     def on_train_epoch_end(self) -> None:
@@ -478,8 +492,9 @@ class NForGOTLitModule(SuiteLitModule):
             prev = self.stream.examples[task - 1]["train"]
             a = sample.subset(torch.randperm(len(sample), generator=g)[:512])  # random, not the earliest events
             b = prev.subset(torch.randperm(len(prev), generator=g)[:512])
-            self.wl_shift[task] = float(wl_histogram_mmd(self._wl_labels(a.node, a.t, task),
-                                                        self._wl_labels(b.node, b.t, task - 1)))  # fmt: skip
+            self.wl_shift[task] = float(
+                wl_histogram_mmd(self._wl_labels(a.node, a.t, task), self._wl_labels(b.node, b.t, task - 1))
+            )
         if self.method == "replay" and self.hparams.replay_per_class:
             keep = [torch.nonzero(train.y == c).view(-1) for c in self.stream.task_classes[task]]
             keep = [k[torch.randperm(k.numel(), generator=g)[: self.hparams.replay_per_class]] for k in keep]
@@ -597,12 +612,16 @@ class NForGOTLitModule(SuiteLitModule):
     # -- checkpoints ----------------------------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["continual"] = {
-            "acc": self.acc, "wl_shift": self.wl_shift, "finished": self.finished, "prototypes": self.prototypes.cpu(),
+            "acc": self.acc,
+            "wl_shift": self.wl_shift,
+            "finished": self.finished,
+            "prototypes": self.prototypes.cpu(),
             "prototype_task": self.prototype_task,
             "prev": None if self.prev is None else {k: v.cpu() for k, v in self.prev.state_dict().items()},
-            "fisher": self.fisher, "anchor": self.anchor,
+            "fisher": self.fisher,
+            "anchor": self.anchor,
             "replay": {f: getattr(self.replay, f) for f in ("node", "t", "task", "y")},
-        }  # fmt: skip
+        }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("continual")

@@ -41,7 +41,7 @@ from tests.conftest import ROOT, compose_train, run_entry
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 SLUGS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
-#: Issue 50: every callback works with the MDA subject (a ViT) and the BaDLoss classifier (a CNN).
+#: Every callback works with the MDA subject (a ViT) and the BaDLoss classifier (a CNN).
 REQUIRED = ("mda", "badloss")
 #: Runs per callback (the required experiments first): keeps the test near a minute on two cores.
 MAX_RUNS = 3

@@ -151,7 +151,7 @@ def test_one_point_curves_are_drawn_with_markers(tmp_path, monkeypatch):
 
 
 def test_curves_are_small_multiples_of_the_shared_validation_metrics(tmp_path):
-    """Issue 51, item 6: one row of panels per setting, one panel per metric the runs share (plus train/loss), one
+    """One row of panels per setting, one panel per metric the runs share (plus train/loss), one
     colour per method, a thin line per seed and a bold mean, the legend outside the panels, and no line going back
     in step (a run's CSV holding an earlier attempt's rows, as the nforgot page's did, is drawn as its last attempt)."""
     from matplotlib.lines import Line2D

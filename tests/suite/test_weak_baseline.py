@@ -235,7 +235,7 @@ def test_no_start_on_a_run_over_several_processes():
 
 
 def test_semdice_deep_reads_apt_below_the_untrained_actor_as_a_weak_baseline(tmp_path):
-    """Issue 47's case: APT's actor ends below the untrained one (0.68 vs 1.50 nats), so "SEMDICE beats APT" reads
+    """SEMDICE's UMaze case: APT's actor ends below the untrained one (0.68 vs 1.50 nats), so "SEMDICE beats APT" reads
     inconclusive: weak baseline on the page, whatever its margin."""
     from suite.claim import judge_page, load_spec
     from suite.claims import ClaimSpec

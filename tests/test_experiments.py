@@ -16,6 +16,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from tests._helpers.make import run_make
 from tests.conftest import ROOT, run_entry
 
 SLUGS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
@@ -195,19 +196,8 @@ def test_measured_nothing_names_the_missing_metrics():
 def test_make_train_with_the_method_switched_off_says_it_measured_nothing(tmp_path):
     """`make train METHOD=sgm_lipschitz ARGS="... model.lipschitz_sigmas=null"`, as a user types it: the Lipschitz
     study does not run, the run still succeeds, and its last line says that the method measured nothing."""
-    import os
-    import subprocess
-
     args = f"ARGS=debug=fdr logger=csv model.lipschitz_sigmas=null paths.log_dir={tmp_path}"
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        ["make", "-s", "--no-print-directory", "train", "METHOD=sgm_lipschitz", args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
+    proc = run_make("train", "METHOD=sgm_lipschitz", args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines()[-1] == (
         "note: sgm_lipschitz: the method measured nothing: none of its metrics (test/lip_learned_*, test/lip_exact_*) "
@@ -219,19 +209,8 @@ def test_a_method_that_predicted_nothing_says_it_measured_nothing(tmp_path):
     """`make train METHOD=preworld` ended with test/miou 0 and no note: 0 is finite, but after pre-training alone no
     voxel's density exceeded model.density_threshold, so the IoUs scored an empty prediction. A threshold no density
     reaches makes that certain here; the last line says so."""
-    import os
-    import subprocess
-
     args = f"ARGS=trainer.max_epochs=1 model.density_threshold=1e9 logger=csv paths.log_dir={tmp_path}"
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        ["make", "-s", "--no-print-directory", "train", "METHOD=preworld", args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
+    proc = run_make("train", "METHOD=preworld", args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = (tmp_path / "train" / "preworld" / "runs").iterdir()
     metrics = json.loads((run / "metrics.json").read_text())
@@ -247,17 +226,8 @@ def test_the_preworld_default_run_measures_something(tmp_path):
     """`make train METHOD=preworld` as typed (4 epochs, its largest density near 1) predicted no occupied voxel:
     test/miou and every copy-last IoU were 0. Its default budget now trains the densities past the official
     threshold: the run predicts occupancy, scores it and ends without the 'measured nothing' note."""
-    import os
-    import subprocess
-
-    env = {**os.environ, "WANDB_MODE": "offline"}
-    proc = subprocess.run(
-        ["make", "-s", "--no-print-directory", "train", "METHOD=preworld", f"ARGS=logger=csv paths.log_dir={tmp_path}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
+    proc = run_make(
+        "train", "METHOD=preworld", f"ARGS=logger=csv paths.log_dir={tmp_path}", timeout=900, one_thread=False
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = (tmp_path / "train" / "preworld" / "runs").iterdir()

@@ -7,13 +7,13 @@ from __future__ import annotations
 import csv
 import os
 import re
-import subprocess
 
 import pytest
 
 from callbacks.checkpoint import FinalStateCheckpoint, epoch_filename
 from core.checkpoint import load_checkpoint
 from suite.run import train
+from tests._helpers.make import run_make
 from tests.conftest import FIXTURE_CONF, ROOT, compose_train
 
 BASE = [FIXTURE_CONF, "experiment=spine_fixture", "logger=csv", "trainer.max_epochs=3"]
@@ -46,15 +46,7 @@ def test_a_monitored_run_names_its_best_checkpoint_and_make_eval_reads_it(tmp_pa
 
     # `make eval CKPT=<file>` as a user types it (the name has no '=' for Hydra's override parser to refuse)
     ckpt = os.path.relpath(best, ROOT)
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        ["make", "-s", "--no-print-directory", "eval", f"CKPT={ckpt}", f"ARGS={FIXTURE_CONF} paths.log_dir={tmp_path}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
+    proc = run_make("eval", f"CKPT={ckpt}", f"ARGS={FIXTURE_CONF} paths.log_dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(rf"evaluation of .*{re.escape(names[0])}", proc.stdout), proc.stdout[-2000:]
 

@@ -13,6 +13,7 @@ import sys
 import pytest
 import torch
 
+from tests._helpers.make import run_make
 from tests.conftest import PORTS, ROOT
 
 BENCHMARKS = sorted(p.name for p in (ROOT / "benchmarks").glob("[!_]*.py"))  # _*.py: shared helpers
@@ -157,15 +158,7 @@ def test_ddp_on_cpu_gives_the_sync_dist_advice_only_for_per_rank_values(tmp_path
     per epoch under DDP. The test-time adaptation and quantization numbers are pooled over the ranks before they are
     logged, so the advice is noise there and is gone; MDA's own val/loss and test/loss are each rank's shard mean,
     and the advice for them stays."""
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        ["make", "-s", "--no-print-directory", "train", "METHOD=mda", f"ARGS={MDA_DDP} paths.log_dir={tmp_path}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
+    proc = run_make("train", "METHOD=mda", f"ARGS={MDA_DDP} paths.log_dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     advised = set(re.findall(r"It is recommended to use `self\.log\('([^']+)', \.\.\., sync_dist=True\)`", proc.stderr))
     assert {"val/loss", "test/loss"} <= advised, advised

@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import subprocess
 from pathlib import Path
 
@@ -16,14 +15,12 @@ import yaml
 
 from core.errors import ConfigError
 from suite.sweeps import objective
-from tests.conftest import FIXTURE_CONF, ROOT, compose_train, run_cli
+from tests._helpers.make import run_make
+from tests.conftest import FIXTURE_CONF, compose_train, run_cli
 
 
 def _make(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        ["make", "-s", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True, timeout=900, env=env
-    )
+    return run_make(*args, timeout=900)
 
 
 def _one(pattern: str, root: Path) -> Path:

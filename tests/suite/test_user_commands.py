@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from suite.compare import RunRecord, plot_curves
 from suite.compare import main as compare_main
+from tests._helpers.make import run_make
 from tests.conftest import FIXTURE_CONF, ROOT, run_entry
 
 # Lines that are noise to a user; none may reach the console.
@@ -34,16 +35,7 @@ NOISE = (
 )
 
 
-def _make(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        ["make", "-s", "--no-print-directory", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
+_make = run_make
 
 
 @pytest.mark.slow

@@ -29,6 +29,8 @@ of ``crop`` pixels removed, as the official evaluation (``syn_metrics.py``).
 from __future__ import annotations
 
 import copy
+import inspect
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ from torch import Tensor, nn
 
 from core.errors import CheckpointError, ConfigError
 from core.smoke import smoke_test
+from core.typecheck import check_kwargs
 from layers.vision.burst_baselines import EarlyFusionNet, FrameAverage, SingleFrameNet
 from layers.vision.tmrnet import DCN_IMPLS, FLOWS, TMRNet
 from lightning_modules._base import OptimizerFactory, SchedulerFactory, SuiteLitModule
@@ -50,44 +53,42 @@ ARCHS = ("tmrnet", "shared", "single", "early", "average")
 MODES = ("supervised", "adapt")
 
 
-def build_net(
-    arch: str,
-    frames: int,
-    channels: int,
-    n_feat: int,
-    n_common: int,
-    n_specific: int,
-    n_recon: int,
-    alpha_init: float,
-    alpha_learnable: bool,
-    flow: str,
-    dcn_groups: int,
-    max_offset: float,
-    dcn_impl: str,
-    scale: int,
-) -> nn.Module:
-    """The network of ``arch`` at the given width; the baselines get the recurrence's blocks as their body."""
+#: TMRNet arguments that ``model.net`` does not set: the frame count, the arch and the scale are the module's own
+#: (``model.frames`` slices the inputs, ``model.arch`` picks the network, ``model.scale`` is checked against the data).
+MODULE_OWNED = {"num_frames": "model.frames", "specific": "model.arch", "scale": "model.scale"}
+
+
+def net_args(net: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``model.net`` over :class:`~layers.vision.tmrnet.TMRNet`'s own defaults: every width / alignment argument.
+
+    Raises:
+        ConfigError: a key that is not a TMRNet argument (or is one of :data:`MODULE_OWNED`), or a value of the wrong
+            type, named ``model.net.<key>``.
+    """
+    params = inspect.signature(TMRNet).parameters
+    given = dict(net or {})
+    owned = sorted(k for k in given if k in MODULE_OWNED)
+    if owned:
+        raise ConfigError(f"model.net.{owned[0]} is set by {MODULE_OWNED[owned[0]]}, not model.net")
+    valid = [k for k in params if k not in MODULE_OWNED]
+    unknown = sorted(set(given) - set(valid))
+    if unknown:
+        raise ConfigError(f"model.net has unknown keys {unknown}; valid: {valid}")
+    check_kwargs(TMRNet, given, "model.net")
+    return {k: given.get(k, params[k].default) for k in valid}
+
+
+def build_net(arch: str, frames: int, scale: int, **net: Any) -> nn.Module:
+    """The network of ``arch`` from the TMRNet arguments ``net`` (:func:`net_args`); the baselines take its width,
+    feature and reconstruction blocks, and ``n_common + n_specific`` blocks as their body."""
+    a = net_args(net)
     if arch in ("tmrnet", "shared"):
-        return TMRNet(
-            frames,
-            channels,
-            n_feat,
-            n_common,
-            n_specific,
-            n_recon,
-            arch == "tmrnet",
-            alpha_init,
-            alpha_learnable,
-            flow,
-            dcn_groups,
-            max_offset,
-            dcn_impl,
-            scale,
-        )
+        return TMRNet(frames, specific=arch == "tmrnet", scale=scale, **a)
+    body = a["n_common"] + a["n_specific"]
     if arch == "single":
-        return SingleFrameNet(channels, n_feat, n_common + n_specific, n_recon, scale)
+        return SingleFrameNet(a["channels"], a["n_feat"], body, a["n_recon"], scale)
     if arch == "early":
-        return EarlyFusionNet(frames, channels, n_feat, n_common + n_specific, n_recon, scale)
+        return EarlyFusionNet(frames, a["channels"], a["n_feat"], body, a["n_recon"], scale)
     return FrameAverage(scale)
 
 
@@ -111,13 +112,13 @@ class BracketIRELitModule(SuiteLitModule):
     """Exposure-bracket restoration; see the module docstring.
 
     Args:
+        net: :class:`~layers.vision.tmrnet.TMRNet` arguments (``model.net`` in the config; missing keys: TMRNet's
+            defaults): ``channels``, ``n_feat``/``n_common``/``n_specific``/``n_recon`` (paper: 64, 5/16/24/5),
+            ``alpha_init``/``alpha_learnable``, ``flow`` (``zero | oracle | learned``), ``dcn_groups``,
+            ``max_offset``, ``dcn_impl`` (``batched``: the fast CPU twin). The baselines take its width and blocks.
         arch: ``tmrnet | shared | single | early | average``.
         mode: ``supervised | adapt``.
         frames: exposures used (the first ``frames`` of 5).
-        channels, n_feat, n_common, n_specific, n_recon: width and residual blocks (paper: 64, 5, 16, 24, 5).
-        alpha_init, alpha_learnable: TMRNet's modulation (0, learnable in the paper).
-        flow: ``zero | oracle | learned`` alignment flow (the paper's pretrained SPyNet is not available offline).
-        dcn_groups, max_offset, dcn_impl: deformable alignment (``dcn_impl=batched``: the fast CPU twin).
         scale: 1 (BracketIRE) or 4 (BracketIRE+); must match the data.
         w_self, ema_decay, self_frames: adaptation: weight of the self term, teacher decay, ``t`` range.
         init_ckpt: checkpoint whose network initialises this one (required by ``mode=adapt``).
@@ -129,20 +130,10 @@ class BracketIRELitModule(SuiteLitModule):
 
     def __init__(
         self,
+        net: Mapping[str, Any] | None = None,
         arch: str = "tmrnet",
         mode: str = "supervised",
         frames: int = 5,
-        channels: int = 16,
-        n_feat: int = 2,
-        n_common: int = 2,
-        n_specific: int = 3,
-        n_recon: int = 2,
-        alpha_init: float = 0.0,
-        alpha_learnable: bool = True,
-        flow: str = "zero",
-        dcn_groups: int = 4,
-        max_offset: float = 10.0,
-        dcn_impl: str = "torchvision",
         scale: int = 1,
         w_self: float = 1.0,
         ema_decay: float = 0.999,
@@ -157,16 +148,19 @@ class BracketIRELitModule(SuiteLitModule):
         monitor: str = "val/loss",
     ) -> None:
         super().__init__(optimizer, scheduler, scheduler_interval, monitor)
+        net_kwargs = net_args(net)
+        flow, dcn_impl = net_kwargs["flow"], net_kwargs["dcn_impl"]
+        channels, dcn_groups = net_kwargs["channels"], net_kwargs["dcn_groups"]
         checks = [
             (arch in ARCHS, f"model.arch={arch!r} must be one of {list(ARCHS)}"),
             (mode in MODES, f"model.mode={mode!r} must be one of {list(MODES)}"),
-            (flow in FLOWS, f"model.flow={flow!r} must be one of {list(FLOWS)}"),
-            (dcn_impl in DCN_IMPLS, f"model.dcn_impl={dcn_impl!r} must be one of {list(DCN_IMPLS)}"),
+            (flow in FLOWS, f"model.net.flow={flow!r} must be one of {list(FLOWS)}"),
+            (dcn_impl in DCN_IMPLS, f"model.net.dcn_impl={dcn_impl!r} must be one of {list(DCN_IMPLS)}"),
             (1 <= frames <= 5, f"model.frames={frames} must be in 1..5"),
             (scale in (1, 4), f"model.scale={scale} must be 1 (BracketIRE) or 4 (BracketIRE+)"),
             (
-                channels >= 1 and channels % dcn_groups == 0,
-                f"model.channels={channels} must be a positive multiple of model.dcn_groups={dcn_groups}",
+                channels >= 1 and dcn_groups >= 1 and channels % dcn_groups == 0,
+                f"model.net.channels={channels} must be a positive multiple of model.net.dcn_groups={dcn_groups}",
             ),
             (0.0 <= ema_decay < 1.0, f"model.ema_decay={ema_decay} must be in [0, 1)"),
             (
@@ -179,24 +173,10 @@ class BracketIRELitModule(SuiteLitModule):
         for ok, msg in checks:
             if not ok:
                 raise ConfigError(msg)
-        self.save_hyperparameters(ignore=["optimizer", "scheduler"])
+        self.save_hyperparameters(ignore=["net", "optimizer", "scheduler"])
+        self.hparams["net"] = net_kwargs  # every argument the network was built with, defaults included
         self.arch, self.mode, self.frames, self.scale, self.crop = arch, mode, frames, scale, crop
-        self.net = build_net(
-            arch,
-            frames,
-            channels,
-            n_feat,
-            n_common,
-            n_specific,
-            n_recon,
-            alpha_init,
-            alpha_learnable,
-            flow,
-            dcn_groups,
-            max_offset,
-            dcn_impl,
-            scale,
-        )
+        self.net = build_net(arch, frames, scale, **net_kwargs)
         if init_ckpt:
             self._load_init(Path(init_ckpt))
         self.teacher = copy.deepcopy(self.net).requires_grad_(False) if mode == "adapt" else None

@@ -3,6 +3,7 @@ metrics on the tone-mapped sRGB, the warm-up schedule and one-line errors."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from pathlib import Path
 
@@ -10,18 +11,23 @@ import pytest
 import torch
 
 from core.errors import CheckpointError, ConfigError
+from layers.vision.tmrnet import TMRNet
 from lightning_modules.bracketire import BracketIRELitModule
+from lightning_modules.bracketire.module import MODULE_OWNED
 from lightning_modules.bracketire.schedule import cosine_warmup_factor
+from ops.isp.deform import batched_modulated_deform_conv2d
 from ops.isp.losses import synthetic_loss
 
 TINY = {
-    "channels": 4,
-    "n_feat": 1,
-    "n_common": 1,
-    "n_specific": 1,
-    "n_recon": 1,
-    "dcn_groups": 2,
-    "dcn_impl": "batched",
+    "net": {
+        "channels": 4,
+        "n_feat": 1,
+        "n_common": 1,
+        "n_specific": 1,
+        "n_recon": 1,
+        "dcn_groups": 2,
+        "dcn_impl": "batched",
+    }
 }
 
 
@@ -42,6 +48,32 @@ def _batch(b=2, hw=8, seed=0, gt=True):
     if gt:
         out["gt"] = base[:, 0]
     return out
+
+
+@pytest.mark.parametrize("arch", ["tmrnet", "shared", "single", "early"])
+def test_model_net_sets_every_network_argument(arch):
+    """Each ``model.net`` key reaches the network ``arch`` builds; the baselines take its width and blocks
+    (``n_common + n_specific`` body blocks); missing keys are TMRNet's defaults, recorded in the hyper-parameters."""
+    net = {"channels": 6, "n_feat": 3, "n_common": 2, "n_specific": 4, "n_recon": 1, "dcn_groups": 3}
+    net |= {"alpha_init": 0.25, "alpha_learnable": False, "flow": "oracle", "max_offset": 2.5, "dcn_impl": "batched"}
+    m = BracketIRELitModule(net=net, arch=arch, frames=4)
+    assert m.hparams.net == net  # every TMRNet argument but the module's own frames / arch / scale
+    assert BracketIRELitModule(net={"channels": 8}).hparams.net == {
+        k: p.default for k, p in inspect.signature(TMRNet).parameters.items() if k not in MODULE_OWNED
+    } | {"channels": 8}
+    n, blocks = m.net, lambda seq: len(seq) - 2  # ResidualBlocksWithInputConv: conv, lrelu, then the blocks
+    assert n.feat[0].out_channels == 6 and blocks(n.feat) == 3 and blocks(n.recon.body) == 1
+    if arch in ("tmrnet", "shared"):
+        assert blocks(n.common) == 2 and n.flow_mode == "oracle" and n.num_frames == 4
+        assert n.align.groups == 3 and n.align.max_mag == 2.5 and n.align.dcn is batched_modulated_deform_conv2d
+        if arch == "tmrnet":
+            assert [blocks(b) for b in n.branches] == [4] * 4
+            assert "alpha" not in dict(n.named_parameters()) and torch.all(n.alpha == 0.25)
+        else:
+            assert not hasattr(n, "branches")
+    else:
+        assert blocks(n.body) == 2 + 4
+        assert n.feat[0].in_channels == (8 * 4 if arch == "early" else 8)
 
 
 def test_supervised_steps_reduce_the_mu_law_loss():
@@ -111,6 +143,16 @@ def test_bad_input_and_configuration_are_one_line(tmp_path: Path):
         m._inputs(bad)
     with pytest.raises(ConfigError, match="model.arch"):
         BracketIRELitModule(arch="hdrnet")
+    with pytest.raises(ConfigError, match=r"model.net has unknown keys \['chanels'\]"):
+        BracketIRELitModule(net={"chanels": 8})
+    with pytest.raises(ConfigError, match="model.net.scale is set by model.scale"):
+        BracketIRELitModule(net={"scale": 4})
+    with pytest.raises(ConfigError, match="model.net.channels='8' must be int"):
+        BracketIRELitModule(net={"channels": "8"})
+    with pytest.raises(ConfigError, match="model.net.channels=6 must be a positive multiple of model.net.dcn_groups=4"):
+        BracketIRELitModule(net={"channels": 6, "dcn_groups": 4})
+    with pytest.raises(ConfigError, match="model.net.flow='spynet'"):
+        BracketIRELitModule(net={"flow": "spynet"})
     with pytest.raises(ConfigError, match="init_ckpt"):
         BracketIRELitModule(mode="adapt", **TINY)
     with pytest.raises(CheckpointError, match="no such checkpoint"):

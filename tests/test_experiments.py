@@ -103,7 +103,16 @@ METHOD_ON: dict[str, tuple[dict[str, object], list[str]]] = {
         ["test/absrel", "test/curve/absrel/*"],
     ),
     "badloss": ({"model.defence": "badloss"}, ["detect/auc", "test/asr_mean"]),
-    "bracketire": ({"model.arch": "tmrnet", "model.mode": "supervised", "train": True}, ["test/psnr", "test/ssim"]),
+    "bracketire": (
+        {
+            "model.arch": "tmrnet",
+            "model.mode": "supervised",
+            "train": True,
+            "model.net.alpha_init": 0.0,  # temporal modulation: alpha starts at 0 and is learned
+            "model.net.alpha_learnable": True,
+        },
+        ["test/psnr", "test/ssim"],
+    ),
     "gated_deltanet": (
         {
             "model.net.mixer.0.kind": "gated_deltanet",

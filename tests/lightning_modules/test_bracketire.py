@@ -192,3 +192,37 @@ def test_ssim_window_is_model_ssim_kernel(kernel):
     assert got == pytest.approx(float(ref.mean()), abs=1e-6)  # the metric's state is float32
     if kernel == 7:
         assert abs(got - float(ssim(b, a, data_range=1.0))) > 1e-3  # the 11-window default differs
+
+
+@pytest.mark.parametrize("profile", ["cpu", "paper"])
+def test_every_claim_entry_builds_the_network_it_names(profile, tmp_path: Path):
+    """Each entry of conf/claim/bracketire.yaml (and its paper profile) composes with ``experiment=bracketire`` and
+    builds its model: a stale network key in a spec fails here, not hours into a claim run."""
+    from hydra.utils import instantiate
+
+    from suite.claim import entry_command, load_spec
+    from tests.conftest import compose_train
+
+    spec = load_spec("bracketire", profile=profile)
+    built = {}
+    for entry in spec["runs"]:
+        cmd = entry_command("bracketire", entry, spec, tmp_path, [])
+        overrides = [
+            o.replace("${hydra:job.num}", "0").replace("\\${", "${")
+            for o in cmd[cmd.index("experiment=bracketire") :]
+            if not o.startswith(("hydra.", "seed=", "logger=", "trainer.enable"))
+        ]
+        cfg = compose_train(overrides, tmp_path)
+        if cfg.model.init_ckpt is None:  # the adaptation entries read a tmrnet run's checkpoint
+            built[entry["name"]] = instantiate(cfg.model)
+    blocks = lambda seq: len(seq) - 2  # noqa: E731 - ResidualBlocksWithInputConv: conv, lrelu, then the blocks
+    if profile == "cpu":
+        assert blocks(built["single_wide"].net.body) == 31 and blocks(built["early_wide"].net.body) == 30
+        alpha1 = built["tmrnet_alpha1"].net
+        assert torch.all(alpha1.alpha == 1) and "alpha" not in dict(alpha1.named_parameters())
+        assert built["tmrnet_plus"].net.recon.scale == 4 and built["tmrnet_f3"].net.num_frames == 3
+    else:
+        tmrnet = built["tmrnet"].net
+        assert tmrnet.feat[0].out_channels == 64 and [blocks(tmrnet.feat), blocks(tmrnet.common)] == [5, 16]
+        assert blocks(tmrnet.branches[0]) == 24 and blocks(tmrnet.recon.body) == 5 and tmrnet.align.groups == 8
+        assert tmrnet.flow_mode == "learned" and built["single"].net.feat[0].out_channels == 64

@@ -94,6 +94,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from core.errors import ConfigError, SuiteError
@@ -114,6 +115,7 @@ from suite.loggers import log_claim_summary
 from suite.page import glossary_link, hook_sections, per_seed_section, summary_section, verdict_section
 from suite.preflight import compose_run, preflight
 from suite.report import baseline_section, budget_table, entry_curves, headline_spec, mean_curve
+from suite.rundir import read_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ("cpu", "paper", "gpu")
@@ -478,6 +480,59 @@ def collect(spec: dict, out: Path) -> list[RunRecord]:
         if folder.exists():
             records += [read_run(p, name=entry["name"]) for p in find_runs([folder])]
     return records
+
+
+def _override_values(overrides: list[str]) -> dict[str, object]:
+    """``{key: value}`` of the overrides that set one value (sweeps left out), values as Hydra parses them, so
+    ``eval_at_start=true`` as typed and ``eval_at_start=True`` as a multirun job saves it compare equal."""
+    parser = OverridesParser.create()
+    values: dict[str, object] = {}
+    for o in overrides:
+        try:
+            parsed = parser.parse_override(o)
+        except Exception:  # noqa: BLE001 - an override Hydra cannot parse compares as its text
+            values[override_key(o)] = o.split("=", 1)[-1]
+            continue
+        if not parsed.is_sweep_override():
+            values[override_key(o)] = parsed.value()
+    return values
+
+
+def stale_runs(slug: str, spec: dict, records: list[RunRecord], extra: list[str]) -> dict[Path, str]:
+    """The runs on disk that the spec, as it reads now, would not have made: ``{run folder: why}``. A run is stale
+    when its seed is not one of its entry's seeds, or when an override the spec (its ``overrides``, the entry's, the
+    best-checkpoint ones, the experiment) or the command line gives the entry is missing from the run or set to
+    another value (a claim redesigned since the runs, whose folders still hold the former design's runs)."""
+    entries = {e["name"]: e for e in spec["runs"]}
+    stale: dict[Path, str] = {}
+    for r in records:
+        entry = entries.get(r.name)
+        if entry is None:
+            continue
+        if r.seed is not None and r.seed not in entry_seeds(entry, spec):
+            stale[r.path] = f"seed {r.seed} is not one of the entry's seeds {entry_seeds(entry, spec)}"
+            continue
+        made = read_overrides(r.path)
+        if made is None:
+            continue  # a run folder without Hydra's record (copied by hand) cannot be checked
+        want = merge_overrides(
+            [f"experiment={entry_experiment(slug, entry, spec)}"],
+            evaluate_overrides(entry, spec),
+            shlex.split(spec.get("overrides", "")),
+            shlex.split(entry.get("overrides", "")),
+            extra,
+        )
+        have = _override_values(made)
+        for key, value in _override_values(want).items():
+            if key.startswith("hydra."):
+                continue  # Hydra keeps its own settings in .hydra/hydra.yaml, not among the run's overrides
+            if key not in have:
+                stale[r.path] = f"made without {key}={value!r}"
+                break
+            if have[key] != value:
+                stale[r.path] = f"made with {key}={have[key]!r}, the spec gives {value!r}"
+                break
+    return stale
 
 
 def _call_hook(hook: str, records: list[RunRecord], spec: ClaimSpec, folder: Path) -> tuple[HookResult, str]:
@@ -953,6 +1008,8 @@ def main(argv: list[str] | None = None) -> None:
                 args.out or ROOT / "logs" / "claim" / ("" if args.profile == "cpu" else args.profile) / args.slug
             )
             disk, status = collect(spec, out.resolve()), load_status(out.resolve() / "claim_status.json")
+            stale = stale_runs(args.slug, spec, disk, args.overrides)
+            disk = [r for r in disk if r.path not in stale]  # plan from runs of the design the spec holds now
             page = Path(
                 args.page
                 or ROOT / "docs" / "results" / ("" if args.profile == "cpu" else args.profile) / f"{args.slug}.md"
@@ -1019,6 +1076,22 @@ def main(argv: list[str] | None = None) -> None:
                 page_path = out / f"{args.slug}.md"  # never a page over docs/ from a failed run: beside the runs
         page_path = page_path or ROOT / "docs" / "results" / f"{args.slug}.md"
         data_file = results_data.data_path(page_path)
+        stale = stale_runs(args.slug, spec, disk, args.overrides)
+        if stale:
+            path, why = next(iter(stale.items()))
+            if args.report_only and data_file.exists():  # never a page of a former design over the data file's
+                print(
+                    f"note: {len(stale)} of the {len(disk)} runs under {out} were made under another design than the "
+                    f"spec's (e.g. {path}: {why}); the page is rebuilt from {data_file} alone "
+                    "(move those runs away, or rerun the claim)"
+                )
+                disk = []
+            else:
+                print(
+                    f"note: {len(stale)} runs under {out} left out: made under another design than the spec's "
+                    f"(e.g. {path}: {why})"
+                )
+                disk = [r for r in disk if r.path not in stale]
         if disk:
             data = results_data.build(args.slug, spec, disk, status, profile=args.profile, root=ROOT, out=out)
             if args.report_only and data_file.exists():  # the runs were made then, at that commit, on that machine

@@ -84,6 +84,16 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     run_fixture_claim(tmp_path, page, "--report-only", "--no-wandb")  # with wandb its summary run would make runs/
     assert page.read_text() == rebuilt
     (tmp_path / "away").rename(tmp_path / "runs")
+    # a run of a former design (an override the spec now gives otherwise) never replaces the data file's page
+    stale = next((tmp_path / "runs" / "sgd_lr005").rglob("overrides.yaml")).parent.parent
+    saved = {f: f.read_text() for f in (stale / ".hydra" / "overrides.yaml", stale / "metrics.json")}
+    (stale / ".hydra" / "overrides.yaml").write_text(saved[stale / ".hydra" / "overrides.yaml"].replace("0.05", "0.07"))
+    (stale / "metrics.json").write_text(json.dumps({**json.loads(saved[stale / "metrics.json"]), "test/mse": 123.25}))
+    proc = run_fixture_claim(tmp_path, page, "--report-only", "--no-wandb", "trainer.max_epochs=1")
+    assert "123.2" not in page.read_text()
+    assert "made under another design than the spec's" in proc.stdout and "model.optimizer.lr=0.07" in proc.stdout
+    for f, text in saved.items():
+        f.write_text(text)
 
     status_file = tmp_path / "runs" / "claim_status.json"
     after = json.loads(status_file.read_text())
@@ -120,6 +130,43 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     assert not any(k.startswith("sgd_lr001@") for k in whole) and "sgd_lr005@seed=1" in whole
     assert whole["sgd_lr005"] == split["sgd_lr005"] and whole["sgd_lr001"] != split["sgd_lr001"]
     assert "| sgd_lr005 | `model.optimizer.lr=0.05` | ok |" in page.read_text()
+
+
+def _run_folder(path, overrides):
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    return path
+
+
+def test_stale_runs_are_the_runs_the_spec_would_not_make(tmp_path):
+    """A redesigned claim's folders may still hold the former design's runs: a run is stale when its seed is not its
+    entry's or an override the spec gives the entry is missing or set otherwise (compared as Hydra parses them)."""
+    from suite.claim import stale_runs
+    from suite.compare import RunRecord
+
+    spec = {
+        "runs": [{"name": "a", "overrides": "model.lr=0.05 data.task=overwrite"}, {"name": "b", "seeds": [3]}],
+        "seeds": [0, 1],
+        "overrides": "trainer.max_epochs=2 eval_at_start=true",
+    }
+    base = ["experiment=x", "eval_at_start=True", "trainer.max_epochs=2", "seed=0"]
+    fresh = _run_folder(tmp_path / "fresh", [*base, "model.lr=0.05", "data.task=overwrite", "num_threads=1"])
+    other = _run_folder(tmp_path / "other", [*base, "model.lr=0.5", "data.task=overwrite"])
+    missing = _run_folder(tmp_path / "missing", [*base, "model.lr=0.05"])
+    b = _run_folder(tmp_path / "b", ["experiment=x", "eval_at_start=true", "trainer.max_epochs=2", "seed=3"])
+    records = [
+        RunRecord(fresh, "a", 0),
+        RunRecord(other, "a", 0),
+        RunRecord(missing, "a", 1),
+        RunRecord(tmp_path / "b", "b", 3),
+        RunRecord(tmp_path / "b", "b", 0),
+    ]
+    stale = stale_runs("x", spec, records[:4], [])
+    assert set(stale) == {other, missing}
+    assert "model.lr=0.5" in stale[other] and "0.05" in stale[other] and "data.task" in stale[missing]
+    assert "seed 0 is not one of the entry's seeds [3]" in stale_runs("x", spec, records[4:], [])[b]
+    assert set(stale_runs("x", spec, records[:1], ["model.lr=0.5"])) == {fresh}  # the command line's value wins
+    assert stale_runs("y", spec, records[:1], []) == {fresh: "made with experiment='x', the spec gives 'y'"}
 
 
 def test_claim_unknown_spec_is_one_line(tmp_path):

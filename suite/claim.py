@@ -502,7 +502,7 @@ def stale_runs(slug: str, spec: dict, records: list[RunRecord], extra: list[str]
     """The runs on disk that the spec, as it reads now, would not have made: ``{run folder: why}``. A run is stale
     when its seed is not one of its entry's seeds, or when an override the spec (its ``overrides``, the entry's, the
     best-checkpoint ones, the experiment) or the command line gives the entry is missing from the run or set to
-    another value (a claim redesigned since the runs, whose folders still hold the former design's runs)."""
+    another value (a claim redesigned since the runs, whose folders still hold runs of an earlier design)."""
     entries = {e["name"]: e for e in spec["runs"]}
     stale: dict[Path, str] = {}
     for r in records:
@@ -1079,7 +1079,7 @@ def main(argv: list[str] | None = None) -> None:
         stale = stale_runs(args.slug, spec, disk, args.overrides)
         if stale:
             path, why = next(iter(stale.items()))
-            if args.report_only and data_file.exists():  # never a page of a former design over the data file's
+            if args.report_only and data_file.exists():  # runs of another design: the page comes from the data file
                 print(
                     f"note: {len(stale)} of the {len(disk)} runs under {out} were made under another design than the "
                     f"spec's (e.g. {path}: {why}); the page is rebuilt from {data_file} alone "

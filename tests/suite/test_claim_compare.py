@@ -84,7 +84,7 @@ def test_claim_runs_each_entry_over_seeds_and_writes_page(tmp_path):
     run_fixture_claim(tmp_path, page, "--report-only", "--no-wandb")  # with wandb its summary run would make runs/
     assert page.read_text() == rebuilt
     (tmp_path / "away").rename(tmp_path / "runs")
-    # a run of a former design (an override the spec now gives otherwise) never replaces the data file's page
+    # a run of another design (an override the spec now gives otherwise) never replaces the data file's page
     stale = next((tmp_path / "runs" / "sgd_lr005").rglob("overrides.yaml")).parent.parent
     saved = {f: f.read_text() for f in (stale / ".hydra" / "overrides.yaml", stale / "metrics.json")}
     (stale / ".hydra" / "overrides.yaml").write_text(saved[stale / ".hydra" / "overrides.yaml"].replace("0.05", "0.07"))

@@ -500,9 +500,10 @@ def _override_values(overrides: list[str]) -> dict[str, object]:
 
 def stale_runs(slug: str, spec: dict, records: list[RunRecord], extra: list[str]) -> dict[Path, str]:
     """The runs on disk that the spec, as it reads now, would not have made: ``{run folder: why}``. A run is stale
-    when its seed is not one of its entry's seeds, or when an override the spec (its ``overrides``, the entry's, the
-    best-checkpoint ones, the experiment) or the command line gives the entry is missing from the run or set to
-    another value (a claim redesigned since the runs, whose folders still hold runs of an earlier design)."""
+    when its seed is not one of its entry's seeds, or when an override the spec gives the entry (its ``overrides``, the
+    entry's, the best-checkpoint ones, the experiment) is missing from the run or set to another value (a claim
+    redesigned since the runs, whose folders still hold runs of an earlier design). A key the command line sets
+    (``extra``) is the user's choice for this call and is not checked."""
     entries = {e["name"]: e for e in spec["runs"]}
     stale: dict[Path, str] = {}
     for r in records:
@@ -520,11 +521,11 @@ def stale_runs(slug: str, spec: dict, records: list[RunRecord], extra: list[str]
             evaluate_overrides(entry, spec),
             shlex.split(spec.get("overrides", "")),
             shlex.split(entry.get("overrides", "")),
-            extra,
         )
         have = _override_values(made)
+        mine = {override_key(o) for o in extra}
         for key, value in _override_values(want).items():
-            if key.startswith("hydra."):
+            if key.startswith("hydra.") or key in mine:
                 continue  # Hydra keeps its own settings in .hydra/hydra.yaml, not among the run's overrides
             if key not in have:
                 stale[r.path] = f"made without {key}={value!r}"
@@ -1086,6 +1087,11 @@ def main(argv: list[str] | None = None) -> None:
                     "(move those runs away, or rerun the claim)"
                 )
                 disk = []
+            elif args.report_only:  # no data file: these runs are all there is
+                print(
+                    f"note: {len(stale)} of the {len(disk)} runs under {out} were made under another design than the "
+                    f"spec's (e.g. {path}: {why}); no data file to prefer, the page is built from them"
+                )
             else:
                 print(
                     f"note: {len(stale)} runs under {out} left out: made under another design than the spec's "

@@ -505,6 +505,7 @@ def stale_runs(slug: str, spec: dict, records: list[RunRecord], extra: list[str]
     redesigned since the runs, whose folders still hold runs of an earlier design). A key the command line sets
     (``extra``) is the user's choice for this call and is not checked."""
     entries = {e["name"]: e for e in spec["runs"]}
+    mine = {override_key(o) for o in extra}
     stale: dict[Path, str] = {}
     for r in records:
         entry = entries.get(r.name)
@@ -523,10 +524,9 @@ def stale_runs(slug: str, spec: dict, records: list[RunRecord], extra: list[str]
             shlex.split(entry.get("overrides", "")),
         )
         have = _override_values(made)
-        mine = {override_key(o) for o in extra}
         for key, value in _override_values(want).items():
-            if key.startswith("hydra.") or key in mine:
-                continue  # Hydra keeps its own settings in .hydra/hydra.yaml, not among the run's overrides
+            if key in mine or key.startswith("hydra."):  # Hydra keeps hydra.* in .hydra/hydra.yaml, not here
+                continue
             if key not in have:
                 stale[r.path] = f"made without {key}={value!r}"
                 break

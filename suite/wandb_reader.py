@@ -66,6 +66,8 @@ def _payloads(data: bytes) -> Iterator[bytes]:
         if length == 0 and kind == 0:
             pos += left
             continue
+        if pos + _HEADER + length > len(data):  # a record wandb is still writing: the file ends mid-record
+            return
         chunk = data[pos + _HEADER : pos + _HEADER + length]
         pos += _HEADER + length
         if kind == 1:
@@ -93,14 +95,19 @@ def _items(items: Any) -> dict[str, Any]:
 
 
 def read_wandb_run(path: str | Path) -> WandbRun:
-    """Parse ``run-<id>.wandb``."""
+    """Parse ``run-<id>.wandb``. A file wandb is still writing reads up to its last whole record; a record that does
+    not parse raises ``ValueError`` naming the file."""
+    from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2 as pb
 
     path = Path(path)
     run = WandbRun(path)
     for raw in _payloads(path.read_bytes()):
         record = pb.Record()
-        record.ParseFromString(raw)
+        try:
+            record.ParseFromString(raw)
+        except DecodeError as err:
+            raise ValueError(f"{path}: a record does not parse as a wandb record ({err})") from err
         kind = record.WhichOneof("record_type")
         if kind == "history":
             run.history.append(_items(record.history.item))

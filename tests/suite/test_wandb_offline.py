@@ -26,6 +26,17 @@ def test_wandb_offline_files_read_back(tmp_path, monkeypatch):
     with open(tmp_path / "csv" / "metrics.csv") as fh:
         csv_val = [float(r["val/loss"]) for r in csv.DictReader(fh) if r.get("val/loss")]
     assert logged == pytest.approx(csv_val, rel=1e-6)
+    # The service writes the file while the run ends: every prefix of it (a record cut mid-way, a block cut at its
+    # trailer) reads back as the records written so far, never a parse error.
+    from suite.wandb_reader import read_wandb_run
+
+    data = files[0].read_bytes()
+    cut = tmp_path / "cut.wandb"
+    sizes = []
+    for end in sorted({*range(7, len(data), max(1, len(data) // 97)), len(data) - 1, len(data) - 3}):
+        cut.write_bytes(data[:end])
+        sizes.append(len(read_wandb_run(cut).history))
+    assert sizes == sorted(sizes) and sizes[-1] <= len(run.history)
 
 
 def test_wandb_failure_never_fails_the_run(tmp_path, monkeypatch):
